@@ -1,0 +1,77 @@
+"""Helpers shared by tests and benchmarks: free loopback ports and deadline polling.
+
+They live in the package (not in tests/) so benchmarks and every test folder can import
+them without sys.path tricks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free a moment ago on loopback (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """n distinct free ports, held open together so the kernel cannot hand out one twice."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
+               message: str = "condition") -> T:
+    """Poll predicate until it returns a truthy value or the deadline passes (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+async def async_wait_until(predicate: Callable[[], T | Awaitable[T]], timeout: float = 10.0,
+                           interval: float = 0.01, message: str = "condition") -> T:
+    """The asyncio twin of wait_until; predicate may be a coroutine function."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        await asyncio.sleep(interval)
+
+
+def wait_for_port(port: int, host: str = LOOPBACK, timeout: float = 15.0) -> None:
+    """Block until something accepts TCP connections on host:port."""
+    def accepting() -> bool:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+    wait_until(accepting, timeout=timeout, interval=0.05, message=f"{host}:{port} to accept")
