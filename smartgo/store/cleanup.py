@@ -1,0 +1,83 @@
+"""File deletion primitives for the cleanup actor (its policy - when, how much - lives there).
+
+Deleting is safe while other processes read: a process that still maps a deleted file keeps
+its pages until it unmaps; one that maps afterwards gets OffsetGoneError ("offset moved").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from smartgo.store.config import StoreConfig
+from smartgo.store.config import CQ_UNIT
+from smartgo.store.consume_queue import ENTRY, list_queues, queue_dir
+from smartgo.store.index_file import HEADER, list_index_files
+from smartgo.store.mapped_file import MappedFileQueue, segment_name, segment_starts
+
+log = logging.getLogger("smartgo.store.cleanup")
+
+
+def expired_commitlog_files(config: StoreConfig, now_ms: int, force: bool = False, max_files: int = 10) -> list[int]:
+    """Start offsets of CommitLog files older than fileReservedTime (all but the newest
+    file; any age when force), oldest first, at most max_files."""
+    starts = segment_starts(config.commitlog_dir)[:-1]
+    reserved_ms = config.file_reserved_time_hours * 3_600_000
+    out = []
+    for start in starts:
+        try:
+            mtime_ms = os.stat(config.commitlog_dir / segment_name(start)).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            continue
+        if not force and mtime_ms + reserved_ms > now_ms:
+            break
+        out.append(start)
+        if len(out) >= max_files:
+            break
+    return out
+
+
+def delete_commitlog_before(config: StoreConfig, offset: int) -> list[int]:
+    """Delete CommitLog files that end at or before offset (never the newest); returns
+    their starts. The new CommitLog minimum is the first remaining file's start."""
+    starts = segment_starts(config.commitlog_dir)
+    if starts:
+        offset = min(offset, starts[-1])
+    deleted = MappedFileQueue(config.commitlog_dir, config.commitlog_file_size, writable=False) \
+        .delete_files_before(offset)
+    if deleted:
+        log.info("deleted %d commitlog files up to %d", len(deleted), offset)
+    return deleted
+
+
+def delete_consume_queue_before(config: StoreConfig, commitlog_min: int) -> int:
+    """Delete ConsumeQueue head files that only point below the CommitLog minimum."""
+    count = 0
+    for topic, qid in list_queues(config.consume_queue_dir):
+        files = MappedFileQueue(queue_dir(config.consume_queue_dir, topic, qid), config.consume_queue_file_size,
+                                writable=False)
+        try:
+            for start in files.starts()[:-1]:
+                mf = files.get(start)
+                last_phys = ENTRY.unpack_from(mf.mm, mf.size - CQ_UNIT)[0]
+                if last_phys >= commitlog_min:
+                    break
+                count += len(files.delete_files_before(start + files.file_size))
+        finally:
+            files.close()
+    return count
+
+
+def delete_index_before(config: StoreConfig, commitlog_min: int) -> list[str]:
+    """Delete index files (never the newest) whose entries all point below the minimum."""
+    names = list_index_files(config.index_dir)
+    deleted = []
+    for name in names[:-1]:
+        path = config.index_dir / name
+        with open(path, "rb") as f:
+            end_phy = HEADER.unpack(f.read(HEADER.size))[3]
+        if end_phy >= commitlog_min:
+            break
+        path.unlink(missing_ok=True)
+        deleted.append(name)
+    return deleted

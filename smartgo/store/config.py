@@ -1,0 +1,90 @@
+"""Store settings with RocketMQ 4.x MessageStoreConfig defaults (facts F.5); tests shrink the files."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from smartgo.store.record import DEFAULT_MAX_BODY, parse_delay_levels
+
+CQ_UNIT = 20
+PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
+
+
+def round_up_to_unit(size: int, unit: int = CQ_UNIT) -> int:
+    """A ConsumeQueue file holds whole entries: 1024 -> 1040 (the seed design's rule)."""
+    return -(-size // unit) * unit
+
+
+@dataclass(slots=True)
+class StoreConfig:
+    store_path: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
+    commitlog_file_size: int = 1024 * 1024 * 1024
+    consume_queue_file_size: int = 300_000 * CQ_UNIT
+    index_slot_count: int = 5_000_000
+    index_entry_count: int = 20_000_000
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_message_size: int = DEFAULT_MAX_BODY
+    flush_disk_type: str = "ASYNC_FLUSH"  # or SYNC_FLUSH
+    sync_flush_timeout_ms: int = 5000
+    flush_interval_commitlog_ms: int = 500
+    flush_commitlog_least_pages: int = 4
+    flush_commitlog_thorough_interval_ms: int = 10_000
+    flush_interval_consume_queue_ms: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+    file_reserved_time_hours: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    access_message_in_memory_max_ratio: int = 40
+    default_query_max_num: int = 32
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    # Drop written/read pages from this process's page tables every so many bytes (madvise
+    # DONTNEED): the data stays in the page cache, RSS stays flat while the store grows.
+    release_interval_bytes: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        self.consume_queue_file_size = round_up_to_unit(self.consume_queue_file_size)
+        if self.commitlog_file_size < 4096:
+            raise ValueError("commitlog_file_size must be at least 4096 bytes")
+        if self.index_slot_count < 1 or self.index_entry_count < 2:
+            raise ValueError("an index file needs at least 1 slot and 2 entries")
+
+    @property
+    def root(self) -> Path:
+        return Path(self.store_path)
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.root / "commitlog"
+
+    @property
+    def consume_queue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def abort_path(self) -> Path:
+        return self.root / "abort"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_level)

@@ -1,0 +1,294 @@
+"""ConsumeQueue: per (topic, queueId) files of 20-byte entries {commitLogOffset, size, tagsCode}.
+
+Logical offset n lives at byte n*20. The dispatch actor is the only writer; net actors
+read entries below the queue's published max offset through their own read-only maps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from smartgo.store.config import CQ_UNIT, round_up_to_unit
+from smartgo.store.errors import OffsetGoneError
+from smartgo.store.mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger("smartgo.store.consume_queue")
+
+ENTRY = struct.Struct(">qiq")
+HOLE_SIZE = 0x7FFFFFFF  # pre-fill entry (0, Integer.MAX_VALUE, 0) for a queue starting mid-file
+_HOLE = ENTRY.pack(0, HOLE_SIZE, 0)
+QueueKey = tuple[str, int]
+
+
+def queue_dir(root: Path | str, topic: str, queue_id: int) -> Path:
+    return Path(root) / topic / str(queue_id)
+
+
+def list_queues(root: Path | str) -> list[QueueKey]:
+    """Every (topic, queueId) that has a ConsumeQueue directory under root."""
+    out: list[QueueKey] = []
+    try:
+        topics = os.listdir(root)
+    except FileNotFoundError:
+        return out
+    for topic in topics:
+        try:
+            qids = os.listdir(Path(root) / topic)
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        out.extend((topic, int(q)) for q in qids if q.isdigit())
+    return sorted(out)
+
+
+def _first_false(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
+    """Smallest i in [lo, hi) with pred(i) False (pred is True on a prefix); hi if none."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+class ConsumeQueueWriter:
+    """The dispatch side of one queue. ``max_offset`` is the next logical offset to write
+    (what GET_MAX_OFFSET returns and what the dispatch actor publishes)."""
+
+    def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int):
+        self.key: QueueKey = (topic, queue_id)
+        self.file_size = round_up_to_unit(file_size)
+        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=True)
+        self.max_offset = 0
+        self.max_phys_end = 0  # commitLogOffset + size of the last entry
+        self._file: MappedFile | None = None
+        self._start = 0
+        self._find_end()
+
+    def _entries_in(self, start: int) -> int:
+        """Entries written in the file at start: they form a prefix of non-zero sizes."""
+        mf = self.files.get(start)
+        mm = mf.mm
+        n = mf.size // CQ_UNIT
+        return _first_false(0, n, lambda i: ENTRY.unpack_from(mm, i * CQ_UNIT)[1] != 0)
+
+    def _find_end(self) -> None:
+        starts = self.files.starts()
+        for start in reversed(starts):
+            count = self._entries_in(start)
+            if count or start == starts[0]:
+                self.max_offset = (start + count * CQ_UNIT) // CQ_UNIT
+                if count:
+                    phys, size, _ = ENTRY.unpack_from(self.files.get(start).mm, (count - 1) * CQ_UNIT)
+                    self.max_phys_end = phys + size if size != HOLE_SIZE else 0
+                return
+
+    def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> bool:
+        """Write the entry for queue_offset; False when it was not written. An offset already
+        present is skipped, so re-dispatching a range is harmless. A small gap is filled with
+        hole entries; a gap longer than a file can only be a corrupt queue offset: skipped."""
+        if queue_offset != self.max_offset:
+            if queue_offset < self.max_offset:
+                return False
+            if not self._fill_holes(queue_offset):
+                return False
+        pos = queue_offset * CQ_UNIT
+        rel = pos - self._start
+        mf = self._file
+        if mf is None or rel < 0 or rel >= self.file_size:
+            mf = self._switch(pos)
+            rel = pos - self._start
+        ENTRY.pack_into(mf.mm, rel, phys, size, tags_code)
+        self.max_offset = queue_offset + 1
+        self.max_phys_end = phys + size
+        return True
+
+    def _switch(self, pos: int) -> MappedFile:
+        if self._file is not None:
+            self.files.forget(self._file.start)
+        self._file = self.files.get(pos, create=True)
+        self._start = self._file.start
+        return self._file
+
+    def _fill_holes(self, target: int) -> bool:
+        fs = self.file_size
+        first = self.max_offset
+        if first == 0 and not self.files.starts():
+            first = (target * CQ_UNIT - (target * CQ_UNIT) % fs) // CQ_UNIT  # a queue starting mid-file
+        elif (target - first) * CQ_UNIT > fs:
+            log.error("consume queue %s: record with queue offset %d far beyond the max %d skipped",
+                      self.key, target, first)
+            return False
+        else:
+            log.warning("consume queue %s: gap from %d to %d filled with holes", self.key, first, target)
+        for off in range(first, target):
+            pos = off * CQ_UNIT
+            mf = self._file
+            if mf is None or not (self._start <= pos < self._start + fs):
+                mf = self._switch(pos)
+            mf.mm[pos - self._start:pos - self._start + CQ_UNIT] = _HOLE
+        return True
+
+    def truncate_entries(self, offset: int) -> None:
+        """Drop entries at logical offset >= offset (recovery only)."""
+        self._file = None
+        self._start = 0
+        self.files.truncate(offset * CQ_UNIT)
+        self.max_offset = offset
+        self.max_phys_end = 0
+        self._find_end()
+
+    def recover(self, valid: Callable[[int, int, int], bool], end_phys: int) -> bool:
+        """RocketMQ's ConsumeQueue.recover, stricter: from the third-last file (or earlier, from
+        the first entry reaching past end_phys) keep entries while valid(queue_offset, phys,
+        size) holds; truncate the rest. True when a non-empty entry was cut (entries lost)."""
+        starts = self.files.starts()
+        if not starts:
+            return False
+        fs = self.file_size
+        first = self._first_past(starts, end_phys)
+        scan = [s for s in starts if s >= min(starts[max(0, len(starts) - 3)], first - first % fs)]
+        end = scan[0]
+        ok = True
+        for start in scan:
+            if start != end:
+                break  # a missing file: entries stop at the gap
+            mf = self.files.get(start)
+            off = start // CQ_UNIT
+            good = 0
+            for phys, size, _tags in ENTRY.iter_unpack(mf.mm[:mf.size - mf.size % CQ_UNIT]):
+                if size == HOLE_SIZE and phys == 0:
+                    pass
+                elif phys < 0 or size <= 0 or phys + size > end_phys or not valid(off, phys, size):
+                    ok = size == 0 and phys == 0  # an empty entry is the normal end
+                    break
+                good += 1
+                off += 1
+            end = start + good * CQ_UNIT
+            if not ok or good * CQ_UNIT < fs:
+                break
+        self.truncate_entries(end // CQ_UNIT)  # zeros after the last good entry
+        return not ok
+
+    def _first_past(self, starts: list[int], end_phys: int) -> int:
+        """Byte position of the first entry that reaches past end_phys (entries point at
+        ascending offsets; holes count as not past)."""
+        for start in reversed(starts):
+            mf = self.files.get(start)
+            mm = mf.mm
+            n = mf.size // CQ_UNIT
+
+            def within(i: int) -> bool:
+                phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
+                return size == HOLE_SIZE or (size > 0 and phys + size <= end_phys)
+
+            if n and within(0):
+                return start + _first_false(0, n, within) * CQ_UNIT
+        return starts[0]
+
+    def flush(self, begin_offset: int, end_offset: int) -> None:
+        self.files.flush(begin_offset * CQ_UNIT, end_offset * CQ_UNIT)
+
+    def close(self) -> None:
+        self._file = None
+        self.files.close()
+
+
+class ConsumeQueueReader:
+    """Read-only access to one queue, bounded by the published max offset."""
+
+    def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int):
+        self.key: QueueKey = (topic, queue_id)
+        self.file_size = round_up_to_unit(file_size)
+        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=False)
+        self._min_cache: tuple[int, int, int] | None = None  # (first file, commitlog min, result)
+        self._starts: list[int] = []  # file listing, re-read when empty or after refresh()
+
+    def refresh(self) -> None:
+        """Forget the cached file listing (after cleanup deleted files, or OffsetGoneError)."""
+        self._starts = []
+        self._min_cache = None
+
+    def entries(self, offset: int, max_count: int, bound: int) -> memoryview:
+        """Raw entries from offset, at most max_count, below bound, within one file.
+        OffsetGoneError if that file was deleted."""
+        count = min(max_count, bound - offset)
+        if count <= 0 or offset < 0:
+            return memoryview(b"")
+        pos = offset * CQ_UNIT
+        mf = self.files.get(pos)
+        rel = pos - mf.start
+        stop = min(rel + count * CQ_UNIT, mf.size - mf.size % CQ_UNIT)
+        return mf.view[rel:stop]
+
+    def entry(self, offset: int) -> tuple[int, int, int]:
+        pos = offset * CQ_UNIT
+        mf = self.files.get(pos)
+        return ENTRY.unpack_from(mf.mm, pos - mf.start)
+
+    def min_offset(self, commitlog_min: int, bound: int) -> int:
+        """First offset below bound that is neither a hole nor below the CommitLog minimum
+        (bound when there is none: the queue is empty)."""
+        if not self._starts:
+            self._starts = self.files.starts()
+        for start in self._starts:
+            first = start // CQ_UNIT
+            if first >= bound:
+                break
+            cached = self._min_cache
+            if cached is not None and cached[0] == start and cached[1] == commitlog_min:
+                return cached[2]
+            try:
+                mf = self.files.get(start)
+            except OffsetGoneError:
+                continue
+            mm = mf.mm
+            n = min(mf.size // CQ_UNIT, bound - first)
+
+            def gone(i: int) -> bool:
+                phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
+                return size == HOLE_SIZE or size <= 0 or phys < commitlog_min
+
+            i = _first_false(0, n, gone)
+            if i < n:
+                self._min_cache = (start, commitlog_min, first + i)
+                return first + i
+        return bound
+
+    def forget_before(self, offset: int) -> None:
+        self.files.forget_before(offset * CQ_UNIT)
+
+    def close(self) -> None:
+        self.files.close()
+
+
+class ConsumeQueueSet:
+    """All queues of a store, on the dispatch side (created on first use)."""
+
+    def __init__(self, root: Path | str, file_size: int):
+        self.root = Path(root)
+        self.file_size = round_up_to_unit(file_size)
+        self.queues: dict[QueueKey, ConsumeQueueWriter] = {}
+        for topic, qid in list_queues(self.root):
+            self.get(topic, qid)
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueueWriter:
+        key = (topic, queue_id)
+        cq = self.queues.get(key)
+        if cq is None:
+            cq = self.queues[key] = ConsumeQueueWriter(self.root, topic, queue_id, self.file_size)
+        return cq
+
+    def max_offsets(self) -> dict[QueueKey, int]:
+        return {k: cq.max_offset for k, cq in self.queues.items()}
+
+    def max_phys_end(self) -> int:
+        return max((cq.max_phys_end for cq in self.queues.values()), default=0)
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()

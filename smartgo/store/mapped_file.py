@@ -1,0 +1,208 @@
+"""Fixed-size memory-mapped segment files named by their 20-digit start offset.
+
+A MappedFileQueue is one directory of segments (the CommitLog, one ConsumeQueue). Every
+process maps the files it needs on its own, lazily, by computing the file name from an
+offset, so no directory state is shared: files that appear (a roll) are found on first
+use and files that disappear (cleanup) become OffsetGoneError. Only the single writer
+creates, fills and truncates; other processes map read-only, or read-write just to msync.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+from pathlib import Path
+
+from smartgo.store.config import PAGE_SIZE
+from smartgo.store.errors import DiskFullError, OffsetGoneError
+
+log = logging.getLogger("smartgo.store.mapped_file")
+
+NAME_WIDTH = 20
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def segment_name(offset: int) -> str:
+    return f"{offset:0{NAME_WIDTH}d}"
+
+
+def segment_starts(directory: Path) -> list[int]:
+    """Start offsets of the segment files in directory, ascending (temp files ignored)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if len(n) == NAME_WIDTH and n.isdigit())
+
+
+def _reserve(fd: int, size: int, path: str) -> None:
+    """Give the file real blocks now, so a full disk is an error here rather than a SIGBUS
+    on a later store through the mapping."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in _DISK_FULL_ERRNOS:
+            raise DiskFullError(path, size, exc) from exc
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            log.warning("posix_fallocate unsupported for %s (%s); the file stays sparse", path, exc)
+            os.ftruncate(fd, size)
+        else:
+            raise
+
+
+def create_segment(path: Path, size: int) -> None:
+    """Create a fully reserved file atomically (temp name, then rename): a reader never
+    sees it short."""
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _reserve(fd, size, str(path))
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.rename(tmp, path)
+
+
+class MappedFile:
+    """One mapped segment. Closing only drops references: the kernel unmaps when the last
+    memoryview handed out (e.g. to a socket write) is released."""
+
+    __slots__ = ("path", "start", "size", "mm", "view", "writable", "released")
+
+    def __init__(self, path: Path, start: int, size: int, writable: bool):
+        self.path = path
+        self.start = start
+        self.writable = writable
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        try:
+            actual = os.fstat(fd).st_size
+            if writable and actual < size:
+                _reserve(fd, size, str(path))  # a file a crash or an operator left short
+                actual = size
+            length = min(actual, size)
+            if length == 0:
+                raise OffsetGoneError(str(path), start)
+            self.mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        self.size = length
+        self.view = memoryview(self.mm)
+        self.released = 0
+
+    def flush(self, begin: int, end: int) -> None:
+        """msync [begin, end) of this file (file-relative). Flushes pages dirtied through any
+        process's mapping of the file, so a flush process need not be the writer."""
+        if end > begin:
+            aligned = begin - begin % PAGE_SIZE
+            self.mm.flush(aligned, min(end, self.size) - aligned)
+
+    def release(self, upto: int) -> None:
+        """Drop [released, upto) from this process's page tables (MADV_DONTNEED). For a shared
+        file mapping that keeps the data (dirty pages included) in the page cache."""
+        upto -= upto % PAGE_SIZE
+        if upto > self.released:
+            self.mm.madvise(mmap.MADV_DONTNEED, self.released, upto - self.released)
+            self.released = upto
+
+    def close(self) -> None:
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # views are still out; the mapping goes when they do
+
+
+class MappedFileQueue:
+    """The segments of one directory, mapped on demand in this process."""
+
+    def __init__(self, directory: Path | str, file_size: int, *, writable: bool):
+        self.directory = Path(directory)
+        self.file_size = file_size
+        self.writable = writable
+        self._files: dict[int, MappedFile] = {}
+
+    def starts(self) -> list[int]:
+        return segment_starts(self.directory)
+
+    def min_offset(self) -> int | None:
+        starts = self.starts()
+        return starts[0] if starts else None
+
+    def path_of(self, start: int) -> Path:
+        return self.directory / segment_name(start)
+
+    def get(self, offset: int, create: bool = False) -> MappedFile:
+        """The file holding offset, mapped; OffsetGoneError if it does not exist (create=False)."""
+        start = offset - offset % self.file_size
+        mf = self._files.get(start)
+        if mf is None:
+            path = self.path_of(start)
+            if create and not path.exists():
+                self.directory.mkdir(parents=True, exist_ok=True)
+                create_segment(path, self.file_size)
+            try:
+                mf = MappedFile(path, start, self.file_size, self.writable)
+            except FileNotFoundError:
+                raise OffsetGoneError(str(self.directory), offset) from None
+            self._files[start] = mf
+        return mf
+
+    def forget(self, start: int) -> None:
+        mf = self._files.pop(start, None)
+        if mf is not None:
+            mf.close()
+
+    def forget_before(self, offset: int) -> None:
+        """Unmap files that end at or before offset (behind the reader/writer, or deleted)."""
+        for start in [s for s in self._files if s + self.file_size <= offset]:
+            self.forget(start)
+
+    def flush(self, begin: int, end: int) -> int:
+        """msync [begin, end) across files; files already deleted are skipped. Returns end."""
+        fs = self.file_size
+        pos = begin
+        while pos < end:
+            start = pos - pos % fs
+            stop = min(end, start + fs)
+            try:
+                self.get(pos).flush(pos - start, stop - start)
+            except OffsetGoneError:
+                pass
+            pos = stop
+        return end
+
+    def truncate(self, offset: int) -> None:
+        """Make offset the end of the data: later bytes of its file read as zeros, later files
+        go. Only for a process that nobody else maps the files of (recovery)."""
+        self.close()
+        fs = self.file_size
+        for start in self.starts():
+            path = self.path_of(start)
+            if start >= offset:
+                path.unlink(missing_ok=True)
+            elif start + fs > offset:
+                os.truncate(path, offset - start)
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    _reserve(fd, fs, str(path))
+                finally:
+                    os.close(fd)
+
+    def delete_files_before(self, offset: int) -> list[int]:
+        """Delete files that end at or before offset; returns their start offsets."""
+        deleted = []
+        for start in self.starts():
+            if start + self.file_size > offset:
+                break
+            self.forget(start)
+            self.path_of(start).unlink(missing_ok=True)
+            deleted.append(start)
+        return deleted
+
+    def close(self) -> None:
+        for start in list(self._files):
+            self.forget(start)

@@ -1,0 +1,253 @@
+"""The read side of the store, for any process (net actors, the in-process facade).
+
+Every call takes the published bounds it may read up to: ``written`` (the CommitLog
+written position) and a queue's ``max_offset`` (its published ConsumeQueue max). Results
+hold zero-copy memoryviews into this process's read-only maps, ready for a socket write.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+
+from smartgo.store.commitlog import CommitLogReader, QueueKey
+from smartgo.store.config import StoreConfig
+from smartgo.store.consume_queue import ENTRY, HOLE_SIZE, ConsumeQueueReader
+from smartgo.store.errors import CorruptRecordError, OffsetGoneError
+from smartgo.store.index_file import IndexReader
+from smartgo.store.record import (
+    MESSAGE_MAGIC, SIZE_MAGIC, MessageExt, decode_record, parse_offset_msg_id, peek_dispatch_fields,
+    store_timestamp_at,
+)
+
+log = logging.getLogger("smartgo.store.reads")
+
+
+class GetStatus(enum.Enum):
+    """GetMessageStatus (DefaultMessageStore.getMessage)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)  # one whole record each
+    buffer_total_size: int = 0
+    max_phys_offset_pulling: int = 0  # commitLogOffset of the last entry looked at
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+    def body(self) -> bytes:
+        """The PULL response body (prefer writing ``buffers`` to the socket as they are)."""
+        return b"".join(self.buffers)
+
+
+@dataclass(slots=True)
+class QueryResult:
+    buffers: list[memoryview]
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+    def messages(self) -> list[MessageExt]:
+        return [decode_record(b) for b in self.buffers]
+
+
+class StoreReader:
+    def __init__(self, config: StoreConfig):
+        self.config = config
+        self.commitlog = CommitLogReader(config.commitlog_dir, config.commitlog_file_size)
+        self.index = IndexReader(config.index_dir, config.index_slot_count, config.index_entry_count)
+        self._queues: dict[QueueKey, ConsumeQueueReader] = {}
+        self.commitlog_min = self.commitlog.min_offset()
+
+    def refresh(self) -> int:
+        """Re-read the CommitLog minimum and file listings (after cleanup announced deletions)
+        and unmap what lies below."""
+        self.commitlog_min = self.commitlog.min_offset()
+        self.commitlog.forget_before(self.commitlog_min)
+        for cq in self._queues.values():
+            cq.refresh()
+        return self.commitlog_min
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueueReader:
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None:
+            cq = self._queues[key] = ConsumeQueueReader(self.config.consume_queue_dir, topic, queue_id,
+                                                        self.config.consume_queue_file_size)
+        return cq
+
+    def min_offset(self, topic: str, queue_id: int, max_offset: int) -> int:
+        return self.queue(topic, queue_id).min_offset(self.commitlog_min, max_offset)
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, max_offset: int, written: int,
+                     tag_codes: set[int] | frozenset[int] | None = None) -> GetResult:
+        """DefaultMessageStore.getMessage, group-agnostic, with the pull edge cases of facts F.5."""
+        if max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        cq = self.queue(topic, queue_id)
+        min_offset = cq.min_offset(self.commitlog_min, max_offset)
+        if offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        cfg = self.config
+        max_msgs = min(max_count, cfg.max_transfer_count_on_message_in_memory)
+        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        scan_left = max(16000, max_count * 20)
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        buffers = result.buffers
+        total = 0
+        cur = offset
+        fs = self.commitlog.file_size
+        cl_min = self.commitlog_min
+        seg_start = -1
+        mm = view = None
+        limit = 0
+        unpack_head = SIZE_MAGIC.unpack_from
+        full = False
+        while cur < max_offset and scan_left > 0 and not full:
+            try:
+                raw = cq.entries(cur, scan_left, max_offset)
+            except OffsetGoneError:
+                self.refresh()
+                if not buffers:
+                    result.status = GetStatus.OFFSET_FOUND_NULL
+                    cur = max(cur, cq.min_offset(self.commitlog_min, max_offset))
+                break
+            if not raw:
+                break
+            for phys, size, tags in ENTRY.iter_unpack(raw):
+                if buffers and (len(buffers) >= max_msgs or total + size > max_bytes):
+                    full = True
+                    break
+                cur += 1
+                scan_left -= 1
+                result.max_phys_offset_pulling = phys
+                if size == HOLE_SIZE:
+                    continue
+                if tag_codes is not None and tags not in tag_codes:
+                    continue
+                start = phys - phys % fs
+                if start != seg_start:
+                    try:
+                        mf = self.commitlog.segment(phys)
+                    except OffsetGoneError:
+                        mf = None
+                    if mf is None or phys < cl_min:
+                        if not buffers:
+                            result.status = GetStatus.MESSAGE_WAS_REMOVING
+                        continue
+                    seg_start, mm, view = start, mf.mm, mf.view
+                    limit = min(mf.size, written - start)
+                rel = phys - start
+                if rel + size > limit:
+                    cur -= 1  # not written yet as far as this reader knows: stop here
+                    full = True
+                    break
+                rec_size, magic = unpack_head(mm, rel)
+                if rec_size != size or magic != MESSAGE_MAGIC:
+                    log.error("consume queue %s/%d offset %d points at no record (%d, %d bytes); skipped",
+                              topic, queue_id, cur - 1, phys, size)
+                    continue
+                buffers.append(view[rel:rel + size])
+                total += size
+                result.status = GetStatus.FOUND
+        result.next_begin_offset = cur
+        result.buffer_total_size = total
+        return result
+
+    def _store_time(self, cq: ConsumeQueueReader, offset: int, written: int) -> int:
+        phys, size, _ = cq.entry(offset)
+        mf = self.commitlog.segment(phys)
+        if phys + size > written or phys - mf.start + size > mf.size:
+            raise CorruptRecordError("consume queue entry points past the written position", phys)
+        return store_timestamp_at(mf.mm, phys - mf.start)
+
+    def search_offset_by_time(self, topic: str, queue_id: int, timestamp: int, max_offset: int, written: int) -> int:
+        """First offset whose store time is >= timestamp (max_offset if none, min if all are).
+        RocketMQ 4.x answers the entry nearest in time within one file; this is the exact
+        lower bound over the whole queue."""
+        cq = self.queue(topic, queue_id)
+        lo = cq.min_offset(self.commitlog_min, max_offset)
+        hi = max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_time(cq, mid, written) < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def earliest_message_time(self, topic: str, queue_id: int, max_offset: int, written: int) -> int:
+        """Store time of the queue's first message, -1 when the queue is empty."""
+        return self.message_store_time(topic, queue_id, self.min_offset(topic, queue_id, max_offset),
+                                       max_offset, written)
+
+    def message_store_time(self, topic: str, queue_id: int, offset: int, max_offset: int, written: int) -> int:
+        if offset >= max_offset or offset < 0:
+            return -1
+        try:
+            return self._store_time(self.queue(topic, queue_id), offset, written)
+        except (OffsetGoneError, CorruptRecordError):
+            return -1
+
+    def view(self, offset: int, written: int) -> memoryview | None:
+        """The record starting at a CommitLog offset, None if there is none (or it is gone)."""
+        if offset < self.commitlog_min or offset >= written:
+            return None
+        try:
+            return self.commitlog.record_at(offset, written)
+        except (OffsetGoneError, CorruptRecordError):
+            return None
+
+    def view_by_offset_msg_id(self, msg_id: str, written: int) -> memoryview | None:
+        """VIEW_MESSAGE_BY_ID: InvalidMessageIdError for a malformed id."""
+        return self.view(parse_offset_msg_id(msg_id)[2], written)
+
+    def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, written: int) -> QueryResult:
+        """Messages of topic carrying key (UNIQ_KEY or a KEYS token) stored in [begin, end],
+        newest first. Each index hit is checked against its record, so colliding keys never
+        leak foreign messages, and the time range is exact (the index keeps seconds)."""
+        want_topic = topic.encode()
+        want_key = key.encode()
+        limit = max_num
+        while True:
+            offsets, last_ts, last_phy = self.index.query(topic, key, limit, begin - 1000, end)
+            found: list[memoryview] = []
+            for phys in dict.fromkeys(offsets):
+                view = self.view(phys, written)
+                if view is None:
+                    continue
+                _, rtopic, _, _, _, ts, _, keys, uniq = peek_dispatch_fields(view, 0)
+                if rtopic == want_topic and begin <= ts <= end and (uniq == want_key or want_key in keys.split(b" ")):
+                    found.append(view)
+                    if len(found) >= max_num:
+                        break
+            if len(found) >= max_num or len(offsets) < limit:
+                return QueryResult(found, last_ts, last_phy)
+            limit *= 4
+
+    def close(self) -> None:
+        for cq in self._queues.values():
+            cq.close()
+        self._queues.clear()
+        self.index.close()
+        self.commitlog.close()

@@ -1,0 +1,509 @@
+"""The CommitLog record codec (sans-IO): RocketMQ 4.x byte layout, big-endian.
+
+One record is 17 fields; with IPv4 hosts the fixed part is 91 bytes plus body, topic and
+properties. The same bytes travel in PULL/QUERY/VIEW bodies, so clients decode with this
+module too. The broker encodes a record once (in a net actor); the commit actor only
+patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (offsets exported below).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError, MessageIllegalError
+from smartgo.store.java_hash import TAGS_CODES as _TAGS_CODES
+from smartgo.store.java_hash import tags_code
+
+MESSAGE_MAGIC = 0xDAA320A7 - (1 << 32)  # -626843481, as the signed int32 Java writes
+BLANK_MAGIC = 0xCBD43194 - (1 << 32)  # -875286124: end-of-file filler
+END_FILE_MIN_BLANK = 8  # a record must leave room for {int32 size, int32 BLANK_MAGIC}
+
+# Field offsets (IPv4 born host; STORETIMESTAMP and later move by 12 with a v6 born host).
+POS_TOTALSIZE = 0
+POS_MAGIC = 4
+POS_BODYCRC = 8
+POS_QUEUEID = 12
+POS_FLAG = 16
+POS_QUEUEOFFSET = 20
+POS_PHYSICALOFFSET = 28
+POS_SYSFLAG = 36
+POS_BORNTIMESTAMP = 40
+POS_BORNHOST = 48
+POS_STORETIMESTAMP = 56
+POS_STOREHOST = 64
+POS_RECONSUMETIMES = 72
+POS_PREPAREDTXOFFSET = 76
+POS_BODYLEN = 84
+POS_BODY = 88
+FIXED_SIZE = 91  # 88 + 1 topic length + 2 properties length
+
+# sysFlag bits (MessageSysFlag)
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+_SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
+
+# Whole fixed header up to and including BODYLEN, IPv4 hosts (8s = 4-byte IP + int32 port).
+HEADER = struct.Struct(">iiiiiqqiq8sq8siqi")
+HEADER_V4_SIZE = HEADER.size  # 88
+SIZE_MAGIC = struct.Struct(">ii")
+# One read for what the commit actor checks per record: total size, magic, queueId, sysFlag.
+SIZE_MAGIC_QUEUE_SYSFLAG = struct.Struct(">ii4xi20xi")
+QUEUE_AND_PHYS = struct.Struct(">qq")  # patched together at POS_QUEUEOFFSET
+INT64 = struct.Struct(">q")
+INT32 = struct.Struct(">i")
+INT16 = struct.Struct(">h")
+HOST_V4 = struct.Struct(">4si")
+HOST_V6 = struct.Struct(">16si")
+MSG_ID_V4 = struct.Struct(">4siq")
+MSG_ID_V6 = struct.Struct(">16siq")
+
+_TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+
+
+def body_crc(body) -> int:
+    """UtilAll.crc32: java.util.zip.CRC32 masked to a positive int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ----------------------------------------------------------------------------- validation
+
+_TOPIC_FIELD_CACHE: dict[str, bytes] = {}
+
+
+def topic_field(topic: str) -> bytes:
+    """The record's TOPICLEN + TOPIC bytes, validated once and cached per topic."""
+    encoded = _TOPIC_FIELD_CACHE.get(topic)
+    if encoded is None:
+        if not isinstance(topic, str) or not _TOPIC_RE.fullmatch(topic):
+            raise MessageIllegalError(
+                f"topic {topic!r} is invalid: 1..{MAX_TOPIC_LENGTH} chars of [%|a-zA-Z0-9_-]")
+        raw = topic.encode("ascii")
+        encoded = bytes((len(raw),)) + raw
+        if len(_TOPIC_FIELD_CACHE) > 100_000:
+            _TOPIC_FIELD_CACHE.clear()
+        _TOPIC_FIELD_CACHE[topic] = encoded
+    return encoded
+
+
+# ----------------------------------------------------------------------------- hosts, ids
+
+_HOST_CACHE: dict[tuple[str, int], bytes] = {}
+
+
+def pack_host(host: str, port: int) -> bytes:
+    """8-byte IPv4 address + int32 port, as BORNHOST/STOREHOST hold it (cached)."""
+    key = (host, port)
+    packed = _HOST_CACHE.get(key)
+    if packed is None:
+        try:
+            packed = HOST_V4.pack(socket.inet_aton(host), port)
+        except (OSError, struct.error) as exc:
+            raise MessageIllegalError(f"host {host}:{port} is not an IPv4 address and port") from exc
+        if len(_HOST_CACHE) > 10_000:
+            _HOST_CACHE.clear()
+        _HOST_CACHE[key] = packed
+    return packed
+
+
+def unpack_host(raw) -> tuple[str, int]:
+    if len(raw) == 8:
+        ip, port = HOST_V4.unpack(raw)
+        return socket.inet_ntoa(ip), port
+    ip, port = HOST_V6.unpack(raw)
+    return socket.inet_ntop(socket.AF_INET6, ip), port
+
+
+def create_offset_msg_id(store_host: bytes, commit_log_offset: int) -> str:
+    """offsetMsgId: upper-case hex of store IP, port and physical offset (32 chars for IPv4)."""
+    return (store_host + INT64.pack(commit_log_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """(store ip, store port, commit log offset) of an offsetMsgId."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except (ValueError, TypeError) as exc:
+        raise InvalidMessageIdError(f"message id {msg_id!r} is not hex") from exc
+    if len(raw) == MSG_ID_V4.size:
+        ip, port, offset = MSG_ID_V4.unpack(raw)
+        return socket.inet_ntoa(ip), port, offset
+    if len(raw) == MSG_ID_V6.size:
+        ip, port, offset = MSG_ID_V6.unpack(raw)
+        return socket.inet_ntop(socket.AF_INET6, ip), port, offset
+    raise InvalidMessageIdError(f"message id {msg_id!r} has {len(msg_id)} chars, expected 32 or 56")
+
+
+# ----------------------------------------------------------------------------- properties
+
+def encode_properties(props: Mapping[str, str] | None) -> bytes:
+    """name\\x01value\\x02... without the trailing \\x02 (as Java writes it)."""
+    if not props:
+        return b""
+    return "\x02".join(f"{k}\x01{v}" for k, v in props.items()).encode("utf-8")
+
+
+def decode_properties(raw: bytes | bytearray | memoryview | str) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties: skips segments under 3 chars and empty names
+    or values; accepts a trailing \\x02."""
+    text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
+    props: dict[str, str] = {}
+    for segment in text.split("\x02"):
+        if len(segment) >= 3:
+            name, sep, value = segment.partition("\x01")
+            if sep and name and value:
+                props[name] = value
+    return props
+
+
+# ----------------------------------------------------------------------------- encode
+
+def _check_sizes(body_len: int, props_len: int, max_body: int) -> None:
+    if props_len > MAX_PROPERTIES_LENGTH:
+        raise MessageIllegalError(f"properties are {props_len} bytes, over {MAX_PROPERTIES_LENGTH}")
+    if body_len > max_body:
+        raise MessageIllegalError(f"body is {body_len} bytes, over the {max_body}-byte limit")
+
+
+def encode_record(topic: str, queue_id: int, body: bytes | bytearray | memoryview, properties: bytes = b"",
+                  *, flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0, born_host: bytes = bytes(8),
+                  store_host: bytes = bytes(8), reconsume_times: int = 0, prepared_tx_offset: int = 0,
+                  queue_offset: int = 0, physical_offset: int = 0, store_timestamp: int = 0,
+                  max_body: int = DEFAULT_MAX_BODY) -> bytes:
+    """One complete record as new bytes. Hosts are pack_host() values; properties are
+    encode_properties() bytes. Limits raise MessageIllegalError before anything is built."""
+    tfield = topic_field(topic)
+    body_len = len(body)
+    props_len = len(properties)
+    _check_sizes(body_len, props_len, max_body)
+    total = FIXED_SIZE + len(tfield) - 1 + body_len + props_len
+    header = HEADER.pack(total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+                         physical_offset, sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG), born_timestamp,
+                         born_host, store_timestamp, store_host, reconsume_times, prepared_tx_offset, body_len)
+    return b"".join((header, body, tfield, INT16.pack(props_len), properties))
+
+
+def encode_record_into(buf: bytearray | memoryview, pos: int, topic: str, queue_id: int, body, properties: bytes = b"",
+                       *, flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0, born_host: bytes = bytes(8),
+                       store_host: bytes = bytes(8), reconsume_times: int = 0, prepared_tx_offset: int = 0,
+                       max_body: int = DEFAULT_MAX_BODY) -> int:
+    """Encode into a caller's buffer at pos (e.g. a ring slot); returns the end position.
+    Raises MessageIllegalError (limits) or ValueError (buffer too small) before writing."""
+    tfield = topic_field(topic)
+    body_len = len(body)
+    props_len = len(properties)
+    _check_sizes(body_len, props_len, max_body)
+    total = FIXED_SIZE + len(tfield) - 1 + body_len + props_len
+    end = pos + total
+    if end > len(buf):
+        raise ValueError(f"buffer has {len(buf) - pos} bytes left, record needs {total}")
+    HEADER.pack_into(buf, pos, total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0,
+                     sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG), born_timestamp, born_host, 0, store_host,
+                     reconsume_times, prepared_tx_offset, body_len)
+    p = pos + HEADER_V4_SIZE
+    buf[p:p + body_len] = body
+    p += body_len
+    buf[p:p + len(tfield)] = tfield
+    p += len(tfield)
+    INT16.pack_into(buf, p, props_len)
+    buf[p + 2:end] = properties
+    return end
+
+
+# ----------------------------------------------------------------------------- decode
+
+@dataclass(slots=True)
+class MessageExt:
+    """A decoded store record (what a consumer sees for each pulled message)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    body_crc: int = 0
+    store_size: int = 0
+    msg_id: str = ""  # offsetMsgId
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get("UNIQ_KEY")
+
+
+def _host_lengths(sys_flag: int) -> tuple[int, int]:
+    return (20 if sys_flag & BORNHOST_V6_FLAG else 8), (20 if sys_flag & STOREHOST_V6_FLAG else 8)
+
+
+_DECODE_FIXED = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (48 bytes)
+_MID = struct.Struct(">iq")  # RECONSUMETIMES, PREPAREDTXOFFSET
+
+
+def decode_record(buf, pos: int = 0, *, check_crc: bool = False, with_body: bool = True) -> MessageExt:
+    """Decode the record at buf[pos:]. Any inconsistency raises CorruptRecordError."""
+    try:
+        return _decode(memoryview(buf), pos, check_crc, with_body)
+    except CorruptRecordError:
+        raise
+    except (struct.error, IndexError, ValueError, OSError) as exc:
+        raise CorruptRecordError(f"undecodable record ({exc})", pos) from None
+
+
+def _decode(mv: memoryview, pos: int, check_crc: bool, with_body: bool) -> MessageExt:
+    avail = len(mv) - pos
+    if avail < FIXED_SIZE:
+        raise CorruptRecordError(f"truncated record: {avail} bytes left, at least {FIXED_SIZE} needed", pos)
+    total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = _DECODE_FIXED.unpack_from(mv, pos)
+    if magic != MESSAGE_MAGIC:
+        raise CorruptRecordError(f"bad magic 0x{magic & 0xFFFFFFFF:08X}", pos)
+    if total < FIXED_SIZE or total > avail:
+        raise CorruptRecordError(f"bad total size {total} ({avail} bytes available)", pos)
+    born_len, store_len = _host_lengths(sys_flag)
+    p = pos + POS_BORNHOST
+    born_host = unpack_host(mv[p:p + born_len])
+    p += born_len
+    store_ts = INT64.unpack_from(mv, p)[0]
+    p += 8
+    store_host_raw = bytes(mv[p:p + store_len])
+    store_host = unpack_host(store_host_raw)
+    p += store_len
+    reconsume, prepared = _MID.unpack_from(mv, p)
+    p += 12
+    body_len = INT32.unpack_from(mv, p)[0]
+    p += 4
+    end = pos + total
+    if body_len < 0 or p + body_len + 3 > end:
+        raise CorruptRecordError(f"bad body length {body_len}", pos)
+    body_view = mv[p:p + body_len]
+    if check_crc and (zlib.crc32(body_view) & 0x7FFFFFFF) != crc:
+        raise CorruptRecordError("body CRC mismatch", pos)
+    body = bytes(body_view) if with_body else b""
+    p += body_len
+    topic_len = mv[p]
+    if topic_len == 0 or topic_len > MAX_TOPIC_LENGTH or p + 1 + topic_len + 2 > end:
+        raise CorruptRecordError(f"bad topic length {topic_len}", pos)
+    topic = bytes(mv[p + 1:p + 1 + topic_len]).decode("utf-8", "replace")
+    p += 1 + topic_len
+    props_len = INT16.unpack_from(mv, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        raise CorruptRecordError(f"bad properties length {props_len} for total size {total}", pos)
+    properties = decode_properties(mv[p:end]) if props_len else {}
+    return MessageExt(topic, queue_id, queue_offset, phys, sys_flag, flag, born_ts, born_host, store_ts,
+                      store_host, reconsume, prepared, body, properties, crc, total,
+                      (store_host_raw + INT64.pack(phys)).hex().upper())
+
+
+def iter_records(buf, *, check_crc: bool = False) -> Iterator[MessageExt]:
+    """Decode concatenated records (a PULL/QUERY/VIEW body). Garbage raises CorruptRecordError."""
+    mv = memoryview(buf)
+    pos = 0
+    end = len(mv)
+    while pos < end:
+        msg = decode_record(mv, pos, check_crc=check_crc)
+        pos += msg.store_size
+        yield msg
+
+
+def decode_records(buf, *, check_crc: bool = False) -> list[MessageExt]:
+    return list(iter_records(buf, check_crc=check_crc))
+
+
+# ----------------------------------------------------------------------------- validation walk
+
+# TOTALSIZE, MAGIC, BODYCRC, PHYSICALOFFSET, SYSFLAG, BODYLEN (IPv4 position) in one read
+_CHECK_HEAD = struct.Struct(">iii16xqi44xi")
+
+
+def check_record(mv, pos: int, limit: int, expected_phys: int | None = None) -> int:
+    """Size of the well-formed record at mv[pos:limit] (magic, lengths, body CRC and, if given,
+    the PHYSICALOFFSET field), else 0. Recovery's per-record test; never raises."""
+    if limit - pos < HEADER_V4_SIZE + 3:
+        return 0
+    total, magic, crc, phys, sys_flag, body_len = _CHECK_HEAD.unpack_from(mv, pos)
+    if magic != MESSAGE_MAGIC or total < FIXED_SIZE or total > limit - pos or (
+            expected_phys is not None and phys != expected_phys):
+        return 0
+    fixed = FIXED_SIZE
+    if sys_flag & 0x30:  # v6 hosts: BODYLEN moves
+        extra = (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOST_V6_FLAG else 0)
+        fixed += extra
+        if fixed > total:
+            return 0
+        body_len = INT32.unpack_from(mv, pos + POS_BODYLEN + extra)[0]
+    p = pos + fixed - 3 + body_len  # TOPICLEN
+    if body_len < 0 or fixed + body_len + 1 > total:
+        return 0
+    topic_len = mv[p]
+    if topic_len == 0 or topic_len > MAX_TOPIC_LENGTH or fixed + body_len + topic_len > total or (
+            INT16.unpack_from(mv, p + 1 + topic_len)[0] != total - fixed - body_len - topic_len):
+        return 0
+    if (zlib.crc32(mv[p - body_len:p]) & 0x7FFFFFFF) != crc:
+        return 0
+    return total
+
+
+# ----------------------------------------------------------------------------- dispatch peek
+
+class DispatchInfo(NamedTuple):
+    """The fields dispatch needs, read without building a MessageExt."""
+
+    size: int
+    topic: bytes
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    store_timestamp: int
+    tags_code: int
+    keys: bytes  # raw KEYS value (space separated), b"" when absent
+    uniq_key: bytes  # b"" when absent
+
+
+# TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN of an IPv4 record in one read.
+_PEEK_V4 = struct.Struct(">i8xi4xq8xi16xq20xi")
+_DISPATCH_PROPS = re.compile(rb"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY)\x01([^\x02]*)")
+
+
+def peek_head(mm, pos: int, _unpack=_PEEK_V4.unpack_from) -> tuple:
+    """(total size, topic, queue id, queue offset, sys flag, store time, raw properties) of a
+    well-formed record at pos in an mmap, bytes or memoryview: the cheap half of a peek."""
+    total, queue_id, queue_offset, sys_flag, store_ts, body_len = _unpack(mm, pos)
+    if sys_flag & 0x30:  # BORNHOST_V6_FLAG | STOREHOST_V6_FLAG: later fields move
+        extra = (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOST_V6_FLAG else 0)
+        if sys_flag & BORNHOST_V6_FLAG:
+            store_ts = INT64.unpack_from(mm, pos + POS_STORETIMESTAMP + 12)[0]
+        body_len = INT32.unpack_from(mm, pos + POS_BODYLEN + extra)[0]
+        tail = bytes(mm[pos + 88 + extra + body_len:pos + total])
+    else:
+        tail = bytes(mm[pos + 88 + body_len:pos + total])
+    # tail = TOPICLEN, TOPIC, PROPLEN, PROPERTIES (whose length total already implies)
+    topic_end = 1 + tail[0]
+    return total, tail[1:topic_end], queue_id, queue_offset, sys_flag, store_ts, tail[topic_end + 2:]
+
+
+def dispatch_properties(props: bytes, topic: bytes, store_ts: int, delay_levels_ms: tuple[int, ...] = (),
+                        _findall=_DISPATCH_PROPS.findall, _codes=_TAGS_CODES) -> tuple[int, bytes, bytes]:
+    """(tags code, KEYS, UNIQ_KEY) from raw properties: the other half of a peek."""
+    found = dict(_findall(props)) if props else {}
+    tags = found.get(b"TAGS")
+    code = (_codes.get(tags) or tags_code(tags)) if tags else 0
+    if delay_levels_ms and b"DELAY" in found and topic == _SCHEDULE_TOPIC_BYTES:
+        code = schedule_tags_code(found[b"DELAY"], store_ts, delay_levels_ms)
+    return code, found.get(b"KEYS", b""), found.get(b"UNIQ_KEY", b"")
+
+
+def peek_dispatch_fields(mm, pos: int, delay_levels_ms: tuple[int, ...] = ()) -> tuple:
+    """peek_dispatch as a plain tuple in DispatchInfo's field order."""
+    total, topic, queue_id, queue_offset, sys_flag, store_ts, props = peek_head(mm, pos)
+    return (total, topic, queue_id, queue_offset, sys_flag, store_ts,
+            *dispatch_properties(props, topic, store_ts, delay_levels_ms))
+
+
+def peek_dispatch(mm, pos: int = 0, delay_levels_ms: tuple[int, ...] = ()) -> DispatchInfo:
+    """Dispatch fields of a well-formed record at pos, without building a MessageExt.
+    For SCHEDULE_TOPIC_XXXX the tags code is the delivery time, as RocketMQ computes it."""
+    return DispatchInfo(*peek_dispatch_fields(mm, pos, delay_levels_ms))
+
+
+def schedule_tags_code(delay: bytes, store_ts: int, delay_levels_ms: tuple[int, ...]) -> int:
+    """CommitLog.computeDeliverTimestamp: store time + the level's delay (level capped)."""
+    try:
+        level = int(delay)
+    except ValueError:
+        return store_ts
+    if level <= 0:
+        return store_ts
+    return store_ts + delay_levels_ms[min(level, len(delay_levels_ms)) - 1]
+
+
+def parse_delay_levels(spec: str) -> tuple[int, ...]:
+    """'1s 5s 1m 2h' -> delays in ms."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return tuple(int(tok[:-1]) * units[tok[-1]] for tok in spec.split())
+
+
+def store_timestamp_at(mv, pos: int) -> int:
+    """STORETIMESTAMP of the record at pos (honours a v6 born host)."""
+    sys_flag = INT32.unpack_from(mv, pos + POS_SYSFLAG)[0]
+    return INT64.unpack_from(mv, pos + (POS_STORETIMESTAMP + 12 if sys_flag & BORNHOST_V6_FLAG
+                                        else POS_STORETIMESTAMP))[0]
+
+
+# ----------------------------------------------------------------------------- SEND_BATCH body
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODYLEN
+
+
+class BatchItem(NamedTuple):
+    body: bytes
+    flag: int
+    properties: bytes  # encoded properties string
+
+
+def encode_batch_body(items: list[BatchItem] | list[tuple[bytes, int, bytes]]) -> bytes:
+    """MessageDecoder.encodeMessages: what a producer sends as SEND_BATCH_MESSAGE's body."""
+    parts = []
+    for body, flag, props in items:
+        parts.append(_BATCH_HEAD.pack(22 + len(body) + len(props), 0, 0, flag, len(body)))
+        parts.append(body)
+        parts.append(INT16.pack(len(props)))
+        parts.append(props)
+    return b"".join(parts)
+
+
+def decode_batch_body(data) -> list[BatchItem]:
+    """Split a SEND_BATCH body; malformed input raises CorruptRecordError."""
+    mv = memoryview(data)
+    out: list[BatchItem] = []
+    pos = 0
+    end = len(mv)
+    while pos < end:
+        if end - pos < 22:
+            raise CorruptRecordError("truncated batch item", pos)
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
+        if body_len < 0 or total < 22 + body_len or pos + total > end:
+            raise CorruptRecordError(f"bad batch item sizes (total {total}, body {body_len})", pos)
+        p = pos + 20
+        body = bytes(mv[p:p + body_len])
+        p += body_len
+        props_len = INT16.unpack_from(mv, p)[0]
+        if props_len < 0 or 22 + body_len + props_len != total:
+            raise CorruptRecordError(f"bad batch item properties length {props_len}", pos)
+        out.append(BatchItem(body, flag, bytes(mv[p + 2:p + 2 + props_len])))
+        pos += total
+    return out
