@@ -1,0 +1,83 @@
+"""RemotingServer: listens on one or more ports with one processor table (the broker serves 10911
+and the old clients' VIP port 10909 alike), optionally with SO_REUSEPORT so that several net actor
+processes share a port and the kernel spreads connections across them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Iterable, Mapping
+
+from smartgo.net.codes import SerializeType
+from smartgo.net.connection import Connection, Endpoint, EndpointOptions, Listener, Processor
+from smartgo.net.frame import DEFAULT_MAX_FRAME
+
+log = logging.getLogger("smartgo.net.server")
+
+
+class RemotingServer(Endpoint):
+    def __init__(self, host: str, ports: Iterable[int], processors: Mapping[int, Processor] | None = None,
+                 default_processor: Processor | None = None, *, reuse_port: bool = False,
+                 idle_timeout: float | None = 120.0, max_frame: int = DEFAULT_MAX_FRAME,
+                 listeners: Iterable[Listener] = (), max_inflight: int = 4096,
+                 compress_threshold: int = 0, serialize_type: int = SerializeType.MSGPACK,
+                 scan_interval: float = 0.1, backlog: int = 1024) -> None:
+        """ports may contain 0 (the kernel picks; see `ports` after start). `processors` is kept by
+        reference, so codes registered later (register()) are served too. serialize_type is the
+        header type of requests this server sends to clients that announced themselves as SmartGo."""
+        options = EndpointOptions(
+            processors=processors if processors is not None else {},
+            default_processor=default_processor, listeners=tuple(listeners), max_frame=max_frame,
+            max_inflight=max_inflight, idle_timeout=idle_timeout, compress_threshold=compress_threshold,
+            serialize_type=serialize_type, announce=False, pause_reading_on_backpressure=True)
+        super().__init__(options, scan_interval)
+        self.host = host
+        self._requested_ports = list(ports)
+        self._reuse_port = reuse_port
+        self._backlog = backlog
+        self._servers: list[asyncio.base_events.Server] = []
+        self.ports: list[int] = []
+
+    def register(self, code: int, processor: Processor) -> None:
+        self.options.processors[code] = processor  # type: ignore[index]
+
+    @property
+    def port(self) -> int:
+        """The first bound port."""
+        return self.ports[0]
+
+    async def start(self) -> None:
+        if self._servers:
+            raise RuntimeError("server already started")
+        loop = asyncio.get_running_loop()
+        try:
+            for port in self._requested_ports:
+                server = await loop.create_server(
+                    lambda: Connection(self, dialled=False), self.host, port,
+                    family=socket.AF_INET if ":" not in self.host else socket.AF_INET6,
+                    reuse_address=True, reuse_port=self._reuse_port or None, backlog=self._backlog)
+                self._servers.append(server)
+                self.ports.append(server.sockets[0].getsockname()[1])
+        except BaseException:
+            await self.stop()
+            raise
+        self._start_housekeeping()
+        log.info("remoting server listening on %s ports %s", self.host, self.ports)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening and close every connection (CLOSED events are delivered)."""
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        await self._close_all("server stopping", timeout)
+        for server in servers:
+            await server.wait_closed()
+        self.ports = []
+
+    async def __aenter__(self) -> RemotingServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,184 @@
+"""One processor per registry request code (RocketMQ's namesrv DefaultRequestProcessor, split up).
+
+Each reads its custom header through the typed accessors (a missing @CFNotNull field becomes
+SYSTEM_ERROR "the custom field <x> is null"), validates the body fully, and only then touches the
+tables. None of them suspends, so all run eagerly inside the read (smartgo.net.connection.eager).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+
+from smartgo.net.codes import MQVersion, RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import Connection, Processor, eager
+from smartgo.net.errors import HeaderFieldError
+from smartgo.registry import bodies
+from smartgo.registry.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from smartgo.registry.route_info import RouteInfoManager
+
+log = logging.getLogger("smartgo.registry.processor")
+
+OK = ResponseCode.SUCCESS
+
+
+def _non_empty(request: RemotingCommand, name: str) -> str:
+    value = request.ext_str(name)
+    if not value:
+        raise HeaderFieldError(name, f"the custom field {name} is empty")
+    return value
+
+
+def _broker_id(request: RemotingCommand) -> int:
+    broker_id = request.ext_int("brokerId")
+    if broker_id < 0:
+        raise HeaderFieldError("brokerId", f"the custom field brokerId is negative: {broker_id}")
+    return broker_id
+
+
+class RegistryProcessors:
+    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager) -> None:
+        self.routes = routes
+        self.kv = kv
+        # Encoded route answers by topic, valid while neither the tables nor the KV config change:
+        # clients ask far more often (every 30 s each) than brokers change anything.
+        self._routes_cached: dict[str, bytes] = {}
+        self._cache_version = (-1, -1)
+
+    def table(self) -> dict[int, Processor]:
+        return {
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list_by_namespace,
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+        }
+
+    # -- brokers --------------------------------------------------------------------------------
+
+    @eager
+    async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        cluster = _non_empty(request, "clusterName")
+        broker_name = _non_empty(request, "brokerName")
+        broker_addr = _non_empty(request, "brokerAddr")
+        ha_server_addr = request.ext_str("haServerAddr")
+        broker_id = _broker_id(request)
+        body = request.body_bytes()
+        crc = request.ext_int("bodyCrc32", 0)
+        if crc and (zlib.crc32(body) & 0x7FFFFFFF) != crc:
+            log.warning("REGISTER_BROKER from %s: body CRC32 mismatch", conn.remote_address)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        parsed = bodies.parse_register_broker_body(body, request.ext_bool("compressed", False),
+                                                   legacy=request.version < MQVersion.V3_0_11)
+        result = self.routes.register_broker(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
+                                             parsed, conn)
+        ext = {}
+        if result.master_addr is not None:
+            ext["masterAddr"] = result.master_addr
+        if result.ha_server_addr is not None:
+            ext["haServerAddr"] = result.ha_server_addr
+        order = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return request.make_response(OK, ext_fields=ext, body=bodies.encode_kv_table(order) if order else None)
+
+    @eager
+    async def unregister_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.routes.unregister_broker(request.ext_str("clusterName"), request.ext_str("brokerAddr"),
+                                      request.ext_str("brokerName"), request.ext_int("brokerId"))
+        return request.make_response(OK)
+
+    @eager
+    async def query_data_version(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        for name in ("brokerName", "clusterName"):
+            request.ext_str(name)
+        broker_addr = request.ext_str("brokerAddr")
+        _broker_id(request)
+        version = bodies.parse_data_version(bodies.load_json(request.body_bytes(), "DataVersion"))
+        changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
+        if not changed:
+            self.routes.update_broker_info_update_timestamp(broker_addr)
+        ours = self.routes.query_broker_topic_config(broker_addr)
+        return request.make_response(OK, ext_fields={"changed": "true" if changed else "false"},
+                                     body=bodies.encode_data_version(ours) if ours is not None else None)
+
+    @eager
+    async def wipe_write_perm_of_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        count = self.routes.wipe_write_perm_of_broker(request.ext_str("brokerName"))
+        log.info("wiped write perm of broker %s on %d topics (asked by %s)",
+                 request.ext_str("brokerName"), count, conn.remote_address)
+        return request.make_response(OK, ext_fields={"wipeTopicCount": str(count)})
+
+    # -- routes ---------------------------------------------------------------------------------
+
+    @eager
+    async def get_route_info_by_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        topic = request.ext_str("topic")
+        version = (self.routes.version, self.kv.version)
+        if version != self._cache_version:
+            self._routes_cached.clear()
+            self._cache_version = version
+        body = self._routes_cached.get(topic)
+        if body is None:
+            route = self.routes.pickup_topic_route(topic)
+            if route is None:
+                return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                             f"No topic route info in name server for the topic: {topic}")
+            body = bodies.encode_topic_route(route, self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic))
+            self._routes_cached[topic] = body
+        return request.make_response(OK, body=body)
+
+    @eager
+    async def get_broker_cluster_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        body = bodies.encode_cluster_info(self.routes.broker_addr_table, self.routes.cluster_addr_table)
+        return request.make_response(OK, body=body)
+
+    @eager
+    async def get_all_topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(OK, body=bodies.encode_topic_list(self.routes.all_topics()))
+
+    @eager
+    async def get_topics_by_cluster(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        topics = self.routes.topics_by_cluster(request.ext_str("cluster"))
+        return request.make_response(OK, body=bodies.encode_topic_list(topics))
+
+    @eager
+    async def delete_topic_in_namesrv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.routes.delete_topic(request.ext_str("topic"), request.ext_str("clusterName", None))
+        return request.make_response(OK)
+
+    # -- KV config ------------------------------------------------------------------------------
+
+    @eager
+    async def put_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.kv.put(_non_empty(request, "namespace"), _non_empty(request, "key"), request.ext_str("value"))
+        return request.make_response(OK)
+
+    @eager
+    async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        namespace, key = request.ext_str("namespace"), request.ext_str("key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return request.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                         f"No config item, Namespace: {namespace} Key: {key}")
+        return request.make_response(OK, ext_fields={"value": value})
+
+    @eager
+    async def delete_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.kv.delete(request.ext_str("namespace"), request.ext_str("key"))
+        return request.make_response(OK)
+
+    @eager
+    async def get_kv_list_by_namespace(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        namespace = request.ext_str("namespace")
+        table = self.kv.namespace(namespace)
+        if not table:
+            return request.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        return request.make_response(OK, body=bodies.encode_kv_table(table))

@@ -1,0 +1,89 @@
+"""RegistryServer: the name server role. Route tables in memory, KV config on disk, one port.
+
+Registries never talk to each other; every broker registers with each of them every 30 s and a
+broker goes away when its connection closes or when it has not registered for broker_expiry
+seconds (checked every scan_interval seconds). The actor runtime wraps this class; it needs only
+start() and stop().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from smartgo.net.connection import Connection, ConnectionEvent
+from smartgo.net.server import RemotingServer
+from smartgo.registry.kv_config import KVConfigManager
+from smartgo.registry.processor import RegistryProcessors
+from smartgo.registry.route_info import RouteInfoManager
+
+log = logging.getLogger("smartgo.registry.server")
+
+DEFAULT_PORT = 9876
+DEFAULT_STORE_DIR = Path.home() / "namesrv"
+_GONE = (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT)
+
+
+class RegistryServer:
+    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, store_dir: Path = DEFAULT_STORE_DIR, *,
+                 clock: Callable[[], float] = time.time, scan_interval: float = 10.0,
+                 broker_expiry: float = 120.0) -> None:
+        self.host = host
+        self.requested_port = port
+        self.store_dir = Path(store_dir)
+        self.scan_interval = scan_interval
+        self.broker_expiry = broker_expiry
+        self.routes = RouteInfoManager(clock)
+        self.kv = KVConfigManager(self.store_dir)
+        self.processors = RegistryProcessors(self.routes, self.kv)
+        self._remoting: RemotingServer | None = None
+        self._scanner: asyncio.Task | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (differs from the requested one when that was 0)."""
+        if self._remoting is None or not self._remoting.ports:
+            raise RuntimeError("registry server is not started")
+        return self._remoting.port
+
+    async def start(self) -> None:
+        self.kv.load()
+        self._remoting = RemotingServer(self.host, [self.requested_port], self.processors.table(),
+                                        listeners=[self._on_connection_event])
+        await self._remoting.start()
+        self._scanner = asyncio.get_running_loop().create_task(self._scan_forever())
+        log.info("registry listening on %s:%d, KV config in %s", self.host, self.port, self.kv.path)
+
+    async def stop(self) -> None:
+        if self._scanner is not None:
+            self._scanner.cancel()
+            self._scanner = None
+        if self._remoting is not None:
+            await self._remoting.stop()
+            self._remoting = None
+        log.info("registry stopped")
+
+    def scan_not_active_brokers(self) -> list[str]:
+        """Drop brokers silent for longer than broker_expiry and close their connections."""
+        expired = self.routes.scan_not_active_brokers(self.broker_expiry)
+        for _addr, channel in expired:
+            if isinstance(channel, Connection):
+                channel.close("broker registration expired")
+        return [addr for addr, _ in expired]
+
+    async def _scan_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval)
+            try:
+                self.scan_not_active_brokers()
+            except Exception:
+                log.exception("broker expiry scan failed")
+
+    def _on_connection_event(self, event: ConnectionEvent, conn: Connection, reason: str | None) -> None:
+        if event in _GONE:
+            addr = self.routes.on_channel_destroy(conn)
+            if addr is not None:
+                log.warning("broker %s removed: its connection %s closed (%s)", addr, conn.remote_address, reason)

@@ -1,0 +1,98 @@
+"""Connection internals on a fake transport: back-pressure, callbacks, expiry (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from smartgo.net.codes import FLAG_RESPONSE
+from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import Connection, Endpoint, EndpointOptions
+from smartgo.net.errors import ConnectionClosedError, RemotingTimeoutError
+from smartgo.net.frame import FrameDecoder, encode_frame
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.written = bytearray()
+        self.closing = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 4242)
+
+    def writelines(self, buffers) -> None:
+        self.written += b"".join(bytes(b) for b in buffers)
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+
+def _connect(server_side: bool) -> tuple[Connection, FakeTransport]:
+    options = EndpointOptions(pause_reading_on_backpressure=server_side)
+    conn = Connection(Endpoint(options, scan_interval=1.0), dialled=not server_side)
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    return conn, transport
+
+
+def test_a_server_stops_reading_while_its_writes_back_up(arun) -> None:
+    async def main() -> None:
+        conn, transport = _connect(server_side=True)
+        conn.pause_writing()
+        assert transport.calls == ["pause"]
+        conn.resume_writing()
+        assert transport.calls == ["pause", "resume"]
+    arun(main())
+
+
+def test_a_client_keeps_reading_and_drain_waits(arun) -> None:
+    async def main() -> None:
+        conn, transport = _connect(server_side=False)
+        conn.pause_writing()
+        assert transport.calls == []           # never stop reading responses (that would deadlock)
+        drained = asyncio.ensure_future(conn.drain())
+        await asyncio.sleep(0)
+        assert not drained.done()
+        conn.resume_writing()
+        await asyncio.wait_for(drained, 1)
+    arun(main())
+
+
+def test_callbacks_get_responses_timeouts_and_close_errors(arun) -> None:
+    async def main() -> None:
+        conn, transport = _connect(server_side=False)
+        results: list[tuple[object, object]] = []
+
+        def callback(response, error):
+            results.append((response, error))
+            raise RuntimeError("a failing callback is logged, not raised")
+
+        conn.invoke_async(RemotingCommand(10), 5.0, callback)
+        conn.invoke_async(RemotingCommand(11), 0.0, callback)
+        conn.invoke_async(RemotingCommand(12), 5.0, callback)
+        assert len(FrameDecoder().feed(bytes(transport.written))) == 1   # the first goes out at once...
+        await asyncio.sleep(0)                                           # ...the rest in one write after
+        sent = FrameDecoder().feed(bytes(transport.written))
+        assert [c.code for c in sent] == [10, 11, 12]
+        conn.data_received(encode_frame(RemotingCommand(0, opaque=sent[0].opaque, flag=FLAG_RESPONSE, remark="ok")))
+        conn._expire(asyncio.get_running_loop().time())
+        conn.connection_lost(None)
+        assert results[0][0].remark == "ok" and results[0][1] is None
+        assert isinstance(results[1][1], RemotingTimeoutError) and "code 11" in str(results[1][1])
+        assert isinstance(results[2][1], ConnectionClosedError) and "code 12" in str(results[2][1])
+        with pytest.raises(ConnectionClosedError):
+            conn.invoke_async(RemotingCommand(13), 1.0, callback)
+        assert isinstance(conn.invoke(RemotingCommand(14), 1.0).exception(), ConnectionClosedError)
+    arun(main())
