@@ -1,0 +1,584 @@
+"""The supervisor: one small loop (gunicorn's arbiter) over the actor processes of one node.
+
+Each turn of the loop: wait (select) on the signal wake-up pipe, every actor's control pipe and
+every process sentinel, at most TICK seconds; then handle signals, read control messages
+(ready, log records), reap exited actors (restart one-for-one with exponential backoff), kill
+actors whose heartbeat is older than their deadline, spawn actors whose backoff ran out and
+whose dependencies are ready, and publish the supervisor's own heartbeat on the board.
+
+Escalation (OTP supervisor semantics): more than max_restarts restarts of one actor inside
+restart_window -> stop every actor, run the role's recovery hook, start the node again; more
+than max_node_restarts node restarts inside node_restart_window -> exit status 1.
+
+Stop (SIGTERM/SIGINT): no more restarts; actors get SIGTERM layer by layer in reverse start
+order (net actors stop accepting and drain before commit, commit before flush...), each layer
+waited for, all within shutdown_timeout; what is left then is killed. A second signal kills
+everything at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import logging
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from smartgo.actors.actor import actor_main, recovery_main
+from smartgo.actors.board import (NO_EXIT, NODE_FIELDS, SUPERVISOR, Board, BoardLayout, NodeState, SupState,
+                                  monotonic_ns)
+from smartgo.actors.control import ParentEnd, make_pipes
+from smartgo.actors.logs import emit_forwarded, remove_handlers, setup_node_logging
+from smartgo.actors.roles import Role, node_actors
+from smartgo.actors.spec import PERMANENT, TEMPORARY, ActorSpec, SpecError, start_layers
+from smartgo.config import NodeConfig
+
+log = logging.getLogger("smartgo.actors.arbiter")
+
+TICK = 0.05           # the loop turns at least this often: heartbeat checks, the node heartbeat
+STOPPED, RESTART, KILLED = "stopped", "restart", "killed"
+
+
+class StartupError(Exception):
+    """The node cannot start at all (store dir locked, unwritable run dir)."""
+
+
+@dataclass(eq=False)
+class Child:
+    """The supervisor's record of one actor (or of the one-shot recovery process: slot -1)."""
+    spec: ActorSpec
+    slot: int
+    deadline: float
+    state: int = SupState.PENDING
+    proc: Any = None
+    end: ParentEnd | None = None
+    incarnation: int = 0
+    restarts: int = 0
+    recent: deque = field(default_factory=deque)   # monotonic times of recent restarts
+    start_at: float = 0.0
+    spawned_at: float = 0.0
+    last_exit: int = NO_EXIT
+    pid: int = 0
+    kill_reason: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "vanished"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class Arbiter:
+    def __init__(self, config: NodeConfig, role: Role) -> None:
+        self.config = config
+        self.role = role
+        self.specs = node_actors(config, role)
+        self.layers = start_layers(self.specs)
+        for path in [s.cls for s in self.specs] + ([role.recover] if role.recover else []):
+            module = path.partition(":")[0]
+            if importlib.util.find_spec(module) is None:     # find, don't import: that is the children's job
+                raise SpecError(f"no module {module!r} (from {path!r})")
+        self.ctx = multiprocessing.get_context(config.start_method)
+        self.board: Board | None = None
+        self.children: list[Child] = []
+        self.oneshot: Child | None = None
+        self.node_restarts = 0
+        self._signals: list[int] = []
+        self._sig_r = self._sig_w = -1
+        self._stopping = False      # a stop signal arrived
+        self._hard = False          # a second one arrived
+        self._draining = False      # stopping actors (for a stop or a node restart)
+        self._failure = ""          # why the node must restart
+        self._lock_fd = -1
+        self._fields: dict[str, Any] = {}
+
+    # ---- entry point ------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run the node until stopped; the exit status of the supervisor."""
+        handlers = setup_node_logging(self.config)
+        try:
+            self._lock_store()
+            self._install_signals()
+            if self.config.start_method == "forkserver":
+                mods = {"smartgo.actors.actor"} | {s.cls.partition(":")[0] for s in self.specs}
+                self.ctx.set_forkserver_preload(sorted(mods))
+            log.info("node starting: role %s, store %s, %d actors", self.role.name, self.config.store_path,
+                     len(self.specs))
+            return self._run_nodes()
+        except StartupError as e:
+            log.error("cannot start: %s", e)
+            return 1
+        except BaseException:
+            log.critical("supervisor failed; killing every actor", exc_info=True)
+            self._kill_all()
+            raise
+        finally:
+            self._restore_signals()
+            if self.board is not None:
+                self.board.close()
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+            remove_handlers(handlers)
+
+    def _run_nodes(self) -> int:
+        recent: deque[float] = deque()
+        while True:
+            outcome = self._run_node()
+            if outcome == STOPPED:
+                log.info("node stopped")
+                self._set("node.state", NodeState.STOPPED)
+                return 0
+            if outcome == KILLED:
+                log.warning("node killed")
+                self._set("node.state", NodeState.STOPPED)
+                return 1
+            now = time.monotonic()
+            recent.append(now)
+            while recent and now - recent[0] > self.config.node_restart_window:
+                recent.popleft()
+            if len(recent) > self.config.max_node_restarts:
+                log.critical("giving up: %s, and the node has already been restarted %d times in %gs "
+                             "(max_node_restarts = %d); exiting with status 1", self._failure, len(recent) - 1,
+                             self.config.node_restart_window, self.config.max_node_restarts)
+                self._set("node.state", NodeState.FAILED)
+                return 1
+            self.node_restarts += 1
+            log.warning("restarting the node (%d of at most %d in %gs): %s", len(recent),
+                        self.config.max_node_restarts, self.config.node_restart_window, self._failure)
+
+    # ---- one life of the node ------------------------------------------------------------------------
+    def _run_node(self) -> str:
+        self._failure = ""
+        self._draining = False
+        self._create_board()
+        self.children = [Child(spec, i, spec.heartbeat_deadline or self.config.heartbeat_deadline)
+                         for i, spec in enumerate(self.specs)]
+        for c in self.children:
+            self.board.name_slot(c.slot, c.name)
+            self._publish(c)
+        if self.role.recover and not self._recover():
+            if self._stopping or self._hard:
+                return KILLED if self._hard else STOPPED
+            self._failure = self._failure or "recovery failed"
+            return RESTART
+        self._set("node.state", NodeState.STARTING)
+        while True:
+            self._turn()
+            if self._hard:
+                self._kill_all()
+                return KILLED
+            if self._stopping:
+                log.info("stopping the node")
+                return self._shutdown() or STOPPED
+            if self._failure:
+                self._set("node.state", NodeState.RESTARTING)
+                return self._shutdown() or (STOPPED if self._stopping else RESTART)
+
+    def _turn(self) -> None:
+        """One turn of the loop (see the module doc)."""
+        now = time.monotonic()
+        watched = [c for c in self._watched() if c.alive]
+        fds = [self._sig_r]
+        for c in watched:
+            fds.append(c.proc.sentinel)
+            if c.end is not None:
+                fds.append(c.end.fd)
+        timeout = TICK
+        if not self._draining:
+            for c in self._startable():
+                timeout = min(timeout, max(0.0, c.start_at - now))
+        ready = set(select.select(fds, [], [], timeout)[0])
+        self._read_signals()
+        for c in watched:
+            if c.end is not None and c.end.fd in ready:
+                self._read_control(c)
+        for c in watched:
+            if c.proc.sentinel in ready:
+                self._reaped(c)
+        if not self._draining and not self._stopping:
+            self._check_heartbeats()
+            self._start_due()
+        self._set("node.heartbeat_ns", monotonic_ns())
+        if not self._draining and not self.oneshot:
+            all_ready = all(c.state in (SupState.READY, SupState.STOPPED) for c in self.children)
+            self._set("node.state", NodeState.RUNNING if all_ready else NodeState.STARTING)
+
+    def _watched(self) -> list[Child]:
+        return self.children + ([self.oneshot] if self.oneshot else [])
+
+    # ---- spawning -----------------------------------------------------------------------------------
+    def _startable(self) -> list[Child]:
+        """Actors waiting to (re)start whose dependencies are all ready (their backoff may still run)."""
+        ready = {c.name for c in self.children if c.state == SupState.READY}
+        return [c for c in self.children if c.state in (SupState.PENDING, SupState.BACKOFF)
+                and all(d in ready for d in c.spec.after)]
+
+    def _start_due(self) -> None:
+        now = time.monotonic()
+        for c in self._startable():
+            if now >= c.start_at:
+                self._spawn(c, actor_main, (c.spec.to_dict(), self.config.to_dict(), c.slot, c.incarnation + 1))
+
+    def _spawn(self, c: Child, target: Any, args: tuple) -> None:
+        self._ensure_forkserver()
+        end, (down, up) = make_pipes(self.ctx)
+        proc = self.ctx.Process(target=target, args=(*args, down, up), name=f"smartgo-{c.name}")
+        c.incarnation += 1
+        try:
+            proc.start()
+        except OSError as e:
+            end.close()
+            log.error("cannot start actor %s: %s", c.name, e)
+            self._crashed(c, f"could not be started ({e})")
+            return
+        finally:
+            down.close()   # the child has its own copies; ours would hide its EOF
+            up.close()
+        c.proc, c.end, c.pid = proc, end, proc.pid
+        c.state = SupState.SPAWNED
+        c.spawned_at = time.monotonic()
+        c.kill_reason = ""
+        log.info("started %s (pid %d, incarnation %d)", c.name, c.pid, c.incarnation)
+        self._publish(c)
+
+    def _ensure_forkserver(self) -> None:
+        """(Re)start the fork server with SIGTERM ignored (kept across its exec).
+
+        A SIGTERM to the whole process group (systemd, `timeout`, a terminal) must not kill the
+        fork server: it reports the actors' exit statuses, and actors forked from it inherit the
+        disposition until their loop installs its own SIGTERM handler.
+        """
+        if self.config.start_method != "forkserver":
+            return
+        old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+    # ---- control messages -----------------------------------------------------------------------------
+    def _read_control(self, c: Child) -> None:
+        msgs = c.end.receive()
+        if msgs is None:
+            c.end.close()
+            c.end = None
+            return
+        for m in msgs:
+            op = m.get("op")
+            if op == "log":
+                emit_forwarded(m, c.name, c.pid)
+            elif op == "ready" and c.state == SupState.SPAWNED:
+                c.state = SupState.READY
+                log.info("%s ready (pid %d, %.3fs after spawn)", c.name, c.pid, time.monotonic() - c.spawned_at)
+                self._publish(c)
+                self._broadcast({"op": "peer_up", "name": c.name, "pid": c.pid, "incarnation": c.incarnation}, c)
+
+    def _broadcast(self, msg: dict, source: Child) -> None:
+        for other in self.children:
+            if other is not source and other.end is not None and other.state == SupState.READY:
+                if not other.end.send(msg):
+                    log.warning("%s (pid %d) is not reading its control pipe", other.name, other.pid)
+
+    # ---- exits and restarts --------------------------------------------------------------------------
+    def _reaped(self, c: Child) -> None:
+        if c.end is not None:                        # last words: log records still in the pipe
+            while msgs := c.end.receive():
+                for m in msgs:
+                    if m.get("op") == "log":
+                        emit_forwarded(m, c.name, c.pid)
+            c.end.close()
+            c.end = None
+        c.proc.join(0.1)
+        code = c.proc.exitcode
+        if code is not None:
+            c.proc.close()
+        c.proc = None
+        self._ensure_gone(c)
+        c.last_exit = code if code is not None else NO_EXIT
+        if c is self.oneshot:
+            return
+        if c.state == SupState.STOPPING or self._draining or self._stopping:
+            c.state = SupState.STOPPED
+            log.info("%s (pid %d) %s", c.name, c.pid, _describe_exit(code))
+            self._publish(c)
+            return
+        self._crashed(c, c.kill_reason or _describe_exit(code))
+        self._broadcast({"op": "peer_down", "name": c.name, "pid": c.pid, "exit": c.last_exit}, c)
+
+    @staticmethod
+    def _ensure_gone(c: Child) -> None:
+        """Make sure an actor reported dead is dead: if its fork server died, its status was lost
+        (reported as 255) while the process may run on as an orphan; a restart must not run beside it."""
+        try:
+            os.kill(c.pid, 0)
+        except ProcessLookupError:
+            return
+        log.warning("actor %s (pid %d) reported gone but still runs (fork server lost?): killing it", c.name, c.pid)
+        try:
+            os.kill(c.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                os.kill(c.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.01)
+
+    def _crashed(self, c: Child, reason: str) -> None:
+        policy = c.spec.restart
+        if policy == TEMPORARY or (policy != PERMANENT and c.last_exit == 0):
+            log.warning("actor %s (pid %d) %s; not restarted (restart = %s)", c.name, c.pid, reason, policy)
+            c.state = SupState.STOPPED
+            self._publish(c)
+            return
+        now = time.monotonic()
+        c.recent.append(now)
+        while c.recent and now - c.recent[0] > self.config.restart_window:
+            c.recent.popleft()
+        c.restarts += 1
+        if len(c.recent) > self.config.max_restarts:
+            log.error("actor %s (pid %d) %s: restart intensity exceeded (%d restarts in %gs, max_restarts = %d)",
+                      c.name, c.pid, reason, len(c.recent), self.config.restart_window, self.config.max_restarts)
+            self._failure = f"actor {c.name} exceeded its restart intensity ({reason})"
+            c.state = SupState.FAILED
+        else:
+            delay = min(self.config.restart_backoff * 2 ** (len(c.recent) - 1), self.config.restart_backoff_max)
+            log.error("actor %s (pid %d) %s; restarting in %.2fs (restart %d)", c.name, c.pid, reason, delay,
+                      c.restarts)
+            c.state = SupState.BACKOFF
+            c.start_at = now + delay
+        self._publish(c)
+
+    def _check_heartbeats(self) -> None:
+        now = time.monotonic()
+        now_ns = monotonic_ns()
+        for c in self.children:
+            if not c.alive or c.kill_reason:
+                continue
+            if c.state == SupState.SPAWNED:
+                if now - c.spawned_at > self.config.start_timeout:
+                    self._kill(c, f"not ready {self.config.start_timeout:g}s after spawn (start_timeout)")
+            elif c.state == SupState.READY:
+                view = self.board.read_slot(c.slot)
+                age = (now_ns - view.heartbeat_ns) / 1e9
+                if view.current and age > c.deadline:
+                    self._kill(c, f"heartbeat {age:.2f}s old (deadline {c.deadline:g}s): hung")
+
+    def _kill(self, c: Child, reason: str) -> None:
+        c.kill_reason = reason
+        log.error("actor %s (pid %d) %s; killing it", c.name, c.pid, reason)
+        try:
+            os.kill(c.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    # ---- stopping ----------------------------------------------------------------------------------
+    def _shutdown(self) -> str | None:
+        """Stop every actor in reverse start order within shutdown_timeout; KILLED on a second signal."""
+        self._draining = True
+        if self._stopping:
+            self._set("node.state", NodeState.STOPPING)
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        for c in self.children:
+            if not c.alive and c.state != SupState.FAILED:
+                c.state = SupState.STOPPED
+                self._publish(c)
+        by_name = {c.name: c for c in self.children}
+        for layer in reversed(self.layers):
+            group = [by_name[s.name] for s in layer if by_name[s.name].alive]
+            for c in group:
+                c.state = SupState.STOPPING
+                self._publish(c)
+                log.info("stopping %s (pid %d)", c.name, c.pid)
+                try:
+                    os.kill(c.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            while any(c.alive for c in group) and time.monotonic() < deadline and not self._hard:
+                self._turn()
+            if self._hard:
+                break
+        if self._hard:
+            log.warning("second signal: killing every actor now")
+            self._kill_all()
+            return KILLED
+        left = [c for c in self.children if c.alive]
+        if left:
+            log.error("still running after shutdown_timeout (%gs): %s; killing them", self.config.shutdown_timeout,
+                      ", ".join(f"{c.name} (pid {c.pid})" for c in left))
+            self._kill_all()
+        return None
+
+    def _kill_all(self) -> None:
+        self._draining = True
+        for c in self._watched():
+            if c.alive:
+                try:
+                    os.kill(c.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5.0
+        while any(c.alive for c in self._watched()) and time.monotonic() < deadline:
+            self._turn()
+
+    # ---- recovery ----------------------------------------------------------------------------------
+    def _recover(self) -> bool:
+        """Run the role's recovery hook in a child process; True when it exited 0."""
+        self._set("node.state", NodeState.RECOVERING)
+        c = self.oneshot = Child(ActorSpec("recovery", self.role.recover), -1, 0.0)
+        log.info("running recovery %s", self.role.recover)
+        self._spawn(c, recovery_main, (self.role.recover, self.config.to_dict()))
+        deadline = time.monotonic() + self.config.recovery_timeout
+        try:
+            while c.alive:
+                self._turn()
+                if (self._stopping or self._hard or time.monotonic() > deadline) and not c.kill_reason:
+                    why = "stop requested" if self._stopping or self._hard else \
+                        f"recovery_timeout ({self.config.recovery_timeout:g}s)"
+                    self._kill(c, f"interrupted: {why}")
+                    self._failure = f"recovery {why}"
+            if c.last_exit != 0:
+                log.error("recovery %s %s", self.role.recover, c.kill_reason or _describe_exit(c.last_exit))
+                self._failure = self._failure or f"recovery {_describe_exit(c.last_exit)}"
+                return False
+            log.info("recovery done")
+            return True
+        finally:
+            self.oneshot = None
+
+    # ---- board, lock, signals ---------------------------------------------------------------------------
+    def _create_board(self) -> None:
+        run = self.config.run_path
+        run.mkdir(parents=True, exist_ok=True)
+        for sub in ("rings", "bells"):
+            shutil.rmtree(run / sub, ignore_errors=True)
+        layout = BoardLayout(fields=(*NODE_FIELDS, *self.role.board_fields(self.config)),
+                             max_actors=self.config.board_max_actors,
+                             queue_capacity=self.config.board_queue_capacity,
+                             meta={"role": self.role.name, "store_dir": str(self.config.store_path)})
+        if len(self.specs) > layout.max_actors:
+            raise StartupError(f"{len(self.specs)} actors but board_max_actors = {layout.max_actors}")
+        if self.board is not None:
+            self.board.close()
+        self.board = Board.create(self.config.board_path, layout)
+        self._fields = {f.name: self.board.scalar(f.name, writer=SUPERVISOR) for f in NODE_FIELDS}
+        self._set("node.pid", os.getpid())
+        self._set("node.started_ns", time.time_ns())
+        self._set("node.restarts", self.node_restarts)
+        self._set("node.heartbeat_ns", monotonic_ns())
+
+    def _set(self, name: str, value: int) -> None:
+        if name in self._fields:
+            self._fields[name].set(value)
+
+    def _publish(self, c: Child) -> None:
+        if c.slot >= 0 and self.board is not None:
+            self.board.write_supervised(
+                c.slot, pid=c.pid if c.alive else 0, incarnation=c.incarnation, restarts=c.restarts,
+                sup_state=c.state, deadline_ns=int(c.deadline * 1e9),
+                spawned_ns=int(c.spawned_at * 1e9), last_exit=c.last_exit)
+
+    def _lock_store(self) -> None:
+        run = self.config.run_path
+        try:
+            run.mkdir(parents=True, exist_ok=True)
+            fd = os.open(run / "supervisor.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise StartupError(f"cannot use run dir {run}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StartupError(f"another supervisor (pid {other}) is running on {self.config.store_path}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _install_signals(self) -> None:
+        self._sig_r, self._sig_w = os.pipe()
+        for fd in (self._sig_r, self._sig_w):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
+        signal.set_wakeup_fd(self._sig_w)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        if self._sig_r >= 0:
+            signal.set_wakeup_fd(-1)
+            for s in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(s, signal.SIG_DFL)
+            os.close(self._sig_r)
+            os.close(self._sig_w)
+            self._sig_r = self._sig_w = -1
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals.append(signum)
+
+    def _read_signals(self) -> None:
+        try:
+            while os.read(self._sig_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        while self._signals:
+            name = signal.Signals(self._signals.pop(0)).name
+            if self._stopping:
+                log.warning("received %s again: stopping at once", name)
+                self._hard = True
+            else:
+                log.info("received %s: stopping gracefully (send it again to stop at once)", name)
+                self._stopping = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python supervisor.py ...`: parse flags and config, run the role's node."""
+    import argparse
+
+    from smartgo.actors.roles import ROLES
+    from smartgo.config import ConfigError, add_arguments, from_namespace
+
+    parser = argparse.ArgumentParser(
+        prog="supervisor.py", description="Run one SmartGo node: the role's actors under a supervisor.",
+        epilog="Exit status: 0 after a clean stop; 1 when the node gave up (an actor kept failing across "
+               "node restarts), could not start, or was stopped by a second signal; 2 for bad settings.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = from_namespace(args)
+        role = ROLES.get(config.role)
+        if role is None:
+            raise ConfigError(f"unknown role {config.role!r} (roles: {', '.join(ROLES)})")
+        if role.actors is None:
+            print(f"supervisor.py: role {role.name!r} is not yet available: {role.unavailable}", file=sys.stderr)
+            return 2
+        arbiter = Arbiter(config.resolved(role.default_port), role)
+    except (ConfigError, SpecError) as e:
+        print(f"supervisor.py: error: {e}", file=sys.stderr)
+        return 2
+    return arbiter.run()

@@ -1,0 +1,63 @@
+"""The node log: one writer (the supervisor), two sinks (stderr and a rotated file).
+
+Actors do not open the log file: rotating one file from several processes races (two
+processes rename it at once, records land in the rotated-away file). Instead every actor's
+records travel up its control pipe (control.ForwardingHandler) and the supervisor writes them,
+tagged with the actor's name and pid, through the same handlers as its own records.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+
+from smartgo.config import NodeConfig
+
+FORMAT = "%(asctime)s %(levelname)-7s %(actor)s[%(actor_pid)s] %(name)s: %(message)s"
+
+
+class _Tag(logging.Filter):
+    """Records the supervisor logs itself carry its own name and pid."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "actor"):
+            record.actor = "supervisor"
+            record.actor_pid = os.getpid()
+        return True
+
+
+def setup_node_logging(config: NodeConfig) -> list[logging.Handler]:
+    """Route the root logger to stderr and <store-dir>/logs/node.log (rotated, bounded)."""
+    config.log_path.parent.mkdir(parents=True, exist_ok=True)
+    handlers: list[logging.Handler] = [
+        logging.StreamHandler(sys.stderr),
+        logging.handlers.RotatingFileHandler(config.log_path, maxBytes=config.log_max_bytes,
+                                             backupCount=config.log_backups, encoding="utf-8"),
+    ]
+    root = logging.getLogger()
+    for h in handlers:
+        h.setFormatter(logging.Formatter(FORMAT))
+        h.addFilter(_Tag())
+        root.addHandler(h)
+    root.setLevel(config.log_level)
+    return handlers
+
+
+def remove_handlers(handlers: list[logging.Handler]) -> None:
+    root = logging.getLogger()
+    for h in handlers:
+        root.removeHandler(h)
+        h.close()
+
+
+def emit_forwarded(msg: dict, actor: str, pid: int) -> None:
+    """Write a record an actor sent up its control pipe."""
+    created = float(msg.get("created") or 0.0)
+    record = logging.makeLogRecord({
+        "name": str(msg.get("name", "?")), "levelno": int(msg.get("level", logging.INFO)),
+        "levelname": logging.getLevelName(int(msg.get("level", logging.INFO))),
+        "msg": str(msg.get("msg", "")), "created": created, "msecs": (created % 1) * 1000,
+        "exc_text": msg.get("exc"), "actor": actor, "actor_pid": pid})
+    logging.getLogger(record.name).handle(record)

@@ -1,0 +1,181 @@
+"""Test harness for whole nodes: start a supervisor process, read its health, reap everything.
+
+Used by tests/actors and benchmarks/bench_restart.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from smartgo.actors.board import Board, BoardError
+from smartgo.actors.health import node_health
+from smartgo.testing import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPERVISOR = ROOT / "supervisor.py"
+
+# Fast supervision for tests: quick heartbeats, short backoff.
+FAST = {"heartbeat_interval": 0.05, "restart_backoff": 0.02, "restart_backoff_max": 0.2}
+
+
+def toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
+
+
+def toml_dumps(settings: dict) -> str:
+    lines = [f"{k} = {toml_value(v)}" for k, v in settings.items() if k != "actor"]
+    for table in settings.get("actor", []):
+        lines.append("\n[[actor]]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def registry_request(port: int, opaque: int = 7, timeout: float = 5.0) -> dict:
+    """One GET_ROUTEINFO_BY_TOPIC (105) as a raw JSON RocketMQ frame; the response header."""
+    header = json.dumps({"code": 105, "extFields": {"topic": "NoSuchTopic"}, "flag": 0, "language": "JAVA",
+                         "opaque": opaque, "serializeTypeCurrentRPC": "JSON", "version": 401}).encode()
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(frame)
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("registry closed the connection")
+            buf += chunk
+    hlen = struct.unpack(">i", buf[4:8])[0] & 0xFFFFFF
+    return json.loads(buf[8:8 + hlen])
+
+
+@dataclass
+class Node:
+    proc: subprocess.Popen
+    store: Path
+    port: int
+    stderr: Path
+    seen: dict[int, psutil.Process] = field(default_factory=dict)
+
+    def health(self) -> dict | None:
+        """The node's health report, or None while there is no readable board."""
+        try:
+            board = Board.open(self.store / "run" / "board", writable=False)
+        except BoardError:
+            return None
+        try:
+            report = node_health(board)
+        finally:
+            board.close()
+        self.remember()
+        return report
+
+    def actor(self, name: str) -> dict:
+        report = self.health()
+        assert report is not None, "no board"
+        return next(a for a in report["actors"] if a["name"] == name)
+
+    def wait_healthy(self, timeout: float = 20.0, check=lambda report: True) -> dict:
+        return wait_until(lambda: (r := self.health()) is not None and r["healthy"] and check(r) and r,
+                          timeout=timeout, interval=0.02, message=f"healthy node ({self.last_verdict()})")
+
+    def last_verdict(self) -> str:
+        r = self.health()
+        return "no board" if r is None else r["verdict"]
+
+    def remember(self) -> None:
+        """Note every process of the node now, so the finalizer can reap orphans too."""
+        try:
+            for p in [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]:
+                self.seen.setdefault(p.pid, p)
+        except psutil.NoSuchProcess:
+            pass
+
+    def descendants(self) -> list[psutil.Process]:
+        self.remember()
+        return [p for pid, p in self.seen.items() if pid != self.proc.pid]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        self.remember()
+        os.kill(self.proc.pid, sig)
+        return self.proc.wait(timeout)
+
+    def log_text(self) -> str:
+        path = self.store / "logs" / "node.log"
+        return path.read_text() if path.exists() else ""
+
+    def reap(self) -> None:
+        self.remember()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        left = [p for p in self.seen.values() if running(p)]
+        for p in left:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        wait_gone(left, 5)          # a zombie counts as gone: whoever inherited it reaps it
+
+
+def launch_node(base: Path, settings: dict | None = None, role: str = "registry", launcher: Path = SUPERVISOR,
+                wait: bool = True, fast: bool = True) -> Node:
+    """Start `launcher --role role` on a free loopback port with settings in a TOML file.
+
+    fast: apply FAST (quick heartbeats and backoff) under `settings`; False keeps the defaults.
+    base becomes the store dir; the config file and the supervisor's stderr go next to it.
+    """
+    base.mkdir(parents=True)
+    config = base.with_name(base.name + ".toml")
+    config.write_text(toml_dumps({**(FAST if fast else {}), **(settings or {})}))
+    port = free_port()
+    err = base.with_name(base.name + ".stderr")
+    cmd = [sys.executable, str(launcher), "--role", role, "--store-dir", str(base), "--config", str(config),
+           "--listen-host", "127.0.0.1", "--listen-port", str(port)]
+    with open(err, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT)
+    node = Node(proc, base, port, err)
+    if wait:
+        try:
+            node.wait_healthy()
+        except BaseException:
+            node.reap()
+            raise
+    return node
+
+
+def events(path: Path) -> list[tuple[str, str]]:
+    """(what, actor) pairs a RecorderActor wrote."""
+    if not path.exists():
+        return []
+    return [tuple(line.split()[:2]) for line in path.read_text().splitlines()]
+
+
+def running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+    wait_until(lambda: not any(running(p) for p in procs), timeout=timeout,
+               message="every child process to exit")

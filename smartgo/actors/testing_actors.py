@@ -1,0 +1,88 @@
+"""Actors that misbehave on purpose, for the supervisor's tests and benchmarks.
+
+They live in the package (not under tests/) because actor classes are imported by module path
+in the actor process. Declare them as extra actors in a node's config file:
+
+    [[actor]]
+    name = "hang"
+    cls = "smartgo.actors.testing_actors:HangingActor"
+    heartbeat_deadline = 0.5
+    kwargs = { hang_after = 0.2 }
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from smartgo.actors.actor import Actor, ActorContext
+from smartgo.config import NodeConfig
+
+
+def _append(path: str | Path, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+class RecorderActor(Actor):
+    """Appends 'start|stop <name> <pid> <incarnation>' to a file; start and stop take as long as told."""
+
+    def __init__(self, ctx: ActorContext, events: str, start_delay: float = 0.0, stop_delay: float = 0.0) -> None:
+        super().__init__(ctx)
+        self.events = events
+        self.start_delay = start_delay
+        self.stop_delay = stop_delay
+
+    def _record(self, what: str) -> None:
+        _append(self.events, f"{what} {self.name} {os.getpid()} {self.ctx.incarnation}")
+
+    async def start(self) -> None:
+        await asyncio.sleep(self.start_delay)
+        self._record("start")
+
+    async def stop(self) -> None:
+        await asyncio.sleep(self.stop_delay)
+        self._record("stop")
+
+
+class HangingActor(Actor):
+    """Blocks its event loop hang_after seconds after start, in its first hang_incarnations lives."""
+
+    def __init__(self, ctx: ActorContext, hang_after: float = 0.2, hang_incarnations: int = 1) -> None:
+        super().__init__(ctx)
+        self.hang_after = hang_after
+        self.hang_incarnations = hang_incarnations
+
+    async def start(self) -> None:
+        if self.ctx.incarnation <= self.hang_incarnations:
+            self.log.info("will hang in %.2fs", self.hang_after)
+            asyncio.get_running_loop().call_later(self.hang_after, time.sleep, 3600)
+
+
+class CrashingActor(Actor):
+    """Crashes (exit status 1) crash_after seconds after start, for its first crash_times starts.
+
+    The count lives in <store-dir>/crashes-<name>, so it spans node restarts.
+    """
+
+    def __init__(self, ctx: ActorContext, crash_after: float = 0.0, crash_times: int = 1 << 30) -> None:
+        super().__init__(ctx)
+        self.crash_after = crash_after
+        self.crash_times = crash_times
+        self.counter = self.config.store_path / f"crashes-{self.name}"
+
+    async def start(self) -> None:
+        done = int(self.counter.read_text()) if self.counter.exists() else 0
+        if done >= self.crash_times:
+            return
+        self.counter.write_text(str(done + 1))
+        if self.crash_after <= 0:
+            raise RuntimeError(f"test crash {done + 1} of {self.crash_times}")
+        asyncio.get_running_loop().call_later(self.crash_after, self.fail, RuntimeError("test crash"))
+
+
+def record_recovery(config: NodeConfig) -> None:
+    """A recovery hook that leaves a trace: one line per run in <store-dir>/recoveries."""
+    _append(config.store_path / "recoveries", f"recovery {os.getpid()}")

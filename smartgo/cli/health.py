@@ -1,0 +1,72 @@
+"""`smartgo health`: is this node healthy? Exit status 0 when it is, 1 when not (a container probe).
+
+    smartgo health --store-dir DIR [--run-dir DIR] [--json] [--cpu-interval SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from smartgo.actors.board import Board, BoardError
+from smartgo.actors.health import node_health
+from smartgo.cli.errors import CliError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("health", help="show a node's actors and whether the node is healthy",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--store-dir", type=Path, metavar="DIR", help="the node's store dir (reads its board)")
+    p.add_argument("--run-dir", type=Path, metavar="DIR", help="the node's run dir if not <store-dir>/run")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--cpu-interval", type=float, default=0.2, metavar="SECONDS",
+                   help="CPU %% is measured over this interval (default: 0.2)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = (args.run_dir or args.store_dir.expanduser() / "run") / "board"
+    try:
+        board = Board.open(path, writable=False)
+    except (BoardError, OSError) as e:
+        raise CliError(str(e)) from None
+    try:
+        report = node_health(board, cpu_interval=args.cpu_interval)
+    finally:
+        board.close()
+    print(json.dumps(report) if args.json else render(report))
+    return 0 if report["healthy"] else 1
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return "-"
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def render(report: dict) -> str:
+    node = report["node"]
+    lines = [f"node {node['role']}  pid {node['pid']}  {node['state']}  node restarts {node['restarts']}  "
+             f"store {node['store_dir']}"]
+    rows = [("ACTOR", "PID", "STATE", "HEARTBEAT", "RESTARTS", "CPU%", "RSS", "MAILBOX")]
+    for a in report["actors"]:
+        rows.append((a["name"], str(a["pid"] or "-"), a["state"],
+                     "-" if a["heartbeat_age_s"] is None else f"{a['heartbeat_age_s']:.2f}s",
+                     str(a["restarts"]), _num(a["cpu_percent"], ".1f"), _size(a["rss_bytes"]),
+                     "-" if a["mailbox_depth"] is None else str(a["mailbox_depth"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if report["fields"]:
+        lines.append("  ".join(f"{k}={v}" for k, v in report["fields"].items()))
+    lines.append(report["verdict"])
+    return "\n".join(lines)

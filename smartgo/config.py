@@ -1,0 +1,181 @@
+"""Node configuration: one dataclass, read from a TOML file and overridden by command-line flags.
+
+Every setting is a field of NodeConfig with its default and its help text; the supervisor's
+argparse flags are generated from these fields (`--store-dir` for `store_dir`), so a setting
+added here is at once a TOML key, a flag and a line of `python supervisor.py --help`.
+Precedence: built-in default < config file < flag.
+
+The config file is flat TOML with the same keys, plus optional `[[actor]]` tables declaring
+extra actors (see smartgo.actors.spec.ActorSpec.from_dict for their keys):
+
+    role = "registry"
+    store_dir = "/var/lib/smartgo/registry"
+    listen_port = 9876
+    max_restarts = 5
+
+    [[actor]]
+    name = "probe"
+    cls = "mypackage.probe:ProbeActor"
+    after = ["registry"]
+    kwargs = { interval = 1.0 }
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A bad config file or value: the message names the file, the key and what is allowed."""
+
+
+def setting(default: Any, help: str, *, flag: bool = True, choices: tuple[str, ...] | None = None,
+            metavar: str | None = None) -> Any:
+    meta = {"help": help, "flag": flag, "choices": choices, "type": type(default),
+            "metavar": metavar or {int: "N", float: "SECONDS"}.get(type(default))}
+    if isinstance(default, list):
+        return field(default_factory=list, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class NodeConfig:
+    # ---- what this node is
+    role: str = setting("", "what this node runs: master, slave or registry (required)", metavar="ROLE")
+    store_dir: str = setting("", "root of this node's files (store, run/, logs/); default ~/smartgo/<role>",
+                             metavar="DIR")
+    run_dir: str = setting("", "where the board, rings and doorbells live (point it at a tmpfs to keep "
+                               "ring pages off the disk); default <store-dir>/run", metavar="DIR")
+    # ---- network
+    listen_host: str = setting("0.0.0.0", "address the node's servers bind", metavar="IP")
+    listen_port: int = setting(0, "port clients connect to; 0 = the role's default (registry 9876, broker 10911)")
+    registry: str = setting("", "registry (name server) addresses, 'host:port;host:port'; default none",
+                            metavar="ADDRS")
+    broker_ip: str = setting("127.0.0.1", "address the broker registers and writes into message ids "
+                                          "(RocketMQ brokerIP1); set it for a multi-machine deployment", metavar="IP")
+    net_actors: int = setting(2, "number of net actors (connection/codec processes) of a broker")
+    # ---- supervision
+    start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "
+                                              "clean preloaded server) or spawn", choices=("forkserver", "spawn"))
+    heartbeat_interval: float = setting(0.2, "seconds between an actor's heartbeats on the board")
+    heartbeat_deadline: float = setting(5.0, "an actor whose heartbeat is older than this (s) is killed and "
+                                             "restarted; an actor spec may set its own")
+    start_timeout: float = setting(60.0, "seconds an actor may take to start before it is killed")
+    restart_backoff: float = setting(0.05, "delay (s) before the first restart of a crashed actor; doubles "
+                                           "with each further restart inside restart_window")
+    restart_backoff_max: float = setting(5.0, "upper bound (s) of the restart delay")
+    max_restarts: int = setting(5, "restart intensity: more restarts than this of one actor inside "
+                                   "restart_window restart the whole node")
+    restart_window: float = setting(60.0, "window (s) of the restart intensity")
+    max_node_restarts: int = setting(3, "more whole-node restarts than this inside node_restart_window: "
+                                        "the supervisor gives up and exits non-zero")
+    node_restart_window: float = setting(300.0, "window (s) of the node restart limit")
+    shutdown_timeout: float = setting(10.0, "graceful stop budget (s); actors still alive then are killed")
+    recovery_timeout: float = setting(600.0, "seconds the role's recovery step may take")
+    # ---- logging and the board
+    log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    log_max_bytes: int = setting(10 * 1024 * 1024, "size (bytes) at which <store-dir>/logs/node.log rotates")
+    log_backups: int = setting(5, "rotated log files kept (node.log.1 ...)")
+    board_max_actors: int = setting(64, "actor slots on the board")
+    board_queue_capacity: int = setting(8192, "entries of the board's per-queue table (topic, queue id)")
+    # ---- config-file only
+    actor: list = setting([], "extra actors ([[actor]] tables in the config file)", flag=False)
+
+    # ---- derived values -----------------------------------------------------------------------------
+    @property
+    def store_path(self) -> Path:
+        return Path(self.store_dir or f"~/smartgo/{self.role}").expanduser()
+
+    @property
+    def run_path(self) -> Path:
+        return Path(self.run_dir).expanduser() if self.run_dir else self.store_path / "run"
+
+    @property
+    def log_path(self) -> Path:
+        return self.store_path / "logs" / "node.log"
+
+    @property
+    def board_path(self) -> Path:
+        return self.run_path / "board"
+
+    def resolved(self, default_port: int) -> NodeConfig:
+        """The same config with every 'role default' filled in (what children receive)."""
+        return dataclasses.replace(self, store_dir=str(self.store_path.resolve()),
+                                   run_dir=str(self.run_path.resolve()),
+                                   listen_port=self.listen_port or default_port)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> NodeConfig:
+        return cls(**_checked(data, source))
+
+
+_FIELDS = {f.name: f for f in fields(NodeConfig)}
+
+
+def _checked(data: dict, source: str) -> dict:
+    out = {}
+    for key, value in data.items():
+        f = _FIELDS.get(key)
+        if f is None:
+            raise ConfigError(f"{source}: unknown setting {key!r}")
+        want = f.metadata["type"]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise ConfigError(f"{source}: {key} must be {want.__name__}, got {value!r}")
+        choices = f.metadata["choices"]
+        if choices and value not in choices:
+            raise ConfigError(f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}")
+        if want in (int, float) and value < 0:
+            raise ConfigError(f"{source}: {key} must not be negative, got {value!r}")
+        out[key] = value
+    return out
+
+
+def load_file(path: Path) -> dict:
+    """Settings from a TOML file, checked (unknown keys and wrong types are errors)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e.strerror}") from None
+    return _checked(data, str(path))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One --flag per setting; unset flags stay out of the namespace so the file can fill them."""
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help="TOML file with any of the settings below (flags override it)")
+    for f in fields(NodeConfig):
+        if not f.metadata["flag"]:
+            continue
+        default = "" if f.default == "" else f" (default: {f.default})"
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+                            type=f.metadata["type"], choices=f.metadata["choices"],
+                            metavar=None if f.metadata["choices"] else f.metadata["metavar"],
+                            help=f.metadata["help"] + default)
+
+
+def from_namespace(args: argparse.Namespace) -> NodeConfig:
+    """Defaults, then the --config file, then the flags given."""
+    values: dict = {}
+    if getattr(args, "config", None):
+        values.update(load_file(Path(args.config)))
+    values.update({k: v for k, v in vars(args).items() if k in _FIELDS})
+    values = _checked(values, "settings")
+    cfg = NodeConfig(**values)
+    if not cfg.role:
+        raise ConfigError("no role: pass --role master|slave|registry (or set role in the config file)")
+    return cfg

@@ -1,0 +1,12 @@
+"""SmartGo node entry point: `python supervisor.py --role master|slave|registry [...]` (see --help).
+
+The supervisor itself lives in smartgo/actors/arbiter.py; this file only keeps the documented
+command working from a checkout.
+"""
+
+import sys
+
+from smartgo.actors.arbiter import main
+
+if __name__ == "__main__":
+    sys.exit(main())
