@@ -19,6 +19,12 @@ from smartgo.store.mapped_file import MappedFile, MappedFileQueue
 log = logging.getLogger("smartgo.store.consume_queue")
 
 ENTRY = struct.Struct(">qiq")
+try:  # the same layout as a numpy dtype, for dispatch's columnar path
+    import numpy as _np
+
+    ENTRY_DTYPE = _np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+except ImportError:  # pragma: no cover - a core dependency
+    ENTRY_DTYPE = None
 HOLE_SIZE = 0x7FFFFFFF  # pre-fill entry (0, Integer.MAX_VALUE, 0) for a queue starting mid-file
 _HOLE = ENTRY.pack(0, HOLE_SIZE, 0)
 QueueKey = tuple[str, int]
@@ -96,23 +102,43 @@ class ConsumeQueueWriter:
                 return False
             if not self._fill_holes(queue_offset):
                 return False
-        pos = queue_offset * CQ_UNIT
-        rel = pos - self._start
-        mf = self._file
-        if mf is None or rel < 0 or rel >= self.file_size:
-            mf = self._switch(pos)
-            rel = pos - self._start
+        mf, rel = self._at(queue_offset * CQ_UNIT)
         ENTRY.pack_into(mf.mm, rel, phys, size, tags_code)
         self.max_offset = queue_offset + 1
         self.max_phys_end = phys + size
         return True
 
-    def _switch(self, pos: int) -> MappedFile:
-        if self._file is not None:
-            self.files.forget(self._file.start)
-        self._file = self.files.get(pos, create=True)
-        self._start = self._file.start
-        return self._file
+    def put_entries(self, queue_offset: int, entries) -> bool:
+        """Write raw consecutive entries (a bytes-like of whole 20-byte entries) from
+        queue_offset, which must be the max offset (False, nothing written, otherwise):
+        one slice assignment per file instead of a put per entry."""
+        if queue_offset != self.max_offset or not len(entries):
+            return False
+        mv = memoryview(entries).cast("B")
+        pos = queue_offset * CQ_UNIT
+        done = 0
+        while done < len(mv):
+            mf, rel = self._at(pos)
+            take = min(len(mv) - done, self.file_size - rel)
+            mf.mm[rel:rel + take] = mv[done:done + take]
+            done += take
+            pos += take
+        phys, size, _ = ENTRY.unpack_from(mv, len(mv) - CQ_UNIT)
+        self.max_offset = pos // CQ_UNIT
+        self.max_phys_end = phys + size
+        return True
+
+    def _at(self, pos: int) -> tuple[MappedFile, int]:
+        """The file holding byte pos (mapped, created if new) and pos within it."""
+        rel = pos - self._start
+        mf = self._file
+        if mf is None or rel < 0 or rel >= self.file_size:
+            if mf is not None:
+                self.files.forget(mf.start)
+            mf = self._file = self.files.get(pos, create=True)
+            self._start = mf.start
+            rel = pos - self._start
+        return mf, rel
 
     def _fill_holes(self, target: int) -> bool:
         fs = self.file_size
@@ -125,12 +151,8 @@ class ConsumeQueueWriter:
             return False
         else:
             log.warning("consume queue %s: gap from %d to %d filled with holes", self.key, first, target)
-        for off in range(first, target):
-            pos = off * CQ_UNIT
-            mf = self._file
-            if mf is None or not (self._start <= pos < self._start + fs):
-                mf = self._switch(pos)
-            mf.mm[pos - self._start:pos - self._start + CQ_UNIT] = _HOLE
+        self.max_offset = first
+        self.put_entries(first, _HOLE * (target - first))  # the caller's put() sets max_phys_end
         return True
 
     def truncate_entries(self, offset: int) -> None:
@@ -250,8 +272,17 @@ class ConsumeQueueReader:
             n = min(mf.size // CQ_UNIT, bound - first)
 
             def gone(i: int) -> bool:
-                phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
-                return size == HOLE_SIZE or size <= 0 or phys < commitlog_min
+                # Holes are not messages, but only holes before the first live entry are
+                # "gone": a hole filling a gap after live entries (a corrupt queue offset
+                # recovered as a gap) takes the verdict of the nearest real entry before
+                # it, which keeps the predicate monotonic for the binary search.
+                while True:
+                    phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
+                    if size != HOLE_SIZE and size > 0:
+                        return phys < commitlog_min
+                    if i == 0:
+                        return True
+                    i -= 1
 
             i = _first_false(0, n, gone)
             if i < n:

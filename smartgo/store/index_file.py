@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from smartgo.store.java_hash import index_hashes, index_hashes_vectorized, java_hash_u32, positive_index_hash
+from smartgo.store.java_hash import (
+    index_hashes, index_hashes_vectorized, java_hash_u32, positive_index_hash, prefix_hash,
+)
 from smartgo.store.mapped_file import MappedFile, create_segment
 
 log = logging.getLogger("smartgo.store.index_file")
@@ -158,26 +160,31 @@ class IndexFile:
         slot_area = np.frombuffer(self.mm, dtype=">i4", count=self.slot_count, offset=HEADER_SIZE)
         # Each entry's prevIndex is the previous entry of the batch with the same slot, or the
         # slot's value before the batch (if valid); each slot ends up holding its last entry.
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        sorted_idx = idx[order]
-        boundary = sorted_slots[1:] != sorted_slots[:-1]
-        first = np.concatenate(([True], boundary))
-        last = np.concatenate((boundary, [True]))
-        prev_sorted = np.empty(n, np.int64)
-        prev_sorted[1:] = sorted_idx[:-1]
-        old = slot_area[sorted_slots[first]].astype(np.int64)
-        invalid = (old <= INVALID_INDEX) | (old > count)
-        old[invalid] = INVALID_INDEX
-        prev_sorted[first] = old
-        prev = np.empty(n, np.int64)
-        prev[order] = prev_sorted
-        slot_area[sorted_slots[last]] = sorted_idx[last]
+        old = slot_area[slots].astype(np.int64)
+        slot_area[slots] = idx
+        if (slot_area[slots] == idx).all():  # no slot twice in the batch (the usual case)
+            prev = old
+            first = slice(None)
+        else:
+            order = np.argsort(slots, kind="stable")
+            sorted_slots = slots[order]
+            boundary = sorted_slots[1:] != sorted_slots[:-1]
+            first = np.concatenate(([True], boundary))
+            last = np.concatenate((boundary, [True]))
+            prev_sorted = np.empty(n, np.int64)
+            prev_sorted[1:] = idx[order][:-1]
+            prev_sorted[first] = old[order][first]
+            prev = np.empty(n, np.int64)
+            prev[order] = prev_sorted
+            first = order[first]
+            slot_area[sorted_slots[last]] = idx[order][last]
+        invalid = (old[first] <= INVALID_INDEX) | (old[first] > count)
+        prev[first] = np.where(invalid, INVALID_INDEX, prev[first])
         if count <= 1:
             self.begin_phy = int(p[0])
             self.begin_timestamp = int(t[0])
         begin_ts = self.begin_timestamp
-        diff = np.clip((t - begin_ts) // 1000, 0, _INT32_MAX) if begin_ts > 0 else np.zeros(n, np.int64)
+        diff = np.clip((t - begin_ts) // 1000, 0, _INT32_MAX) if begin_ts > 0 else 0
         entries = np.frombuffer(self.mm, dtype=_ENTRY_DTYPE, count=n, offset=self._entries_at + count * ENTRY_SIZE)
         entries["hash"] = h
         entries["phys"] = p
@@ -291,25 +298,38 @@ class IndexService:
                     self._phys.append(phys)
                     self._stamps.append(store_timestamp)
 
+    def put_hashed(self, hashes, phys, stamps) -> None:
+        """Write entries for keys already hashed (positive index hashes, phyOffsets, store
+        timestamps: int64 numpy arrays, in add() order) right away; offsets the index already
+        covers are skipped. The next publish() makes them visible."""
+        if self._keys:
+            self._write_pending()  # add()ed keys come first
+        if self.indexed_upto >= 0:
+            fresh = phys > self.indexed_upto
+            hashes, phys, stamps = hashes[fresh], phys[fresh], stamps[fresh]
+        i = 0
+        while i < len(hashes):
+            f = self.current if self.current is not None and not self.current.full else self._roll()
+            i += f.put_many_vectorized(hashes[i:], phys[i:], stamps[i:])
+
     def _write_pending(self) -> None:
         topics, keys, phys, stamps = self._topics, self._keys, self._phys, self._stamps
         self._topics, self._keys, self._phys, self._stamps = [], [], [], []
         hashes = None
         if self.vectorize and len(keys) >= VECTORIZE_MIN:
             hashes = index_hashes_vectorized(topics, keys, self._prefix)
-        if hashes is None:
-            items = list(zip(index_hashes(topics, keys, self._prefix), phys, stamps))
-            i = 0
-            while i < len(items):
-                f = self.current if self.current is not None and not self.current.full else self._roll()
-                i = f.put_many(items, i)
+        if hashes is not None:
+            self.put_hashed(hashes, _np.array(phys, _np.int64), _np.array(stamps, _np.int64))
             return
-        phys_arr = _np.array(phys, _np.int64)
-        stamps_arr = _np.array(stamps, _np.int64)
+        items = list(zip(index_hashes(topics, keys, self._prefix), phys, stamps))
         i = 0
-        while i < len(keys):
+        while i < len(items):
             f = self.current if self.current is not None and not self.current.full else self._roll()
-            i += f.put_many_vectorized(hashes[i:], phys_arr[i:], stamps_arr[i:])
+            i = f.put_many(items, i)
+
+    def prefix_hash(self, topic: bytes) -> int:
+        """Unsigned hash of ``topic#``, from this service's cache."""
+        return prefix_hash(topic, self._prefix)
 
     def _roll(self) -> IndexFile:
         old = self.current

@@ -19,11 +19,13 @@ _POWERS = [pow(31, k, 1 << 32) for k in range(_CHUNK + 1)]
 _SUFFIX = [_POWERS[n - 1::-1] if n else [] for n in range(_CHUNK + 1)]
 _mul = operator.mul
 
-try:  # optional: vectorised hashing of a whole dispatch round's index keys
+try:  # vectorised hashing of a whole dispatch round's tags and index keys
     import numpy as _np
 
     _NP_POWERS = _np.array(_POWERS, dtype=_np.uint32)
-except ImportError:  # pragma: no cover - numpy is present wherever pandas is
+    _NP_INVERSE_POWERS = _np.array([pow(31, -k, 1 << 32) for k in range(_CHUNK + 1)], dtype=_np.uint32)
+    _NP_COLUMNS = _np.arange(_CHUNK)
+except ImportError:  # pragma: no cover - a core dependency; the scalar functions still work
     _np = None
 
 
@@ -69,13 +71,19 @@ def java_hash(value: str | bytes | bytearray | memoryview) -> int:
     return to_int32(java_hash_u32(value))
 
 
+def prefix_hash(topic: bytes, cache: dict[bytes, int]) -> int:
+    """Unsigned hash of ``topic#`` (cached: a store has few topics)."""
+    h = cache.get(topic)
+    if h is None:
+        h = cache[topic] = java_hash_u32(topic + b"#")
+    return h
+
+
 def _prefixes(topics: list[bytes], cache: dict[bytes, int]) -> list[int]:
-    """Hash of ``topic#`` per topic (cached: a store has few topics)."""
+    """prefix_hash per topic."""
     prefixes = [cache.get(t) for t in topics]
     if None in prefixes:
-        for t in set(topics) - cache.keys():
-            cache[t] = java_hash_u32(t + b"#")
-        prefixes = [cache[t] for t in topics]
+        prefixes = [prefix_hash(t, cache) for t in topics]
     return prefixes
 
 
@@ -98,23 +106,67 @@ def index_hashes(topics: list[bytes], keys: list[bytes], prefix_cache: dict[byte
     return out
 
 
+def byte_rows(a, starts, width: int):
+    """a[start:start + width] for each start as one (n, width) copy: fancy indexing of a
+    strided window view copies rows without building an index per byte. Bytes outside a
+    read as 0."""
+    if len(starts) and int(starts.min()) >= 0 and int(starts.max()) + width <= len(a):
+        return _np.ndarray((len(a) - width + 1, width), _np.uint8, a, strides=(1, 1))[starts]
+    idx = _np.asarray(starts, _np.int64)[:, None] + _np.arange(width)
+    outside = (idx < 0) | (idx >= len(a))
+    rows = a.take(idx, mode="clip")
+    rows[outside] = 0
+    return rows
+
+
+def span_hashes_u32(buf, starts, lengths):
+    """Unsigned Java hashes of the spans buf[start:start + length] of a uint8 array, as a
+    uint32 array, plus a mask of the spans left for java_hash_u32 (non-ASCII, or longer
+    than _CHUNK bytes; their slot holds garbage). Empty spans hash to 0, whatever their start."""
+    lengths = _np.asarray(lengths, _np.int64)
+    scalar = lengths > _CHUNK
+    width = int(lengths.max(initial=0, where=~scalar))
+    if width == 0:
+        return _np.zeros(len(lengths), _np.uint32), scalar
+    # Left-aligned rows, zero padded on the right: one weight row for all spans gives
+    # hash * 31**padding, and 31 is odd, so multiplying by its inverse power undoes the
+    # padding. uint32 arithmetic wraps modulo 2**32 exactly as Java's int does.
+    uniform = bool((lengths == width).all())  # e.g. UNIQ_KEYs: no padding to mask or undo
+    rows = byte_rows(buf, starts if uniform else _np.where(lengths > 0, starts, 0), width)
+    if not uniform:
+        rows[_NP_COLUMNS[:width] >= lengths[:, None]] = 0
+    if rows.max(initial=0) >= 0x80:
+        scalar = scalar | (rows >= 0x80).any(axis=1)
+    padded = _np.einsum("ij,j->i", rows, _NP_POWERS[width - 1::-1], dtype=_np.uint32)
+    if uniform:
+        return padded, scalar
+    return padded * _NP_INVERSE_POWERS[_np.clip(width - lengths, 0, _CHUNK)], scalar
+
+
+def positive_index_hashes(h_u32):
+    """positive_index_hash over a uint32 array, as int64."""
+    signed = _np.abs(h_u32.view(_np.int32).astype(_np.int64))
+    signed[signed == 0x80000000] = 0
+    return signed
+
+
 def index_hashes_vectorized(topics: list[bytes], keys: list[bytes], prefix_cache: dict[bytes, int]):
     """index_hashes for a large batch with numpy (an int64 array), or None when numpy is
     missing or a key is not short ASCII (the caller falls back)."""
     if _np is None:
         return None
-    lengths = list(map(len, keys))
-    width = max(lengths)
-    if width > _CHUNK or not b"".join(keys).isascii():
+    lengths = _np.fromiter(map(len, keys), _np.int64, len(keys))
+    starts = _np.cumsum(lengths) - lengths
+    key_hash, scalar = span_hashes_u32(_np.frombuffer(b"".join(keys), _np.uint8), starts, lengths)
+    if scalar.any():
         return None
-    # Left zero-padding leaves a Java hash unchanged, so all keys share one weight row;
-    # uint32 arithmetic wraps modulo 2**32 exactly as Java's int does.
-    matrix = _np.frombuffer(b"".join([k.rjust(width, b"\0") for k in keys]), _np.uint8).reshape(len(keys), width)
-    key_hash = (matrix * _NP_POWERS[width - 1::-1]).sum(axis=1, dtype=_np.uint32)
-    h = _np.array(_prefixes(topics, prefix_cache), _np.uint32) * _NP_POWERS[lengths] + key_hash
-    signed = _np.abs(h.view(_np.int32).astype(_np.int64))
-    signed[signed == 0x80000000] = 0
-    return signed
+    return positive_index_hashes(prefixed_hashes(_np.array(_prefixes(topics, prefix_cache), _np.uint32),
+                                                 key_hash, lengths))
+
+
+def prefixed_hashes(prefix_u32, key_u32, key_lengths):
+    """Unsigned hash of prefix + key from the two parts' hashes (key: ASCII, <= _CHUNK bytes)."""
+    return prefix_u32 * _NP_POWERS[_np.minimum(key_lengths, _CHUNK)] + key_u32
 
 
 def positive_index_hash(h_u32: int) -> int:

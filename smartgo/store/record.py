@@ -18,7 +18,12 @@ from typing import NamedTuple
 
 from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError, MessageIllegalError
 from smartgo.store.java_hash import TAGS_CODES as _TAGS_CODES
-from smartgo.store.java_hash import tags_code
+from smartgo.store.java_hash import byte_rows, tags_code
+
+try:  # dispatch parses whole rounds with numpy (a core dependency; peek_* work without it)
+    import numpy as _np
+except ImportError:  # pragma: no cover
+    _np = None
 
 MESSAGE_MAGIC = 0xDAA320A7 - (1 << 32)  # -626843481, as the signed int32 Java writes
 BLANK_MAGIC = 0xCBD43194 - (1 << 32)  # -875286124: end-of-file filler
@@ -401,18 +406,21 @@ _DISPATCH_PROPS = re.compile(rb"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY)\x01([^\x02]
 
 def peek_head(mm, pos: int, _unpack=_PEEK_V4.unpack_from) -> tuple:
     """(total size, topic, queue id, queue offset, sys flag, store time, raw properties) of a
-    well-formed record at pos in an mmap, bytes or memoryview: the cheap half of a peek."""
+    well-formed record at pos in an mmap, bytes or memoryview: the cheap half of a peek.
+    CorruptRecordError when the body and topic lengths do not fit the total size."""
     total, queue_id, queue_offset, sys_flag, store_ts, body_len = _unpack(mm, pos)
+    start = pos + 88
     if sys_flag & 0x30:  # BORNHOST_V6_FLAG | STOREHOST_V6_FLAG: later fields move
         extra = (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOST_V6_FLAG else 0)
         if sys_flag & BORNHOST_V6_FLAG:
             store_ts = INT64.unpack_from(mm, pos + POS_STORETIMESTAMP + 12)[0]
         body_len = INT32.unpack_from(mm, pos + POS_BODYLEN + extra)[0]
-        tail = bytes(mm[pos + 88 + extra + body_len:pos + total])
-    else:
-        tail = bytes(mm[pos + 88 + body_len:pos + total])
+        start += extra
     # tail = TOPICLEN, TOPIC, PROPLEN, PROPERTIES (whose length total already implies)
-    topic_end = 1 + tail[0]
+    tail = bytes(mm[start + body_len:pos + total]) if body_len >= 0 else b""
+    topic_end = 1 + tail[0] if tail else 0
+    if topic_end < 2 or topic_end + 2 > len(tail):
+        raise CorruptRecordError(f"record lengths (body {body_len}) do not fit its size {total}", pos)
     return total, tail[1:topic_end], queue_id, queue_offset, sys_flag, store_ts, tail[topic_end + 2:]
 
 
@@ -438,6 +446,162 @@ def peek_dispatch(mm, pos: int = 0, delay_levels_ms: tuple[int, ...] = ()) -> Di
     """Dispatch fields of a well-formed record at pos, without building a MessageExt.
     For SCHEDULE_TOPIC_XXXX the tags code is the delivery time, as RocketMQ computes it."""
     return DispatchInfo(*peek_dispatch_fields(mm, pos, delay_levels_ms))
+
+
+# ----------------------------------------------------------------------------- dispatch columns
+# The same peek for a whole dispatch round at once, as a few numpy operations over a uint8
+# view of a mapped file instead of Python work per record.
+
+class DispatchColumns(NamedTuple):
+    """peek_head's fields of many records, as int64 arrays (positions are in the file)."""
+
+    size: object
+    queue_id: object
+    queue_offset: object
+    sys_flag: object
+    store_timestamp: object
+    topic_start: object
+    topic_len: object
+    props_start: object
+    props_end: object
+
+
+class PropertyRows(NamedTuple):
+    """Many records' properties in one uint8 buffer (see gather_properties)."""
+
+    buf: object
+    row_starts: object  # where each record's properties begin in buf
+    lengths: object
+    width: int  # rows are this far apart (0: packed, one after the other)
+
+
+if _np is not None:
+    # TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN of an IPv4 record
+    _HEAD_V4 = _np.dtype({"names": ["size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "body_len"],
+                          "formats": [">i4", ">i4", ">i8", ">i4", ">i8", ">i4"],
+                          "offsets": [0, POS_QUEUEID, POS_QUEUEOFFSET, POS_SYSFLAG, POS_STORETIMESTAMP, POS_BODYLEN],
+                          "itemsize": HEADER_V4_SIZE})
+    _PROPERTY_SEPARATOR = ord(PROPERTY_SEPARATOR)
+    _NAME_VALUE_SEPARATOR = ord(NAME_VALUE_SEPARATOR)
+    _KEY_SEPARATOR = ord(" ")
+    _PAD = 256  # bytes before and after the rows, so hash windows (<= 256 wide) stay in the buffer
+
+
+def dispatch_columns(u8, positions, base: int = 0) -> DispatchColumns:
+    """The dispatch fields of the well-formed records at positions (an int64 array) of a
+    uint8 view of a mapped file starting at physical offset base. CorruptRecordError when a
+    record's body and topic lengths do not fit its size."""
+    rows = byte_rows(u8, positions, HEADER_V4_SIZE).view(_HEAD_V4).ravel()
+    size = rows["size"].astype(_np.int64)
+    sys_flag = rows["sys_flag"].astype(_np.int64)
+    store_ts = rows["store_timestamp"].astype(_np.int64)
+    body_at = positions + HEADER_V4_SIZE + rows["body_len"]
+    for i in _np.flatnonzero(sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)).tolist():  # rare
+        pos = int(positions[i])
+        flag = int(sys_flag[i])
+        born = 12 if flag & BORNHOST_V6_FLAG else 0
+        extra = born + (12 if flag & STOREHOST_V6_FLAG else 0)
+        store_ts[i] = INT64.unpack_from(u8, pos + POS_STORETIMESTAMP + born)[0]
+        body_at[i] = pos + HEADER_V4_SIZE + extra + INT32.unpack_from(u8, pos + POS_BODYLEN + extra)[0]
+    end = positions + size
+    topic_len = u8.take(body_at, mode="clip").astype(_np.int64)
+    props_start = body_at + topic_len + 3
+    bad = (body_at < positions + HEADER_V4_SIZE) | (topic_len == 0) | (props_start > end)
+    if bad.any():
+        i = int(_np.argmax(bad))
+        raise CorruptRecordError(f"record lengths do not fit its size {size[i]}", base + int(positions[i]))
+    return DispatchColumns(size, rows["queue_id"].astype(_np.int64), rows["queue_offset"].astype(_np.int64),
+                           sys_flag, store_ts, body_at + 1, topic_len, props_start, end)
+
+
+def gather_properties(u8, starts, ends) -> PropertyRows:
+    """The properties u8[starts[i]:ends[i]] of many records copied into one buffer, each
+    followed by a \\x02 so no value runs into what follows. Usually as fixed-width rows (a
+    row copy each; the bytes after a row's separator are left over from the file and never
+    read as properties), when one record's long properties would make that wasteful as
+    packed rows."""
+    n = len(starts)
+    lengths = ends - starts
+    width = int(lengths.max()) + 1
+    total = int(lengths.sum()) + n
+    if n * width <= 2 * total + 4096:
+        pad = -(-_PAD // width)
+        edge = _np.full(pad, starts[0])
+        rows = byte_rows(u8, _np.concatenate((edge, starts, edge)), width)
+        rows[:pad] = 0
+        rows[pad + n:] = 0
+        row_starts = _np.arange(pad, pad + n) * width
+        buf = rows.ravel()
+    else:
+        spans = lengths + 1
+        row_starts = _PAD + _np.cumsum(spans) - spans
+        buf = _np.zeros(total + 2 * _PAD, _np.uint8)
+        idx = _np.arange(_PAD, _PAD + total, dtype=_np.int64) + _np.repeat(starts - row_starts, spans)
+        buf[_PAD:_PAD + total] = u8.take(idx, mode="clip")
+        width = 0
+    buf[row_starts + lengths] = _PROPERTY_SEPARATOR
+    return PropertyRows(buf, row_starts, lengths, width)
+
+
+def property_values(props: PropertyRows, names: tuple[bytes, ...]) -> list[tuple]:
+    """Per name (<= 8 bytes), (value start in buf, value length) int64 arrays with one row per
+    record, start -1 when absent: what dict(_DISPATCH_PROPS.findall(props)) finds (a name
+    right after a \\x02 or at the start, its value up to the next \\x02; the last one wins)."""
+    buf, row_starts, lengths, width = props
+    n = len(row_starts)
+    eqs = _np.flatnonzero(buf == _NAME_VALUE_SEPARATOR)
+    row = eqs // width - int(row_starts[0]) // width if width else _np.searchsorted(row_starts, eqs, "right") - 1
+    col = eqs - row_starts[row]
+    inside = col < lengths[row]  # not a left-over byte after a row's separator (the pads hold zeros)
+    if not inside.all():
+        eqs, row, col = eqs[inside], row[inside], col[inside]
+    # the 8 bytes before each \x01 as one integer (a view of buf with an 8-byte item at every byte)
+    tail = _np.ndarray((len(buf) - 7,), ">u8", buf, strides=(1,))[eqs - 8]
+    seps = None
+    out = []
+    for name in names:
+        size = len(name)
+        start = _np.full(n, -1, _np.int64)
+        length = _np.zeros(n, _np.int64)
+        hit = _np.flatnonzero(((tail & _np.uint64((1 << 8 * size) - 1)) == int.from_bytes(name, "big")) & (col >= size))
+        if len(hit):
+            # the name must start its segment: at the row's start or after a \x02 (a name with
+            # a \x01 in it never equals one of ours, so a hit is its segment's first \x01)
+            hit = hit[(col[hit] == size) | (buf[eqs[hit] - size - 1] == _PROPERTY_SEPARATOR)]
+        if len(hit):
+            rows = row[hit]
+            if len(rows) > 1:
+                last = _np.append(rows[1:] != rows[:-1], True)  # the last occurrence in a row wins
+                hit, rows = hit[last], rows[last]
+            if seps is None:
+                seps = _np.flatnonzero(buf == _PROPERTY_SEPARATOR)
+            at = eqs[hit]
+            start[rows] = at + 1
+            length[rows] = seps[_np.searchsorted(seps, at)] - at - 1  # up to the next \x02
+        out.append((start, length))
+    return out
+
+
+def key_tokens(buf, starts, lengths) -> tuple:
+    """(row, token start, token length) of the non-empty space-separated tokens of each row's
+    KEYS value buf[start:start + length] (rows without one have length 0), in row order."""
+    rows = _np.flatnonzero(lengths > 0)
+    first = starts[rows]
+    end = first + lengths[rows]
+    spaces = _np.flatnonzero(buf == _KEY_SEPARATOR)
+    owner = _np.searchsorted(first, spaces, "right") - 1
+    inner = owner >= 0
+    inner[inner] = spaces[inner] < end[owner[inner]]
+    # boundaries in position order: before each value, its inner spaces, its end
+    where = _np.concatenate((first - 1, spaces[inner], end))
+    owners = _np.concatenate((_np.arange(len(rows)), owner[inner], _np.arange(len(rows))))
+    is_end = _np.concatenate((_np.zeros(len(rows) + int(inner.sum()), bool), _np.ones(len(rows), bool)))
+    order = _np.argsort(where, kind="stable")
+    where, owners, is_end = where[order], owners[order], is_end[order]
+    token_start = where[:-1] + 1
+    token_len = where[1:] - token_start
+    keep = ~is_end[:-1] & (token_len > 0)
+    return rows[owners[:-1][keep]], token_start[keep], token_len[keep]
 
 
 def schedule_tags_code(delay: bytes, store_ts: int, delay_levels_ms: tuple[int, ...]) -> int:

@@ -125,3 +125,15 @@ def test_queue_set_discovers_queues(tmp_path):
     qs = ConsumeQueueSet(tmp_path, 100)
     assert qs.max_offsets() == {("%RETRY%g", 0): 1, ("A", 0): 1, ("A", 3): 1}
     qs.close()
+
+
+def test_min_offset_ignores_gap_holes_after_live_entries(tmp_path):
+    # Found by the crash property test: recovery turned a corrupt queue offset into a gap
+    # filled with holes after live entries; the live entry before it must stay readable.
+    w = ConsumeQueueWriter(tmp_path, "T", 0, 20 * 64)
+    w.put(0, 1000, 100, 7)
+    w.put(3, 1300, 100, 7)  # offsets 1 and 2 become gap holes
+    r = ConsumeQueueReader(tmp_path, "T", 0, 20 * 64)
+    assert r.entry(1)[1] == HOLE_SIZE
+    assert r.min_offset(0, 4) == 0
+    assert r.min_offset(1100, 4) == 3  # the first live entry at or past the CommitLog minimum

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from smartgo.store.index_file import (
-    ENTRY, HEADER, HEADER_SIZE, IndexFile, IndexReader, IndexService, index_file_name, index_file_size,
+    ENTRY, HEADER, HEADER_SIZE, SLOT, IndexFile, IndexReader, IndexService, index_file_name, index_file_size,
     index_key_hash, index_name_ms, list_index_files,
 )
 from smartgo.store.java_hash import java_hash
@@ -125,6 +125,31 @@ def test_vectorized_writes_identical_bytes(tmp_path):
     assert names[0] == names[1] and len(names[0]) == 5
     for name in names[0]:
         assert read_file(dirs[0], name) == read_file(dirs[1], name)
+
+
+@pytest.mark.parametrize("slots", [97, 100_003])  # collisions in a batch / (mostly) none
+def test_vectorized_put_matches_put_many_with_stale_slots(tmp_path, slots):
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(slots)
+    hashes = rng.integers(0, 2**31 - 1, 900)
+    phys = np.arange(900, dtype=np.int64) * 50
+    stamps = 1_700_000_000_000 + np.arange(900, dtype=np.int64) * 333
+    files = []
+    for vectorize in (False, True):
+        path = tmp_path / f"{vectorize}"
+        f = IndexFile.create(path, slots, 1000)
+        for s in (3, 11, int(hashes[5] % slots)):  # stale slots point past the entries: invalid
+            SLOT.pack_into(f.mm, HEADER_SIZE + s * 4, 950)
+        for i in range(0, 900, 300):
+            if vectorize:
+                assert f.put_many_vectorized(hashes[i:i + 300], phys[i:i + 300], stamps[i:i + 300]) == 300
+            else:
+                items = list(zip(hashes[i:i + 300].tolist(), phys[i:i + 300].tolist(), stamps[i:i + 300].tolist()))
+                assert f.put_many(items) == 300
+        f.write_header()
+        files.append((f.slots_used, path.read_bytes()))
+        f.close()
+    assert files[0] == files[1]
 
 
 def test_corrupt_chain_never_loops(tmp_path):
