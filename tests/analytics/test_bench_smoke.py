@@ -1,0 +1,26 @@
+"""The analytics benchmark's --quick run works and reports every figure as JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(300)
+def test_bench_analytics_quick_json(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_analytics.py"), "--quick", "--json",
+                          "--dir", str(tmp_path)], capture_output=True, text=True, timeout=290)
+    assert out.returncode == 0, out.stderr[-3000:]
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    for key in ("report_1day_s", "scan_msgs_per_s", "scan_cold_msgs_per_s", "scan_cpu_us_per_msg",
+                "scan_narrow_msgs_per_s", "scan_groupby_msgs_per_s", "spark_start_s"):
+        assert figures[key] > 0, key
+    assert figures["report_input_records"] == 60 and figures["store_messages"] == 20_000
+    assert isinstance(figures["report_pass"], bool) and isinstance(figures["scan_pass"], bool)
+    assert list(tmp_path.iterdir()) == []  # the inputs are gone
