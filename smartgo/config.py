@@ -58,7 +58,48 @@ class NodeConfig:
                             metavar="ADDRS")
     broker_ip: str = setting("127.0.0.1", "address the broker registers and writes into message ids "
                                           "(RocketMQ brokerIP1); set it for a multi-machine deployment", metavar="IP")
-    net_actors: int = setting(2, "number of net actors (connection/codec processes) of a broker")
+    net_actors: int = setting(1, "number of net actors (connection/codec processes) of a broker; 1 is the "
+                                 "best on 2 cores (docs/BENCHMARKS.md), about half the cores beyond that")
+    # ---- broker (master)
+    vip_port: int = setting(-1, "second port with the same service, for old clients' VIP channel; "
+                                "default listen_port - 2 (10909); 0 = off")
+    broker_name: str = setting("broker-a", "the broker's name in routes (RocketMQ brokerName)", metavar="NAME")
+    cluster_name: str = setting("DefaultCluster", "cluster the broker registers in (brokerClusterName)",
+                                metavar="NAME")
+    embedded_registry_port: int = setting(9876, "port of the registry a broker starts inside its node when no "
+                                                "--registry is given (a one-command single node)")
+    register_interval: float = setting(30.0, "seconds between full registrations with every registry")
+    topics: str = setting("", "static topics, 'Name:queues;Other:queues' (until topic admin arrives)",
+                          metavar="LIST")
+    auto_create_topic: str = setting("true", "create unknown topics on first send through TBW102 "
+                                             "(autoCreateTopicEnable)", choices=("true", "false"))
+    default_topic_queues: int = setting(8, "queues of the TBW102 template topic (defaultTopicQueueNums)")
+    flush: str = setting("async", "acknowledge a send once it is in the mapped CommitLog (async) or only "
+                                  "after it is on disk (sync, group commit)", choices=("async", "sync"))
+    sync_flush_timeout: float = setting(5.0, "sync flush: seconds before a send is answered FLUSH_DISK_TIMEOUT")
+    flush_interval: float = setting(0.5, "seconds between CommitLog flush rounds (async flush)")
+    flush_least_pages: int = setting(4, "async flush: dirty 4 KiB pages needed before a round writes")
+    flush_thorough_interval: float = setting(10.0, "async flush: seconds after which any dirty byte is flushed")
+    cq_flush_interval: float = setting(1.0, "seconds between ConsumeQueue/index flush rounds")
+    cq_flush_least_pages: int = setting(2, "ConsumeQueue flush: dirty pages needed per queue")
+    cq_flush_thorough_interval: float = setting(60.0, "ConsumeQueue flush: seconds after which any dirty "
+                                                      "byte is flushed")
+    commitlog_file_size: int = setting(1024 * 1024 * 1024, "bytes per CommitLog file")
+    consume_queue_file_size: int = setting(300_000 * 20, "bytes per ConsumeQueue file (20-byte entries)")
+    index_slot_count: int = setting(5_000_000, "hash slots per index file")
+    index_entry_count: int = setting(20_000_000, "entries per index file")
+    max_message_size: int = setting(4 * 1024 * 1024, "largest message body accepted (bytes)")
+    file_reserved_hours: float = setting(72.0, "hours a CommitLog file is kept (fileReservedTime)")
+    delete_when: str = setting("04", "hours of the day when expired files are deleted, 'HH;HH' (deleteWhen)",
+                               metavar="HOURS")
+    disk_max_used_ratio: int = setting(75, "disk usage, percent, above which expired files go at any hour")
+    disk_force_clean_ratio: int = setting(85, "disk usage, percent, above which the oldest files go even unexpired")
+    disk_full_ratio: int = setting(90, "disk usage, percent, at which sends are refused (disk-full flag)")
+    cleanup_interval: float = setting(10.0, "seconds between cleanup passes")
+    cleanup_max_files: int = setting(10, "CommitLog files deleted at most per cleanup pass")
+    disk_usage_file: str = setting("", "testing: read the disk usage ratio (0..1) from this file instead of "
+                                       "measuring the store's file system", metavar="FILE")
+    hold_check_interval: float = setting(5.0, "seconds between the long-polling safety re-checks")
     # ---- supervision
     start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "
                                               "clean preloaded server) or spawn", choices=("forkserver", "spawn"))
@@ -105,9 +146,10 @@ class NodeConfig:
 
     def resolved(self, default_port: int) -> NodeConfig:
         """The same config with every 'role default' filled in (what children receive)."""
+        port = self.listen_port or default_port
         return dataclasses.replace(self, store_dir=str(self.store_path.resolve()),
-                                   run_dir=str(self.run_path.resolve()),
-                                   listen_port=self.listen_port or default_port)
+                                   run_dir=str(self.run_path.resolve()), listen_port=port,
+                                   vip_port=max(port - 2, 0) if self.vip_port < 0 else self.vip_port)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

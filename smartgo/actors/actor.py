@@ -107,12 +107,23 @@ class Actor:
             self._bell = Doorbell(self.ctx.run_path / "bells" / f"{self.name}.bell")
         return self._bell
 
-    def ring(self, name: str, role: str, capacity: int) -> Ring:
-        """Attach to <run-dir>/rings/<name>.ring; consumer rings count towards mailbox depth."""
-        ring = Ring.attach(self.ctx.run_path / "rings" / f"{name}.ring", role, capacity, self.bell)
+    def ring(self, name: str, role: str, capacity: int, resume: bool = False) -> Ring:
+        """Attach to <run-dir>/rings/<name>.ring; consumer rings count towards mailbox depth.
+        resume: keep what this side's previous incarnation left (Ring.attach)."""
+        ring = Ring.attach(self.ctx.run_path / "rings" / f"{name}.ring", role, capacity, self.bell, resume)
         if role != PRODUCER:
             self._inbound.append(ring)
         return ring
+
+    def spawn(self, coro: Awaitable[Any], name: str, *, through_stop: bool = False) -> asyncio.Task:
+        """Run coro as a task of this actor: if it raises, the actor fails (stop() runs, exit 1).
+        It is cancelled before stop() like the periodic tasks, unless through_stop (a task stop()
+        still needs, e.g. to drain; stop() then ends it)."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
+        task.add_done_callback(self._task_done)
+        if not through_stop:
+            self._tasks.append(task)
+        return task
 
     def request_stop(self) -> None:
         if self._stop is not None and not self._stop.done():

@@ -206,7 +206,7 @@ class Arbiter:
             if c.end is not None:
                 fds.append(c.end.fd)
         timeout = TICK
-        if not self._draining:
+        if not self._draining and self.oneshot is None:
             for c in self._startable():
                 timeout = min(timeout, max(0.0, c.start_at - now))
         ready = set(select.select(fds, [], [], timeout)[0])
@@ -219,7 +219,8 @@ class Arbiter:
                 self._reaped(c)
         if not self._draining and not self._stopping:
             self._check_heartbeats()
-            self._start_due()
+            if self.oneshot is None:            # no actor starts while the recovery hook runs
+                self._start_due()
         self._set("node.heartbeat_ns", monotonic_ns())
         if not self._draining and not self.oneshot:
             all_ready = all(c.state in (SupState.READY, SupState.STOPPED) for c in self.children)

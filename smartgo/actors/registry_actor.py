@@ -1,4 +1,8 @@
-"""The registry role's only actor: the name server (smartgo.registry) on the node's port."""
+"""The registry role's only actor: the name server (smartgo.registry) on the node's port.
+
+A broker node without --registry runs one too (kwargs port and subdir): an embedded registry,
+so that one command gives a working single node.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from smartgo.registry.server import RegistryServer
 
 
 class RegistryActor(Actor):
-    def __init__(self, ctx: ActorContext) -> None:
+    def __init__(self, ctx: ActorContext, port: int = 0, subdir: str = "") -> None:
         super().__init__(ctx)
-        self.server = RegistryServer(self.config.listen_host, self.config.listen_port, self.config.store_path)
+        store = self.config.store_path / subdir if subdir else self.config.store_path
+        self.server = RegistryServer(self.config.listen_host, port or self.config.listen_port, store)
 
     async def start(self) -> None:
         await self.server.start()

@@ -42,6 +42,13 @@ producer records `start` = the tail it found; the consumer, on seeing the produc
 change, skips to `start`, so records of a dead producer are never delivered. Only complete
 records are ever published, so a side killed mid-write leaves nothing torn behind. Producers
 learn of a consumer restart from `consumer_epoch` (to fail what they had in flight).
+
+Resuming (`attach(..., resume=True)`), for rings whose records must survive a restart of one
+side (the broker's commit actor re-reads what it had not released; its completions stay
+deliverable): a resuming consumer keeps the published head, so everything read but not
+released is read again (records of a producer that died meanwhile are still skipped on the
+first read, unless read explicitly with `read(upto=...)`); a resuming producer leaves `start`
+alone, so what its predecessor published is still delivered.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 MAGIC = b"SGRING01"
@@ -131,19 +138,24 @@ class Doorbell:
     def _on_readable(self) -> None:
         self.clear()
         waiters, self._waiters = self._waiters, []
-        self._loop.remove_reader(self.fd)
-        self._loop = None
         for w in waiters:
             if not w.done():
                 w.set_result(True)
 
     async def wait(self, timeout: float | None = None) -> bool:
-        """Sleep until rung (True) or timeout (False). Many coroutines may wait at once."""
+        """Sleep until rung (True) or timeout (False). Many coroutines may wait at once.
+
+        The FIFO stays registered with the loop between waits (two epoll_ctl calls saved per
+        sleep); a ring nobody waits for is drained and forgotten, which the waiting-flag protocol
+        allows: a sleeper re-checks its condition after raising its flag, before it waits.
+        """
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        if self._loop is None:
+        if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self.fd)
             self._loop = loop
             loop.add_reader(self.fd, self._on_readable)
+        fut = loop.create_future()
         self._waiters.append(fut)
         timer = None if timeout is None else loop.call_later(max(timeout, 0), _expire, fut)
         try:
@@ -153,9 +165,6 @@ class Doorbell:
                 timer.cancel()
             if fut in self._waiters:
                 self._waiters.remove(fut)
-            if not self._waiters and self._loop is not None:
-                self._loop.remove_reader(self.fd)
-                self._loop = None
 
     def wait_blocking(self, timeout: float | None) -> bool:
         ready, _, _ = select.select([self.fd], [], [], timeout)
@@ -163,9 +172,9 @@ class Doorbell:
         return bool(ready)
 
     def close(self) -> None:
-        if self._loop is not None:
+        if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self.fd)
-            self._loop = None
+        self._loop = None
         os.close(self.fd)
 
 
@@ -230,11 +239,12 @@ class Ring:
     # ---- attach ----------------------------------------------------------------------------------
     @classmethod
     def attach(cls, path: Path, role: str, capacity: int = DEFAULT_CAPACITY,
-               bell: Doorbell | None = None) -> Ring:
+               bell: Doorbell | None = None, resume: bool = False) -> Ring:
         """Open (creating if needed) the ring at `path` as its producer or consumer.
 
         Attaching starts a new epoch for this side (see the module doc). `bell` is the doorbell
         this side sleeps on; several rings of one actor may share one. Default: <path>.<role>.bell.
+        resume: keep what the previous incarnation of this side left (see the module doc).
         """
         if role not in (PRODUCER, CONSUMER):
             raise ValueError(f"role must be {PRODUCER!r} or {CONSUMER!r}")
@@ -268,17 +278,18 @@ class Ring:
                     raise RingError(f"{path}: capacity {cap}, asked for {capacity}")
             ring = cls(path, mm, role, bell, capacity)
             ring._own_bell = own_bell
-            ring._claim(bell_raw)
+            ring._claim(bell_raw, resume)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)   # explicit: mmap holds a dup of fd, which keeps the lock
             os.close(fd)
         return ring
 
-    def _claim(self, bell_raw: bytes) -> None:
+    def _claim(self, bell_raw: bytes, resume: bool) -> None:
         b, w = self._buf, self._w
         if self.role == PRODUCER:
             w[_PWAIT] = 0
-            w[_PSTART] = self._tail
+            if not resume:
+                w[_PSTART] = self._tail                  # the consumer skips what came before us
             w[_PPID] = os.getpid()
             w[_PBELL // 8] = len(bell_raw)
             b[_PBELL + 8:_PBELL + 8 + len(bell_raw)] = bell_raw
@@ -289,9 +300,12 @@ class Ring:
             w[_CPID] = os.getpid()
             w[_CBELL // 8] = len(bell_raw)
             b[_CBELL + 8:_CBELL + 8 + len(bell_raw)] = bell_raw
-            self._seen_pepoch = w[_PEPOCH]
-            self._head = self._pending = w[_TAIL]        # discard what came before us
-            w[_HEAD] = self._head
+            if resume:
+                self._seen_pepoch = -1                   # first read() re-checks the producer's start
+            else:
+                self._seen_pepoch = w[_PEPOCH]
+                self._head = self._pending = w[_TAIL]    # discard what came before us
+                w[_HEAD] = self._head
             self.epoch = w[_CEPOCH] + 1
             w[_CEPOCH] = self.epoch
             full_fence()
@@ -340,10 +354,12 @@ class Ring:
         self._w[self._own_wait] = flag
 
     # ---- producer ---------------------------------------------------------------------------------
-    def try_write(self, records: Sequence[bytes | bytearray | memoryview], start: int = 0) -> int:
+    def try_write(self, records: Sequence[bytes | bytearray | memoryview], start: int = 0, wake: bool = True) -> int:
         """Copy records[start:] in as one frame (or as many as fit), publish, wake a sleeper.
 
         Returns the index of the first record not written (len(records) when all went in).
+        wake=False: publish without ringing the consumer (its doorbell is about to ring for
+        another reason anyway; it must not sleep without a timeout on this ring alone).
         """
         n_rec = len(records)
         if start >= n_rec:
@@ -388,8 +404,9 @@ class Ring:
         if tail != self._tail:
             self._tail = tail
             w[_TAIL] = tail                              # publish: one store per batch
-            full_fence()
-            self._ring_peer()
+            if wake:
+                full_fence()
+                self._ring_peer()
         return i
 
     def _writing(self, records: Sequence[bytes | bytearray | memoryview], timeout: float | None) -> Iterator[float | None]:
@@ -423,17 +440,26 @@ class Ring:
     def readable(self) -> bool:
         return self._w[_TAIL] != self._pending
 
-    def read(self) -> list[memoryview]:
+    @property
+    def cursor(self) -> int:
+        """The consumer's read position: everything before it was returned by read()."""
+        return self._pending
+
+    def read(self, upto: int | None = None) -> list[memoryview]:
         """Every record published since the last read, in order.
 
         The views point into the ring: use them, then call release(); after release the
-        producer may overwrite them.
+        producer may overwrite them. upto (a cursor value seen earlier): read only up to there,
+        records of a producer that died meanwhile included (a resumed consumer finishing what
+        its predecessor had started).
         """
         b, w = self._buf, self._w
         tail = w[_TAIL]                                  # tail first, then the epoch (see module doc)
         pe = w[_PEPOCH]
         head = self._pending
-        if pe != self._seen_pepoch:
+        if upto is not None:
+            tail = min(tail, upto)
+        elif pe != self._seen_pepoch:
             self._seen_pepoch = pe
             start = w[_PSTART]
             if head < start:
@@ -490,19 +516,22 @@ class Ring:
             pass  # views from read() are still alive; the mapping goes when they do
 
 
-def _sleeps(rings: Sequence[Ring], timeout: float | None) -> Iterator[float | None]:
+def _sleeps(rings: Sequence[Ring], timeout: float | None,
+            ready: Callable[[], bool] | None = None) -> Iterator[float | None]:
     """The consumer's side of the wake-up protocol: yields how long to sleep until a ring has data.
 
     Flag 'waiting' on every ring, fence, re-check, and only then sleep; the flags are cleared after
     each sleep. A stale ring of the doorbell (from a batch already drained) costs one more turn.
+    `ready` is one more wake-up condition, for peers that ring the doorbell about something else
+    (a published position): it is checked after the fence, like the rings.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not any(r.readable() for r in rings):
+    while not any(r.readable() for r in rings) and not (ready is not None and ready()):
         for r in rings:
             r._set_waiting(1)
         full_fence()
         try:
-            if any(r.readable() for r in rings):
+            if any(r.readable() for r in rings) or (ready is not None and ready()):
                 return
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -513,11 +542,13 @@ def _sleeps(rings: Sequence[Ring], timeout: float | None) -> Iterator[float | No
                 r._set_waiting(0)
 
 
-async def wait_any(rings: Sequence[Ring], bell: Doorbell, timeout: float | None = None) -> bool:
-    """Sleep until any of `rings` (consumer sides sharing `bell`) has data. False on timeout.
+async def wait_any(rings: Sequence[Ring], bell: Doorbell, timeout: float | None = None,
+                   ready: Callable[[], bool] | None = None) -> bool:
+    """Sleep until any of `rings` (consumer sides sharing `bell`) has data, or `ready()` holds.
+    False on timeout.
 
     Call it only after draining and releasing every ring: that is the 'drain before sleep' rule.
     """
-    for left in _sleeps(rings, timeout):
+    for left in _sleeps(rings, timeout, ready):
         await bell.wait(left)
-    return any(r.readable() for r in rings)
+    return any(r.readable() for r in rings) or (ready is not None and ready())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from smartgo.actors.board import FieldSpec
 from smartgo.actors.spec import ActorSpec
+from smartgo.broker.settings import intent_fields, net_names
 from smartgo.config import ConfigError, NodeConfig
 
 
@@ -34,22 +35,64 @@ def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     return [ActorSpec("registry", "smartgo.actors.registry_actor:RegistryActor")]
 
 
-# Positions and flags a broker publishes, with their writers (ARCHITECTURE.md section 2).
+# Positions and flags a broker publishes, with their writers (ARCHITECTURE.md, sections actors and broker).
 BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("commitlog.written", "commit", "CommitLog bytes appended (physical offset of the end)"),
+    FieldSpec("commitlog.store_ts", "commit", "store timestamp of the last appended batch"),
     FieldSpec("commitlog.flushed", "flush", "CommitLog bytes durable on disk"),
     FieldSpec("commitlog.slave_acked", "ha", "CommitLog bytes a slave has acknowledged"),
     FieldSpec("commitlog.dispatched", "dispatch", "CommitLog bytes indexed into ConsumeQueue/IndexFile"),
+    FieldSpec("commitlog.min", "cleanup", "start of the oldest CommitLog file still on disk"),
+    FieldSpec("dispatch.store_ts", "dispatch", "store timestamp of the last dispatched record"),
+    FieldSpec("dispatch.sleeping", "dispatch", "1 while dispatch sleeps until commit rings it"),
+    FieldSpec("flush.sleeping", "flush", "1 while flush sleeps until commit rings it (sync flush)"),
+    FieldSpec("hold.watching", "hold", "1 while pulls are parked (dispatch then sends arrival notices)"),
     FieldSpec("flag.disk_full", "cleanup", "1 while the disk is over the refuse-writes watermark"),
+    FieldSpec("disk.used_permille", "cleanup", "disk usage of the store's file system, per mille"),
     FieldSpec("flag.read_only", "broker", "1 while the broker refuses writes (permission/config)"),
+    FieldSpec("broker.topics_version", "broker", "dataVersion counter of the topic snapshot file"),
 )
 
-_BROKER_PENDING = "the broker actors arrive with the broker data-path issue (#6)"
+
+def _broker_fields(config: NodeConfig) -> Sequence[FieldSpec]:
+    nets = net_names(config)
+    return (*BROKER_FIELDS, *(FieldSpec(name, "commit", doc) for name, doc in intent_fields(nets)),
+            *(FieldSpec(f"{net}.flush_wait", net, "lowest end offset a sync-flush send of this net actor waits "
+                                                  "for; 0 = none") for net in nets))
+
+
+def _master_actors(config: NodeConfig) -> Sequence[ActorSpec]:
+    """The broker data path (docs/ARCHITECTURE.md, section broker). Start order: flush, then
+    dispatch, then commit and hold, then the net actors; stop order is the reverse, so net actors
+    drain before commit stops, commit stops before dispatch's last round, and flush goes last."""
+    nets = net_names(config)
+    pkg = "smartgo.broker"
+    specs = []
+    broker_after: tuple[str, ...] = ()
+    if not config.registry:
+        specs.append(ActorSpec("registry", "smartgo.actors.registry_actor:RegistryActor",
+                               kwargs={"port": config.embedded_registry_port, "subdir": "registry"}))
+        broker_after = ("registry",)
+    specs += [
+        ActorSpec("flush", f"{pkg}.flush_actor:FlushActor", kwargs={"nets": nets}),
+        ActorSpec("dispatch", f"{pkg}.dispatch_actor:DispatchActor", after=("flush",)),
+        ActorSpec("commit", f"{pkg}.commit_actor:CommitActor", kwargs={"nets": nets}, after=("dispatch",)),
+        ActorSpec("hold", f"{pkg}.hold_actor:HoldActor", kwargs={"nets": nets}, after=("dispatch",)),
+        ActorSpec("cleanup", f"{pkg}.cleanup_actor:CleanupActor"),
+        ActorSpec("broker", f"{pkg}.broker_actor:BrokerActor", kwargs={"nets": nets}, after=broker_after),
+    ]
+    specs += [ActorSpec(net, f"{pkg}.net_actor:NetActor", after=("commit", "hold", "broker", "cleanup"))
+              for net in nets]
+    return specs
+
+
+_SLAVE_PENDING = ("a slave replicates its master's CommitLog through the HA actor, which arrives with the "
+                  "replication issue; run --role master")
 
 ROLES: dict[str, Role] = {
     "registry": Role("registry", 9876, _registry_actors),
-    "master": Role("master", 10911, None, lambda config: BROKER_FIELDS, unavailable=_BROKER_PENDING),
-    "slave": Role("slave", 10911, None, lambda config: BROKER_FIELDS, unavailable=_BROKER_PENDING),
+    "master": Role("master", 10911, _master_actors, _broker_fields, recover="smartgo.broker.recovery:recover_broker"),
+    "slave": Role("slave", 10911, None, _broker_fields, unavailable=_SLAVE_PENDING),
 }
 
 

@@ -65,6 +65,11 @@ class RemotingServer(Endpoint):
         self._start_housekeeping()
         log.info("remoting server listening on %s ports %s", self.host, self.ports)
 
+    def stop_listening(self) -> None:
+        """Accept no new connections; the open ones keep being served (a graceful drain)."""
+        for server in self._servers:
+            server.close()
+
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop listening and close every connection (CLOSED events are delivered)."""
         servers, self._servers = self._servers, []

@@ -155,6 +155,19 @@ class CommitLogWriter:
         self._pos = 0
         self._files.forget(old.start)
 
+    def discard_unpublished(self, length: int) -> None:
+        """Zero ``length`` bytes from the written position (within its file) and delete later
+        files: what a writer that crashed mid-append may have left past the position it had
+        published. Nobody reads past that position, but recovery would take such bytes for
+        records, so a restarted writer wipes them before appending again."""
+        end = min(self._pos + length, self.file_size)
+        if end > self._pos:
+            self._file.mm[self._pos:end] = bytes(end - self._pos)
+        for start in self._files.starts():
+            if start > self._file.start:
+                self._files.forget(start)
+                self._files.path_of(start).unlink(missing_ok=True)
+
     def append_replica(self, offset: int, data: bytes | memoryview) -> int:
         """A slave's append of the master's bytes, verbatim, at ``offset`` (which must be the
         written position). Returns the new written position."""

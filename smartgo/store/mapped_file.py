@@ -203,6 +203,11 @@ class MappedFileQueue:
             deleted.append(start)
         return deleted
 
+    def release_all(self) -> None:
+        """Drop every page this process has mapped from RSS (MADV_DONTNEED keeps the page cache)."""
+        for mf in self._files.values():
+            mf.mm.madvise(mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         for start in list(self._files):
             self.forget(start)

@@ -84,6 +84,14 @@ class StoreReader:
             cq.refresh()
         return self.commitlog_min
 
+    def release_pages(self) -> None:
+        """Drop the pages reads have touched from this process's RSS (they stay in the page
+        cache); a long-lived reader calls it every so many bytes served, so catching up on
+        a backlog does not grow it by the backlog's size."""
+        self.commitlog.files.release_all()
+        for cq in self._queues.values():
+            cq.files.release_all()
+
     def queue(self, topic: str, queue_id: int) -> ConsumeQueueReader:
         key = (topic, queue_id)
         cq = self._queues.get(key)

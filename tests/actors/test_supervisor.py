@@ -145,7 +145,7 @@ def test_one_supervisor_per_store_dir(start_node):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--role", "master"], "role 'master' is not yet available"),
+    (["--role", "slave"], "role 'slave' is not yet available"),
     (["--role", "nope"], "unknown role 'nope'"),
     ([], "no role"),
     (["--role", "registry", "--config", "/nonexistent.toml"], "config file /nonexistent.toml not found"),

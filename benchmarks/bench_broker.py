@@ -1,0 +1,435 @@
+"""Broker data-path benchmark: a real node (supervisor.py --role master) and load generator processes.
+
+Scenarios (128-byte bodies, loopback, async flush unless noted):
+  batch      batched send, 32 messages a request, one producer connection        target >= 150,000 msgs/s
+  sync       single sends from 16 concurrent synchronous producers                target >= 20,000 msgs/s, p99 <= 5 ms
+  syncflush  the same with --flush sync                                           target >= 10,000 msgs/s
+  pull       pull a 1,000,000-message backlog, 32 per request                     target >= 200,000 msgs/s
+  wake       long-poll wake latency, send -> consumer receipt, p99                target <= 10 ms
+  scaling    the sync scenario with --net-actors 1, 2 and 4: msgs/s, broker CPU-us per message (psutil)
+  rss        total RSS of all actors with a 5 GB backlog (a consumer reads the oldest 1 GB)   target <= 400 MB
+
+Every figure is the median of --runs runs (each on a fresh node). The machine is shared (2 vCPU):
+the load average is reported with the results. --json: the last line is one JSON object.
+--profile DIR: cProfile the net and commit actors during the batch and sync scenarios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from smartgo.actors.testing import Node  # noqa: E402
+from smartgo.broker.testing import (batch_command, message_properties, pull_command, send_command,  # noqa: E402
+                                    start_broker, uniq_key)
+from smartgo.net.client import RemotingClient  # noqa: E402
+from smartgo.net.codes import ResponseCode  # noqa: E402
+
+BODY = b"b" * 128
+TOPIC = "Bench"
+QUEUES = 8
+TARGETS = {"batch_msgs_s": 150_000, "sync_msgs_s": 20_000, "sync_p99_ms": 5.0, "syncflush_msgs_s": 10_000,
+           "pull_msgs_s": 200_000, "wake_p99_ms": 10.0, "rss_mb": 400}
+NODE = {"topics": f"{TOPIC}:{QUEUES}", "commitlog_file_size": 256 << 20, "consume_queue_file_size": 300_000 * 20,
+        "index_slot_count": 500_000, "index_entry_count": 2_000_000, "heartbeat_interval": 0.2,
+        "log_level": "WARNING"}
+
+
+# ---- load generator processes ------------------------------------------------------------------------------
+
+def _run_worker(kind: str, args: dict, ready, go, out) -> None:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    result = asyncio.run(WORKERS[kind](args, ready, go))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_s"] = usage.ru_utime + usage.ru_stime          # the load generator's own CPU (all of its life)
+    out.put(result)
+
+
+async def _wait(ready, go) -> None:
+    ready.set()
+    while not go.is_set():
+        await asyncio.sleep(0.005)
+
+
+async def batch_worker(a: dict, ready, go) -> dict:
+    """One connection, `depth` batches of 32 in flight."""
+    client = RemotingClient()
+    conn = await client.connection(a["addr"])
+    variants = [batch_command(TOPIC, [(BODY, message_properties(uniq=uniq_key())) for _ in range(a["batch"])],
+                              queue_id=q % QUEUES) for q in range(64)]
+    done = asyncio.get_running_loop().create_future()
+    stats = {"msgs": 0, "errors": 0}
+    end = [0.0]
+    k = [0]
+
+    def send_next() -> None:
+        if time.perf_counter() >= end[0]:
+            if not done.done():
+                done.set_result(None)
+            return
+        k[0] += 1
+        conn.invoke_async(variants[k[0] % 64], 10.0, on_reply)
+
+    def on_reply(r, err) -> None:
+        if err is None and r.code == ResponseCode.SUCCESS:
+            if time.perf_counter() < end[0]:
+                stats["msgs"] += a["batch"]
+        else:
+            stats["errors"] += 1
+        send_next()
+
+    await _wait(ready, go)
+    start = time.perf_counter()
+    end[0] = start + a["seconds"]
+    for _ in range(a["depth"]):
+        send_next()
+    await done
+    stats["seconds"] = time.perf_counter() - start
+    await asyncio.sleep(0.5)
+    await client.close()
+    return stats
+
+
+async def sync_worker(a: dict, ready, go) -> dict:
+    """`producers` synchronous producers, one connection each: send, wait, send."""
+    clients = [RemotingClient() for _ in range(a["producers"])]
+    conns = [await c.connection(a["addr"]) for c in clients]
+    latencies: list[float] = []
+    stats = {"msgs": 0, "errors": 0}
+    cmds = [send_command(TOPIC, BODY, queue_id=q % QUEUES, uniq=uniq_key()) for q in range(64)]
+
+    async def producer(i: int, conn) -> None:
+        n = i
+        while time.perf_counter() < end:
+            n += 1
+            t0 = time.perf_counter()
+            try:
+                r = await conn.invoke(cmds[n % 64], 5.0)
+            except Exception:
+                stats["errors"] += 1
+                continue
+            t1 = time.perf_counter()
+            if r.code == ResponseCode.SUCCESS and t1 < end:
+                stats["msgs"] += 1
+                latencies.append(t1 - t0)
+            elif r.code != ResponseCode.SUCCESS:
+                stats["errors"] += 1
+
+    await _wait(ready, go)
+    start = time.perf_counter()
+    end = start + a["seconds"]
+    await asyncio.gather(*(producer(i, c) for i, c in enumerate(conns)))
+    stats["seconds"] = time.perf_counter() - start
+    latencies.sort()
+    stats["latencies"] = latencies[::max(1, len(latencies) // 20000)]   # a sample, for the percentiles
+    for c in clients:
+        await c.close()
+    return stats
+
+
+async def pull_worker(a: dict, ready, go) -> dict:
+    """Pull queues a["queues"] from offset 0 to a["upto"][queue], `depth` requests in flight per queue."""
+    client = RemotingClient()
+    conn = await client.connection(a["addr"])
+    stats = {"msgs": 0, "errors": 0}
+    await _wait(ready, go)
+    start = time.perf_counter()
+
+    async def drain(q: int) -> None:
+        offset, upto = 0, a["upto"][str(q)]
+        while offset < upto and time.perf_counter() - start < a["seconds"]:
+            r = await conn.invoke(pull_command(TOPIC, q, offset, max_nums=32), 10.0)
+            if r.code != ResponseCode.SUCCESS:
+                stats["errors"] += 1
+                break
+            nxt = int(r.ext_fields["nextBeginOffset"])
+            stats["msgs"] += nxt - offset
+            offset = nxt
+
+    await asyncio.gather(*(drain(q) for q in a["queues"]))
+    stats["seconds"] = time.perf_counter() - start
+    await client.close()
+    return stats
+
+
+async def wake_worker(a: dict, ready, go) -> dict:
+    """Park a pull, send one message, time until the pull's answer arrives; repeat."""
+    client = RemotingClient()
+    producer = RemotingClient()
+    addr = a["addr"]
+    conn = await client.connection(addr)
+    pconn = await producer.connection(addr)
+    await _wait(ready, go)
+    latencies = []
+    offset = a["offset"]
+    for _ in range(a["samples"]):
+        pull = asyncio.ensure_future(conn.invoke(pull_command("Wake", 0, offset, suspend_ms=15000), 20.0))
+        await asyncio.sleep(0.02)                           # parked by now
+        t0 = time.perf_counter()
+        r = await pconn.invoke(send_command("Wake", BODY), 5.0)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        got = await pull
+        latencies.append(time.perf_counter() - t0)
+        assert got.code == ResponseCode.SUCCESS, got.remark
+        offset = int(got.ext_fields["nextBeginOffset"])
+    await client.close()
+    await producer.close()
+    latencies.sort()
+    return {"latencies": latencies, "msgs": len(latencies), "errors": 0, "seconds": 0}
+
+
+WORKERS = {"batch": batch_worker, "sync": sync_worker, "pull": pull_worker, "wake": wake_worker}
+
+
+def run_workers(jobs: list[tuple[str, dict]], node: Node | None = None) -> tuple[list[dict], dict]:
+    """Start the worker processes, release them together; their results and the broker's CPU time."""
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    out = ctx.Queue()
+    procs, readies = [], []
+    for kind, args in jobs:
+        ready = ctx.Event()
+        p = ctx.Process(target=_run_worker, args=(kind, args, ready, go, out), daemon=True)
+        p.start()
+        procs.append(p)
+        readies.append(ready)
+    for r in readies:
+        if not r.wait(60):
+            raise RuntimeError("a load generator did not get ready")
+    before = actor_cpu(node) if node else {}
+    go.set()
+    results = [out.get(timeout=600) for _ in procs]
+    after = actor_cpu(node) if node else {}
+    for p in procs:
+        p.join(10)
+    cpu = {name: after[name] - before.get(name, 0.0) for name in after}
+    return results, cpu
+
+
+# ---- node helpers -------------------------------------------------------------------------------------------
+
+def actor_processes(node: Node) -> dict[str, psutil.Process]:
+    return {a["name"]: psutil.Process(a["pid"]) for a in node.health()["actors"] if a["pid"]}
+
+
+def actor_cpu(node: Node) -> dict[str, float]:
+    """CPU seconds (user + system) per actor so far."""
+    out = {}
+    for name, p in actor_processes(node).items():
+        t = p.cpu_times()
+        out[name] = t.user + t.system
+    return out
+
+
+@contextmanager
+def broker_node(workdir: Path, settings: dict | None = None):
+    base = Path(tempfile.mkdtemp(dir=workdir))
+    node = start_broker(base / "node", {**NODE, **(settings or {})})
+    try:
+        yield node, f"127.0.0.1:{node.port}"
+        node.stop()
+    finally:
+        node.reap()
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
+
+
+def fill(addr: str, messages: int, body: bytes = BODY, batch: int = 32) -> None:
+    """Store `messages` messages spread over the queues (batched sends, several in flight)."""
+    async def main() -> None:
+        client = RemotingClient()
+        conn = await client.connection(addr)
+        per_request = [batch_command(TOPIC, [(body, "")] * batch, queue_id=q) for q in range(QUEUES)]
+        sem = asyncio.Semaphore(16)
+        n_requests = -(-messages // batch)
+
+        async def one(i: int) -> None:
+            async with sem:
+                r = await conn.invoke(per_request[i % QUEUES], 30.0)
+                assert r.code == ResponseCode.SUCCESS, r.remark
+        await asyncio.gather(*(one(i) for i in range(n_requests)))
+        await client.close()
+    asyncio.run(main())
+
+
+def max_offsets(node: Node) -> dict[str, int]:
+    out = {str(q): 0 for q in range(QUEUES)}
+    from smartgo.actors.board import Board
+    board = Board.open(node.store / "run" / "board", writable=False)
+    try:
+        for topic, q, v in board.queues.items():
+            if topic == TOPIC:
+                out[str(q)] = v["max_offset"]
+    finally:
+        board.close()
+    return out
+
+
+def wait_dispatched(node: Node, timeout: float = 300) -> None:
+    from smartgo.testing import wait_until
+    wait_until(lambda: (f := node.health()["fields"])["commitlog.dispatched"] == f["commitlog.written"],
+               timeout=timeout, interval=0.1, message="dispatch to catch up")
+
+
+# ---- scenarios ----------------------------------------------------------------------------------------------
+
+def scenario_batch(workdir: Path, seconds: float, extra: dict) -> dict:
+    with broker_node(workdir, extra) as (node, addr):
+        results, cpu = run_workers([("batch", {"addr": addr, "seconds": seconds, "depth": 8, "batch": 32})], node)
+    r = results[0]
+    return {"msgs_s": r["msgs"] / r["seconds"], "errors": r["errors"], "cpu_us_per_msg": _cpu_per_msg(cpu, r["msgs"]),
+            "loadgen_cpu_s": round(r["cpu_s"], 2), "cpu_s": _rounded(cpu)}
+
+
+def scenario_sync(workdir: Path, seconds: float, extra: dict, producers: int = 16, processes: int = 2) -> dict:
+    with broker_node(workdir, extra) as (node, addr):
+        jobs = [("sync", {"addr": addr, "seconds": seconds, "producers": producers // processes})
+                for _ in range(processes)]
+        results, cpu = run_workers(jobs, node)
+    msgs = sum(r["msgs"] for r in results)
+    lat = sorted(x for r in results for x in r["latencies"])
+    return {"msgs_s": msgs / max(r["seconds"] for r in results), "p50_ms": percentile(lat, 50) * 1000,
+            "p99_ms": percentile(lat, 99) * 1000, "errors": sum(r["errors"] for r in results),
+            "cpu_us_per_msg": _cpu_per_msg(cpu, msgs), "loadgen_cpu_s": round(sum(r["cpu_s"] for r in results), 2),
+            "cpu_s": _rounded(cpu)}
+
+
+def scenario_pull(workdir: Path, backlog: int, extra: dict) -> dict:
+    with broker_node(workdir, extra) as (node, addr):
+        fill(addr, backlog)
+        wait_dispatched(node)
+        upto = max_offsets(node)
+        halves = [list(range(0, QUEUES, 2)), list(range(1, QUEUES, 2))]
+        results, cpu = run_workers([("pull", {"addr": addr, "seconds": 120, "queues": h, "upto": upto})
+                                    for h in halves], node)
+    msgs = sum(r["msgs"] for r in results)
+    return {"msgs_s": msgs / max(r["seconds"] for r in results), "msgs": msgs, "errors": sum(r["errors"] for r in results),
+            "cpu_us_per_msg": _cpu_per_msg(cpu, msgs)}
+
+
+def scenario_wake(workdir: Path, samples: int, extra: dict) -> dict:
+    with broker_node(workdir, {**extra, "topics": f"{TOPIC}:{QUEUES};Wake:1"}) as (node, addr):
+        results, _ = run_workers([("wake", {"addr": addr, "samples": samples, "offset": 0})], node)
+    lat = results[0]["latencies"]
+    return {"p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
+            "max_ms": lat[-1] * 1000, "samples": len(lat)}
+
+
+def scenario_rss(workdir: Path, backlog_bytes: int, read_bytes: int, extra: dict) -> dict:
+    body = b"r" * (16 * 1024)
+    with broker_node(workdir, {**extra, "commitlog_file_size": 1 << 30}) as (node, addr):
+        fill(addr, backlog_bytes // len(body), body=body, batch=8)
+        wait_dispatched(node)
+        upto = {q: min(v, read_bytes // len(body) // QUEUES) for q, v in max_offsets(node).items()}
+        run_workers([("pull", {"addr": addr, "seconds": 300, "queues": list(range(QUEUES)), "upto": upto})], node)
+        per_actor = {name: p.memory_info().rss for name, p in actor_processes(node).items()}
+        written = node.health()["fields"]["commitlog.written"]
+    return {"rss_mb": sum(per_actor.values()) / 2**20, "backlog_gb": written / 2**30,
+            "per_actor_mb": {k: round(v / 2**20, 1) for k, v in per_actor.items()}}
+
+
+def _cpu_per_msg(cpu: dict[str, float], msgs: int) -> float:
+    return sum(cpu.values()) / max(msgs, 1) * 1e6
+
+
+def _rounded(cpu: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 2) for k, v in cpu.items()}
+
+
+def median_of(runs: list[dict]) -> dict:
+    """Per numeric key, the median over the runs (other keys from the last run)."""
+    out = dict(runs[-1])
+    for key, value in runs[-1].items():
+        if isinstance(value, (int, float)):
+            out[key] = round(statistics.median(r[key] for r in runs), 3)
+    out["runs"] = len(runs)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a few-second smoke run with small sizes")
+    ap.add_argument("--json", action="store_true", help="last line: one JSON object with every figure")
+    ap.add_argument("--runs", type=int, default=3, help="runs per scenario (median reported)")
+    ap.add_argument("--only", default="", help="comma-separated scenarios (batch,sync,syncflush,pull,wake,scaling,rss)")
+    ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per throughput run")
+    ap.add_argument("--net-actors", type=int, default=0, help="net actors for the non-scaling scenarios "
+                                                               "(0: the node default)")
+    ap.add_argument("--profile", metavar="DIR", help="write cProfile stats of the net and commit actors to DIR")
+    args = ap.parse_args()
+    quick = args.quick
+    runs = 1 if quick else args.runs
+    seconds = 1.5 if quick else args.seconds
+    only = set(filter(None, args.only.split(","))) or {"batch", "sync", "syncflush", "pull", "wake", "scaling", "rss"}
+    if quick:
+        only -= {"rss", "syncflush", "scaling"}
+    extra: dict = {"net_actors": args.net_actors} if args.net_actors else {}
+    if args.profile:
+        os.environ["SMARTGO_PROFILE_DIR"] = str(Path(args.profile).resolve())
+    results: dict = {"quick": quick, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    with tempfile.TemporaryDirectory(prefix="bench_broker_") as tmp:
+        work = Path(tmp)
+
+        def repeat(name: str, fn) -> None:
+            results[name] = median_of([fn() for _ in range(runs)])
+            print(f"{name}: {results[name]}", file=sys.stderr)
+
+        if "batch" in only:
+            repeat("batch", lambda: scenario_batch(work, seconds, extra))
+        if "sync" in only:
+            repeat("sync", lambda: scenario_sync(work, seconds, extra))
+        if "syncflush" in only:
+            repeat("syncflush", lambda: scenario_sync(work, seconds, {**extra, "flush": "sync"}))
+        if "pull" in only:
+            repeat("pull", lambda: scenario_pull(work, 20_000 if quick else 1_000_000, extra))
+        if "wake" in only:
+            repeat("wake", lambda: scenario_wake(work, 30 if quick else 300, extra))
+        if "scaling" in only:
+            for n in ((1, 2) if quick else (1, 2, 4)):
+                repeat(f"scaling_net{n}", lambda n=n: scenario_sync(work, seconds, {"net_actors": n}))
+        if "rss" in only:
+            repeat("rss", lambda: scenario_rss(work, 5 << 30, 1 << 30, extra))
+    results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    results["targets"] = TARGETS
+    results["pass"] = {k: _passes(results, k) for k in TARGETS if _figure(results, k) is not None}
+    if args.json:
+        print(json.dumps(results))
+    else:
+        print(json.dumps(results, indent=1))
+
+
+def _figure(results: dict, key: str) -> float | None:
+    scenario, _, metric = key.partition("_")
+    return results.get(scenario, {}).get(metric)
+
+
+def _passes(results: dict, key: str) -> bool:
+    value = _figure(results, key)
+    return value <= TARGETS[key] if key.endswith(("_ms", "_mb")) else value >= TARGETS[key]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The cleanup actor: file retention and disk watermarks (RocketMQ's CleanCommitLogService).
+
+Every cleanup_interval (10 s) it measures the store's disk usage and decides (CleanupPolicy,
+a pure function of the settings, the clock and the usage, so tests inject both):
+
+- usage >= disk_full_ratio (90 %): raise flag.disk_full (sends are refused, pulls go on) and
+  delete the oldest CommitLog files whatever their age; the flag drops again once usage is at
+  or below disk_force_clean_ratio (85 %), as RocketMQ's runningFlags do;
+- usage > disk_force_clean_ratio: delete the oldest files whatever their age;
+- usage > disk_max_used_ratio (75 %), or the hour is one of delete_when ("04"): delete files
+  older than file_reserved_hours (72 h);
+
+at most cleanup_max_files (10) files a pass, never the newest file. Then ConsumeQueue and index
+files that only point below the new CommitLog minimum go too, and commitlog.min is published
+(net actors then refresh their readers).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from smartgo.actors.actor import Actor, ActorContext
+from smartgo.broker.settings import store_config
+from smartgo.config import NodeConfig
+from smartgo.store import StoreConfig
+from smartgo.store.cleanup import (delete_commitlog_before, delete_consume_queue_before, delete_index_before,
+                                   expired_commitlog_files)
+from smartgo.store.mapped_file import segment_starts
+
+
+def statvfs_usage(path: str) -> float:
+    """Used fraction of the file system holding path (what a non-root writer can use)."""
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    avail = st.f_bavail * st.f_frsize
+    return 0.0 if total == 0 else 1.0 - avail / total
+
+
+def file_usage(path: str) -> Callable[[str], float]:
+    """Testing: the usage is whatever number the file holds (0 when it is missing or garbled)."""
+    def read(_store: str) -> float:
+        try:
+            with open(path) as f:
+                return float(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
+    return read
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    usage: float
+    disk_full: bool
+    delete: bool          # delete something this pass
+    force: bool           # regardless of age
+
+
+class CleanupPolicy:
+    def __init__(self, config: NodeConfig, clock: Callable[[], int], usage: Callable[[str], float]) -> None:
+        self.full = config.disk_full_ratio / 100
+        self.force_clean = config.disk_force_clean_ratio / 100
+        self.max_used = config.disk_max_used_ratio / 100
+        self.hours = {int(h) for h in config.delete_when.replace(",", ";").split(";") if h.strip().isdigit()}
+        self.clock = clock
+        self.usage = usage
+        self.disk_full = False
+
+    def decide(self, store_path: str) -> Decision:
+        used = self.usage(store_path)
+        if used >= self.full:
+            self.disk_full = True
+        elif used <= self.force_clean:
+            self.disk_full = False
+        force = used > self.force_clean
+        hour = time.localtime(self.clock() / 1000).tm_hour
+        return Decision(used, self.disk_full, force or used > self.max_used or hour in self.hours, force)
+
+
+def clean(store: StoreConfig, decision: Decision, now_ms: int, max_files: int) -> int:
+    """One pass of deletions; returns the CommitLog minimum afterwards."""
+    if decision.delete:
+        starts = expired_commitlog_files(store, now_ms, force=decision.force, max_files=max_files)
+        if starts:
+            delete_commitlog_before(store, starts[-1] + store.commitlog_file_size)
+    left = segment_starts(store.commitlog_dir)
+    minimum = left[0] if left else 0
+    if decision.delete and minimum:
+        delete_consume_queue_before(store, minimum)
+        delete_index_before(store, minimum)
+    return minimum
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CleanupActor(Actor):
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        cfg = ctx.config
+        usage = file_usage(cfg.disk_usage_file) if cfg.disk_usage_file else statvfs_usage
+        self.policy = CleanupPolicy(cfg, _now_ms, usage)
+        self.every(cfg.cleanup_interval, self.run_pass)
+
+    async def start(self) -> None:
+        self.store = store_config(self.config)
+        b = self.board
+        self.disk_full = b.scalar("flag.disk_full", writer=self.name)
+        self.usage = b.scalar("disk.used_permille", writer=self.name)
+        self.minimum = b.scalar("commitlog.min", writer=self.name)
+        self.minimum.set(clean(self.store, Decision(0.0, False, False, False), 0, 0))
+
+    def run_pass(self) -> None:
+        d = self.policy.decide(str(self.store.store_path))
+        self.usage.set(int(d.usage * 1000))
+        if bool(self.disk_full.get()) != d.disk_full:
+            if d.disk_full:
+                self.log.error("disk %.1f%% full (>= %d%%): refusing sends until it drops to %d%%", d.usage * 100,
+                               self.config.disk_full_ratio, self.config.disk_force_clean_ratio)
+            else:
+                self.log.warning("disk %.1f%% full: accepting sends again", d.usage * 100)
+            self.disk_full.set(int(d.disk_full))
+        before = self.minimum.get()
+        minimum = clean(self.store, d, self.policy.clock(), self.config.cleanup_max_files)
+        if minimum != before:
+            self.log.info("CommitLog minimum moved from %d to %d", before, minimum)
+            self.minimum.set(minimum)

@@ -1,0 +1,55 @@
+"""The broker role's recovery hook: runs in its own process before any broker actor starts.
+
+store lock check -> smartgo.store.recover() (normal or abnormal, by the abort file) -> abort
+file created -> the recovered positions written to <run-dir>/recovered.msgpack, where the
+actors' first incarnations of this node life read them (later incarnations follow the board,
+which only grows from there).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+
+from smartgo.broker.settings import store_config
+from smartgo.config import NodeConfig
+from smartgo.store import StoreLock, mark_running, recover
+
+log = logging.getLogger("smartgo.broker.recovery")
+
+RECOVERED_FILE = "recovered.msgpack"
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    written: int               # end of the valid CommitLog (= dispatched, as recovery leaves it)
+    commitlog_min: int
+    last_store_timestamp: int
+    abnormal: bool
+
+
+def recover_broker(config: NodeConfig) -> None:
+    """The role's `recover` hook (see smartgo.actors.roles)."""
+    cfg = store_config(config)
+    with StoreLock(cfg.store_path):        # another broker (with another run dir) on this store: refuse
+        state = recover(cfg)
+        mark_running(cfg.store_path)
+    save(config.run_path, Recovered(state.written, state.commitlog_min, state.last_store_timestamp, state.abnormal))
+    log.info("broker store ready: written=%d commitlog_min=%d (%s start)", state.written, state.commitlog_min,
+             "abnormal" if state.abnormal else "normal")
+
+
+def save(run_path: Path, rec: Recovered) -> None:
+    path = run_path / RECOVERED_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(msgpack.packb([rec.written, rec.commitlog_min, rec.last_store_timestamp, rec.abnormal]))
+    os.replace(tmp, path)
+
+
+def load(run_path: Path) -> Recovered:
+    """What the recovery hook of this node life found (it always runs before the actors)."""
+    return Recovered(*msgpack.unpackb((run_path / RECOVERED_FILE).read_bytes()))

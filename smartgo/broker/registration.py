@@ -1,0 +1,80 @@
+"""Registration with the registries (RocketMQ's BrokerOuterAPI.registerBrokerAll / unregisterBrokerAll).
+
+REGISTER_BROKER (103) goes to every registry at once, each on its own connection: at start, on
+every topic change and every register_interval (30 s). The body is RegisterBrokerBody JSON
+(reference C) with the whole topic table; bodyCrc32 is UtilAll.crc32 of it. UNREGISTER_BROKER
+(104) at a clean stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from dataclasses import dataclass
+
+from smartgo.broker.topics import TopicSnapshot
+from smartgo.net import fastjson
+from smartgo.net.client import RemotingClient
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.errors import RemotingError
+
+log = logging.getLogger("smartgo.broker.registration")
+
+TIMEOUT = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIdentity:
+    cluster: str
+    name: str
+    addr: str              # broker_ip:listen_port
+    ha_addr: str
+    broker_id: int = 0
+
+
+def register_body(snapshot: TopicSnapshot) -> bytes:
+    return fastjson.dumps({"filterServerList": [], "topicConfigSerializeWrapper": snapshot.wrapper_json()})
+
+
+class Registrar:
+    def __init__(self, identity: BrokerIdentity, registries: list[str]) -> None:
+        self.identity = identity
+        self.registries = registries
+        self.client = RemotingClient()
+        self.registered: set[str] = set()      # registries that accepted the latest registration
+
+    def _header(self) -> dict[str, str]:
+        i = self.identity
+        return {"brokerName": i.name, "brokerAddr": i.addr, "clusterName": i.cluster, "brokerId": str(i.broker_id)}
+
+    async def register(self, snapshot: TopicSnapshot) -> int:
+        """Register with every registry at once; returns how many accepted."""
+        body = register_body(snapshot)
+        ext = {**self._header(), "haServerAddr": self.identity.ha_addr, "compressed": "false",
+               "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+        results = await asyncio.gather(*(self._call(addr, RemotingCommand(RequestCode.REGISTER_BROKER,
+                                                                            ext_fields=dict(ext), body=body))
+                                         for addr in self.registries))
+        self.registered = {addr for addr, ok in zip(self.registries, results) if ok}
+        return len(self.registered)
+
+    async def unregister(self) -> None:
+        await asyncio.gather(*(self._call(addr, RemotingCommand(RequestCode.UNREGISTER_BROKER,
+                                                                  ext_fields=self._header()))
+                               for addr in self.registries))
+
+    async def _call(self, addr: str, cmd: RemotingCommand) -> bool:
+        try:
+            response = await self.client.invoke(addr, cmd, TIMEOUT)
+        except RemotingError as exc:
+            log.warning("registry %s: code %d failed: %s", addr, cmd.code, exc)
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            log.warning("registry %s refused code %d: %s %s", addr, cmd.code, response.code, response.remark)
+            return False
+        return True
+
+    async def close(self) -> None:
+        await self.client.close()

@@ -1,0 +1,457 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) in a net actor.
+
+The processor checks the request (AbstractSendMessageProcessor.msgCheck: topic name, permission,
+topic existence or auto-creation through TBW102, queue id), encodes the store record(s) here -
+body CRC, born host = the client's socket address, store host = broker_ip:listen_port - and
+queues the block for the commit actor. It returns no response: the reply goes out when the
+completion comes back (deferred, no task per send). Every send that arrives in one loop
+iteration leaves in one ring batch (one doorbell at most).
+
+Replies (SendMessageResponseHeader): msgId = offsetMsgId (comma-joined for a batch), queueId,
+queueOffset (the first for a batch), MSG_REGION, TRACE_ON. Under sync flush a stored message is
+answered once commitlog.flushed passes its end, or FLUSH_DISK_TIMEOUT after sync_flush_timeout.
+While the commit actor restarts sends wait in the ring; only sends that cannot be queued (ring
+full beyond BUSY_AFTER, commit down longer than COMMIT_DOWN_BUSY) get SYSTEM_BUSY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import random
+import struct
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from smartgo.broker.channel import ChannelError
+from smartgo.broker.rings import SEND, STATUS_DISK_FULL, STATUS_OK, Batcher, iter_completions, send_prefix
+from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import Connection, eager
+from smartgo.store.record import (HEADER, INT16, MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC, TRANSACTION_MASK,
+                                  TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, pack_host, topic_field)
+from smartgo.store.errors import MessageIllegalError
+
+if TYPE_CHECKING:
+    from smartgo.broker.net_actor import NetActor
+
+log = logging.getLogger("smartgo.broker.send_processor")
+
+BUSY_AFTER = 2.0            # s a send may wait for room in the ring before SYSTEM_BUSY
+OVERFLOW_POLL = 0.005       # s between attempts to feed a full ring
+COMMIT_DOWN_BUSY = 3.0      # s the commit actor may be down before new sends get SYSTEM_BUSY
+STALE_IN_RING = 30.0        # s without a completion: answered SYSTEM_BUSY (a lost batch; never seen in tests)
+REGION = "DefaultRegion"
+BUSY_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
+_V1 = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+       "flag", "properties", "reconsumeTimes")
+_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+_NOT_QUEUED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+_V6_FLAGS = 0x30
+_BATCH_ITEM = struct.Struct(">iiiii")      # batch item: TOTALSIZE, MAGIC (0), BODYCRC (0), FLAG, BODYLEN
+_WAIT_PREFIX = "WAIT\x01"
+
+
+@dataclass(slots=True)
+class SendHeader:
+    group: str
+    topic: str
+    default_topic: str
+    default_queues: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+
+
+def parse_header(request: RemotingCommand) -> SendHeader:
+    """SendMessageRequestHeader (V1 names for code 10, V2 one-letter names for 310 and 320);
+    a missing required field is HeaderFieldError "the custom field <name> is null"."""
+    names = _V1 if request.code == RequestCode.SEND_MESSAGE else _V2
+    ext = request.ext_fields
+    try:
+        return SendHeader(ext[names[0]], ext[names[1]], ext[names[2]], int(ext[names[3]]), int(ext[names[4]]),
+                          int(ext[names[5]]), int(ext[names[6]]), int(ext[names[7]]), ext.get(names[8]) or "",
+                          int(ext.get(names[9]) or 0))
+    except (KeyError, ValueError, TypeError):
+        r = request   # the slow path only to raise the right error, in field order
+        return SendHeader(r.ext_str(names[0]), r.ext_str(names[1]), r.ext_str(names[2]), r.ext_int(names[3]),
+                          r.ext_int(names[4]), r.ext_int(names[5]), r.ext_int(names[6]), r.ext_int(names[7]),
+                          r.ext_str(names[8], ""), r.ext_int(names[9], 0))
+
+
+def stored_properties(props: str, cluster_suffix: str) -> tuple[bytes, bool]:
+    """The properties string as stored (WAIT dropped, CLUSTER added, as 4.9's
+    SendMessageProcessor does) and whether the producer waits for the store (WAIT != false)."""
+    wait = True
+    if _WAIT_PREFIX in props:
+        kept = []
+        for seg in props.split("\x02"):
+            if seg.startswith(_WAIT_PREFIX):
+                wait = seg[len(_WAIT_PREFIX):] != "false"
+            elif seg:
+                kept.append(seg)
+        props = "\x02".join(kept)
+    elif props.endswith("\x02"):
+        props = props.rstrip("\x02")
+    return ((props + "\x02" + cluster_suffix) if props else cluster_suffix).encode(), wait
+
+
+@dataclass(slots=True)
+class PendingSend:
+    conn: Connection
+    request: RemotingCommand
+    queue_id: int
+    sizes: list[int]                # record sizes (batch msgIds)
+    wait_flush: bool
+    born: float = field(default_factory=time.monotonic)
+    phys: int = 0                   # once stored (kept while waiting for the flush)
+    queue_offset: int = 0
+    end: int = 0
+    done: bool = False
+
+
+class SendProcessor:
+    def __init__(self, net: NetActor) -> None:
+        cfg = net.config
+        self.net = net
+        self.view = net.view
+        self.ring = net.send_ring
+        self.link = net.link
+        self.store_host = pack_host(cfg.broker_ip, cfg.listen_port)
+        self.host_hex = self.store_host.hex().upper()
+        self.cluster = f"CLUSTER\x01{cfg.cluster_name}"
+        self.cluster_bytes = self.cluster.encode()
+        self.max_body = cfg.max_message_size
+        self.auto_create = cfg.auto_create_topic == "true"
+        self.sync_flush = cfg.flush == "sync"
+        self.flush_timeout = cfg.sync_flush_timeout
+        self.broker_name = cfg.broker_name
+        self.pending: dict[int, PendingSend] = {}
+        self._ids = itertools.count(1)
+        self._id_base = net.ctx.incarnation << 40          # ids of a restarted net actor never repeat
+        self._out = Batcher(net.send_ring, self._hand_over)
+        self._overflow: deque[tuple[int, bytes, float]] = deque()
+        self._overflow_task: asyncio.Task | None = None
+        self._born_hosts: dict[str, bytes] = {}
+        self.commit_down_since = 0.0
+        # sync flush: heap of (end offset, seq, pending) and the same entries in arrival order
+        self._waiting: list[tuple[int, int, PendingSend]] = []
+        self._waiting_fifo: deque[PendingSend] = deque()
+        self._seq = itertools.count()
+        self.flush_wait = net.board.scalar(f"{net.name}.flush_wait", writer=net.name)
+        self._in_ring = 0               # sync flush: sends handed to commit and not completed yet
+
+    # ---- the processor --------------------------------------------------------------------------------
+    @eager
+    async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        h = parse_header(request)
+        view = self.view
+        if view.read_only.get():
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the broker[{self.broker_name}] sending message is forbidden")
+        if h.topic in NOT_ALLOWED_SEND:
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"Sending message to topic[{h.topic}] is forbidden.")
+        cfg = view.topic(h.topic)
+        if cfg is None:
+            cfg = await self._missing_topic(request, h)
+            if isinstance(cfg, RemotingCommand):
+                return cfg
+        if not cfg.writable:
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the topic[{h.topic}] sending message is forbidden")
+        queue_id = h.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(max(cfg.write_queues, 1))
+        elif queue_id >= cfg.queue_limit:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, "
+                                         f"{cfg} Producer: {conn.remote_address}")
+        if view.disk_full.get():
+            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                         "service not available now: the broker's disk is full; sends are refused "
+                                         "until cleanup frees space (pulls go on)")
+        if self.commit_down_since and time.monotonic() - self.commit_down_since > COMMIT_DOWN_BUSY \
+                and not self.watch_commit():
+            return request.make_response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK + " (commit actor restarting)")
+        try:
+            if request.code == RequestCode.SEND_BATCH_MESSAGE:
+                block, sizes, wait = self._encode_batch(conn, request, h, queue_id)
+            else:
+                block, sizes, wait = self._encode_one(conn, request, h, queue_id)
+        except MessageIllegalError as exc:
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, exc.reason)
+        queued = h.sys_flag & TRANSACTION_MASK not in _NOT_QUEUED
+        req_id = self._id_base | next(self._ids)
+        self.pending[req_id] = PendingSend(conn, request, queue_id, sizes,
+                                           self.sync_flush and wait and not request.is_oneway)
+        self._out.put(send_prefix(req_id, len(sizes), queue_id if queued else -1, h.topic.encode()) + block)
+        return None
+
+    async def _missing_topic(self, request: RemotingCommand, h: SendHeader) -> TopicConfig | RemotingCommand:
+        """An unknown topic: refuse a bad name, else create it from its default topic (TBW102)."""
+        try:
+            topic_field(h.topic)
+        except MessageIllegalError:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The specified topic[{h.topic[:200]}] contains "
+                                         "illegal characters or is longer than 127, allowing only ^[%|a-zA-Z0-9_-]+$")
+        missing = request.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                        f"topic[{h.topic}] not exist, apply first please!")
+        if not self.auto_create or self.view.topic(h.default_topic) is None:
+            return missing
+        try:
+            raw = await self.link.call("create_topic", topic=h.topic, default_topic=h.default_topic,
+                                       queues=h.default_queues)
+        except ChannelError as exc:
+            log.warning("auto-creating topic %s failed: %s", h.topic, exc)
+            return request.make_response(ResponseCode.SYSTEM_BUSY, f"{BUSY_REMARK} (topic creation: {exc})")
+        if raw is None:
+            return missing
+        cfg = TopicConfig.from_json(raw)
+        self.view.add_topic(cfg)
+        return cfg
+
+    # ---- encoding ------------------------------------------------------------------------------------------
+    def _born_host(self, conn: Connection) -> bytes:
+        addr = conn.remote_address
+        packed = self._born_hosts.get(addr)
+        if packed is None:
+            host, _, port = addr.rpartition(":")
+            try:
+                packed = pack_host(host, int(port))
+            except (ValueError, MessageIllegalError):
+                packed = bytes(8)                 # not IPv4 (a unix socket, IPv6): stored as 0.0.0.0:0
+            if len(self._born_hosts) > 10_000:
+                self._born_hosts.clear()
+            self._born_hosts[addr] = packed
+        return packed
+
+    def _encode_one(self, conn: Connection, request: RemotingCommand, h: SendHeader,
+                    queue_id: int) -> tuple[bytes, list[int], bool]:
+        body = request.body
+        if body is None:
+            body = b""
+        elif not isinstance(body, bytes):
+            body = request.body_bytes()
+        props, wait = stored_properties(h.properties, self.cluster)
+        tfield = topic_field(h.topic)
+        self._check_sizes(len(body), len(props))
+        total = HEADER.size + len(body) + len(tfield) + 2 + len(props)
+        header = HEADER.pack(total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, h.flag, 0, 0,
+                             h.sys_flag & ~_V6_FLAGS, h.born_timestamp, self._born_host(conn), 0, self.store_host,
+                             h.reconsume_times, 0, len(body))
+        return b"".join((header, body, tfield, INT16.pack(len(props)), props)), [total], wait
+
+    def _encode_batch(self, conn: Connection, request: RemotingCommand, h: SendHeader,
+                      queue_id: int) -> tuple[bytes, list[int], bool]:
+        """MessageExtBatchEncoder: each item {TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN, body,
+        PROPLEN, props} becomes a record with the batch header's queue, sys flag, born time and
+        hosts, and its own properties plus CLUSTER."""
+        data = request.body
+        if not data:
+            raise MessageIllegalError("the batch body is empty")
+        mv = memoryview(data if isinstance(data, (bytes, bytearray)) else request.body_bytes())
+        tfield = topic_field(h.topic)
+        wait = "WAIT\x01false" not in h.properties
+        born_host = self._born_host(conn)
+        store_host = self.store_host
+        sys_flag = h.sys_flag & ~_V6_FLAGS
+        born_ts, reconsume = h.born_timestamp, h.reconsume_times
+        cluster = b"\x02" + self.cluster_bytes
+        bare_tail = tfield + INT16.pack(len(cluster) - 1) + cluster[1:]     # an item without properties
+        pack, unpack, unpack16, crc32 = HEADER.pack, _BATCH_ITEM.unpack_from, INT16.unpack_from, zlib.crc32
+        fixed = HEADER.size + len(tfield) + 2
+        max_body = self.max_body
+        parts: list = []
+        sizes: list[int] = []
+        pos, end = 0, len(mv)
+        while pos < end:
+            if end - pos < 22:
+                raise MessageIllegalError(f"malformed batch body: a truncated item at byte {pos}")
+            item_total, _, _, item_flag, body_len = unpack(mv, pos)
+            if body_len < 0 or item_total < 22 + body_len or pos + item_total > end:
+                raise MessageIllegalError(f"malformed batch body: item sizes (total {item_total}, body {body_len}) "
+                                          f"at byte {pos}")
+            if body_len > max_body:
+                self._check_sizes(body_len, 0)
+            p = pos + 20 + body_len
+            plen = unpack16(mv, p)[0]
+            if plen < 0 or 22 + body_len + plen != item_total:
+                raise MessageIllegalError(f"malformed batch body: properties length {plen} at byte {pos}")
+            if plen:
+                props = bytes(mv[p + 2:p + 2 + plen]).rstrip(b"\x02") + cluster
+                if len(props) > MAX_PROPERTIES_LENGTH:
+                    self._check_sizes(0, len(props))
+                tail = tfield + INT16.pack(len(props)) + props
+            else:
+                tail = bare_tail
+            total = fixed - 2 - len(tfield) + body_len + len(tail)
+            body = mv[pos + 20:p]
+            parts += (pack(total, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, queue_id, item_flag, 0, 0, sys_flag,
+                           born_ts, born_host, 0, store_host, reconsume, 0, body_len), body, tail)
+            sizes.append(total)
+            pos += item_total
+        return b"".join(parts), sizes, wait
+
+    def _check_sizes(self, body_len: int, props_len: int) -> None:
+        if body_len > self.max_body:
+            raise MessageIllegalError(f"the message body is {body_len} bytes, over the {self.max_body}-byte limit "
+                                      "(maxMessageSize)")
+        if props_len > MAX_PROPERTIES_LENGTH:
+            raise MessageIllegalError(f"the message properties are {props_len} bytes, over the "
+                                      f"{MAX_PROPERTIES_LENGTH}-byte limit")
+
+    # ---- to the commit actor ---------------------------------------------------------------------------------
+    def _hand_over(self, out: list[bytes]) -> None:
+        """Everything queued during one loop iteration: one ring batch, one doorbell at most."""
+        done = 0 if self._overflow else self.ring.try_write(out)
+        self._handed_over(done)
+        if done < len(out):
+            now = time.monotonic()
+            self._overflow.extend((SEND.unpack_from(rec)[0], rec, now) for rec in out[done:])
+            if self._overflow_task is None or self._overflow_task.done():
+                self._overflow_task = asyncio.get_running_loop().create_task(self._drain_overflow())
+
+    async def _drain_overflow(self) -> None:
+        """The ring is full (commit busy or restarting): feed it as room appears, and refuse
+        what waited too long. The only task that touches the overflow queue while it is not empty."""
+        overflow = self._overflow
+        while overflow:
+            written = self.ring.try_write([rec for _, rec, _ in overflow])
+            for _ in range(written):
+                overflow.popleft()
+            self._handed_over(written)
+            self._expire_overflow()
+            if overflow:
+                await asyncio.sleep(OVERFLOW_POLL)
+
+    def watch_commit(self) -> bool:
+        """Is the commit actor up? (Notes since when it is not.)"""
+        if self.net.board.actor_running("commit"):
+            self.commit_down_since = 0.0
+            return True
+        if not self.commit_down_since:
+            self.commit_down_since = time.monotonic()
+        return False
+
+    def _handed_over(self, count: int) -> None:
+        """Sync flush: the commit actor leaves landed completions to the flush actor's doorbell,
+        so while sends are in the ring `<me>.flush_wait` asks for a ring after every flush round."""
+        if self.sync_flush and count:
+            self._in_ring += count
+            self._publish_flush_wait()
+
+    def _publish_flush_wait(self) -> None:
+        want = 1 if self._in_ring else (self._waiting[0][0] if self._waiting else 0)
+        if self.flush_wait.get() != want:
+            self.flush_wait.set(want)
+
+    def _expire_overflow(self) -> None:
+        now = time.monotonic()
+        commit_down = self.commit_down_since and now - self.commit_down_since > COMMIT_DOWN_BUSY
+        overflow = self._overflow
+        while overflow and (commit_down or now - overflow[0][2] > BUSY_AFTER):
+            req_id = overflow.popleft()[0]
+            p = self.pending.pop(req_id, None)
+            if p is not None:
+                self._reply(p, p.request.make_response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK))
+
+    # ---- completions -----------------------------------------------------------------------------------------
+    def on_completions(self, records: list[memoryview]) -> None:
+        pending = self.pending
+        flushed = self.view.flushed.get()
+        sync = self.sync_flush
+        for mv in records:
+            for req_id, status, _count, phys, queue_offset, end in iter_completions(mv):
+                p = pending.pop(req_id, None)
+                if p is None:
+                    continue                      # answered already (a restarted commit repeats a batch)
+                if sync and self._in_ring:
+                    self._in_ring -= 1
+                if status == STATUS_OK:
+                    if p.wait_flush and end > flushed:
+                        self._wait_flush(p, phys, queue_offset, end)
+                    else:
+                        self._reply(p, self._stored(p, phys, queue_offset, ResponseCode.SUCCESS))
+                elif status == STATUS_DISK_FULL:
+                    self._reply(p, p.request.make_response(
+                        ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the broker's disk is full"))
+                else:
+                    self._reply(p, p.request.make_response(
+                        ResponseCode.MESSAGE_ILLEGAL, "the message cannot be stored: it does not fit a CommitLog "
+                        f"file ({self.net.config.commitlog_file_size} bytes) or is malformed"))
+        if sync:
+            self._publish_flush_wait()
+
+    def _stored(self, p: PendingSend, phys: int, queue_offset: int, code: int) -> RemotingCommand:
+        host = self.host_hex                     # offsetMsgId: store host hex + 16 hex digits of the offset
+        if len(p.sizes) == 1:
+            msg_id = f"{host}{phys:016X}"
+        else:
+            ids = []
+            for size in p.sizes:
+                ids.append(f"{host}{phys:016X}")
+                phys += size
+            msg_id = ",".join(ids)
+        return p.request.make_response(code, None, {
+            "msgId": msg_id, "queueId": str(p.queue_id), "queueOffset": str(queue_offset),
+            "MSG_REGION": REGION, "TRACE_ON": "true"})
+
+    @staticmethod
+    def _reply(p: PendingSend, response: RemotingCommand) -> None:
+        p.done = True
+        if not p.request.is_oneway:
+            p.conn.send(response)
+
+    # ---- sync flush --------------------------------------------------------------------------------------------
+    def _wait_flush(self, p: PendingSend, phys: int, queue_offset: int, end: int) -> None:
+        p.phys, p.queue_offset, p.end = phys, queue_offset, end
+        heapq.heappush(self._waiting, (end, next(self._seq), p))
+        self._waiting_fifo.append(p)
+
+    def flush_ready(self) -> bool:
+        return bool(self._waiting) and self._waiting[0][0] <= self.view.flushed.get()
+
+    def release_flushed(self) -> None:
+        flushed = self.view.flushed.get()
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= flushed:
+            p = heapq.heappop(waiting)[2]
+            if not p.done:
+                self._answer_flushed(p, ResponseCode.SUCCESS)
+        self._publish_flush_wait()
+
+    def _answer_flushed(self, p: PendingSend, code: int) -> None:
+        self._reply(p, self._stored(p, p.phys, p.queue_offset, code))
+
+    def housekeep(self, now: float) -> None:
+        """Every 100 ms: FLUSH_DISK_TIMEOUT for sends waiting longer than sync_flush_timeout, and a
+        last resort for lost batches."""
+        fifo = self._waiting_fifo
+        while fifo and (fifo[0].done or now - fifo[0].born > self.flush_timeout):
+            p = fifo.popleft()
+            if not p.done:
+                self._answer_flushed(p, ResponseCode.FLUSH_DISK_TIMEOUT)
+        if self._waiting and not fifo:
+            self._waiting.clear()
+            self._publish_flush_wait()
+        stale = [rid for rid, p in self.pending.items() if now - p.born > STALE_IN_RING]
+        for rid in stale:
+            p = self.pending.pop(rid)
+            log.error("send %x got no completion in %.0fs: answering SYSTEM_BUSY", rid, STALE_IN_RING)
+            self._reply(p, p.request.make_response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK))
+
+    async def drain(self, timeout: float) -> None:
+        """At stop: wait (bounded) for the answers of everything handed to commit."""
+        deadline = time.monotonic() + timeout
+        while (self.pending or self._waiting) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+

@@ -1,0 +1,65 @@
+"""What every broker actor derives from the node's settings: the store config, addresses, names."""
+
+from __future__ import annotations
+
+from smartgo.config import NodeConfig
+from smartgo.store.config import StoreConfig
+
+NET_PREFIX = "net-"
+
+
+def net_names(config: NodeConfig) -> list[str]:
+    """Actor names of the net actors: net-0 .. net-(N-1)."""
+    return [f"{NET_PREFIX}{i}" for i in range(max(1, config.net_actors))]
+
+
+def intent_fields(nets: list[str]) -> list[tuple[str, str]]:
+    """The board fields of the commit actor's restart protocol (smartgo.broker.commit_actor)."""
+    return [("commit.intent", "sequence number of the batch being appended; 0 = none"),
+            ("commit.intent_start", "written position when that batch began"),
+            ("commit.intent_bytes", "upper bound of the bytes that batch may write"),
+            *[(f"commit.cursor.{net}", f"send.{net} ring position that batch consumes through") for net in nets]]
+
+
+def vip_port(config: NodeConfig) -> int:
+    """The VIP channel's port (listen_port - 2 unless set; NodeConfig.resolved fills it), 0 when off."""
+    return config.vip_port if config.vip_port >= 0 else max(config.listen_port - 2, 0)
+
+
+def broker_addr(config: NodeConfig) -> str:
+    """What the broker registers and writes as store host: broker_ip:listen_port (brokerIP1)."""
+    return f"{config.broker_ip}:{config.listen_port}"
+
+
+def ha_addr(config: NodeConfig) -> str:
+    return f"{config.broker_ip}:{config.listen_port + 1}"
+
+
+def registry_addrs(config: NodeConfig) -> list[str]:
+    """Registries to register with: --registry, or the node's embedded one."""
+    if config.registry:
+        return [a.strip() for a in config.registry.split(";") if a.strip()]
+    return [f"127.0.0.1:{config.embedded_registry_port}"]
+
+
+def store_config(config: NodeConfig) -> StoreConfig:
+    return StoreConfig(
+        store_path=str(config.store_path),
+        commitlog_file_size=config.commitlog_file_size,
+        consume_queue_file_size=config.consume_queue_file_size,
+        index_slot_count=config.index_slot_count,
+        index_entry_count=config.index_entry_count,
+        max_message_size=config.max_message_size,
+        flush_disk_type="SYNC_FLUSH" if config.flush == "sync" else "ASYNC_FLUSH",
+        sync_flush_timeout_ms=int(config.sync_flush_timeout * 1000),
+        flush_interval_commitlog_ms=int(config.flush_interval * 1000),
+        flush_commitlog_least_pages=config.flush_least_pages,
+        flush_commitlog_thorough_interval_ms=int(config.flush_thorough_interval * 1000),
+        flush_interval_consume_queue_ms=int(config.cq_flush_interval * 1000),
+        flush_consume_queue_least_pages=config.cq_flush_least_pages,
+        flush_consume_queue_thorough_interval_ms=int(config.cq_flush_thorough_interval * 1000),
+        file_reserved_time_hours=config.file_reserved_hours,  # type: ignore[arg-type]  (hours may be fractional)
+        delete_when=config.delete_when,
+        disk_max_used_space_ratio=config.disk_max_used_ratio,
+        store_host=(config.broker_ip, config.listen_port),
+    )

@@ -1,0 +1,62 @@
+"""Broker test fixtures: real nodes (supervisor.py --role master) on free loopback ports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from smartgo.actors.testing import Node
+from smartgo.broker.testing import start_broker
+from smartgo.net.client import BlockingRemotingClient
+from smartgo.net.command import RemotingCommand
+
+
+@dataclass
+class Broker:
+    node: Node
+    client: BlockingRemotingClient
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.node.port}"
+
+    @property
+    def registry(self) -> str:
+        return f"127.0.0.1:{self.node.registry_port}"
+
+    def call(self, cmd: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
+        return self.client.invoke(self.addr, cmd, timeout)
+
+    def board(self, name: str) -> int:
+        report = self.node.health()
+        assert report is not None
+        return report["fields"][name]
+
+
+@pytest.fixture
+def start_node(tmp_path: Path):
+    """start_node(settings) -> Broker; every process is reaped afterwards."""
+    made: list[Broker] = []
+
+    def start(settings: dict | None = None) -> Broker:
+        node = start_broker(tmp_path / f"node{len(made)}", settings)
+        broker = Broker(node, BlockingRemotingClient())
+        made.append(broker)
+        return broker
+
+    yield start
+    for b in made:
+        b.client.close()
+        b.node.reap()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, request) -> Broker:
+    """One node shared by a test module: small files, plus the module's NODE_SETTINGS."""
+    node = start_broker(tmp_path_factory.mktemp("broker") / "node", getattr(request.module, "NODE_SETTINGS", None))
+    b = Broker(node, BlockingRemotingClient())
+    yield b
+    b.client.close()
+    node.reap()

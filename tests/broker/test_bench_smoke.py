@@ -1,0 +1,27 @@
+"""The broker benchmark's --quick run works end to end and reports every figure it promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(180)
+def test_bench_broker_quick():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_broker.py"), "--quick", "--json"],
+                         capture_output=True, text=True, timeout=170, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["quick"] is True
+    for scenario in ("batch", "sync", "pull", "wake"):
+        assert r[scenario]["errors" if scenario != "wake" else "samples"] == (0 if scenario != "wake" else 30), r
+    assert r["batch"]["msgs_s"] > 0 and r["sync"]["msgs_s"] > 0 and r["sync"]["p99_ms"] > 0
+    assert r["pull"]["msgs"] == 20_000                     # the whole backlog came back
+    assert 0 < r["wake"]["p50_ms"] <= r["wake"]["p99_ms"]
+    assert set(r["pass"]) >= {"batch_msgs_s", "sync_msgs_s", "pull_msgs_s", "wake_p99_ms"}

@@ -1,0 +1,87 @@
+"""The disk watermarks (cleanup actor, injected usage), file deletion, and sync flush acknowledgements."""
+
+from __future__ import annotations
+
+import psutil
+
+from smartgo.broker.testing import offset_command, pull_command, send_command
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.store.record import decode_records, parse_offset_msg_id
+from smartgo.testing import wait_until
+
+
+def test_disk_full_refuses_sends_with_a_remark_while_pulls_go_on(start_node, tmp_path):
+    usage = tmp_path / "usage"
+    usage.write_text("0.5")
+    broker = start_node({"disk_usage_file": str(usage)})
+    assert broker.call(send_command("Full", b"before")).code == ResponseCode.SUCCESS
+    usage.write_text("0.93")
+    wait_until(lambda: broker.board("flag.disk_full") == 1, message="the disk-full flag")
+    refused = broker.call(send_command("Full", b"during"))
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "disk is full" in refused.remark
+    pulled = broker.call(pull_command("Full", 0, 0))
+    assert pulled.code == ResponseCode.SUCCESS and decode_records(pulled.body_bytes())[0].body == b"before"
+    usage.write_text("0.88")                               # between 85 and 90: still full (hysteresis)
+    wait_until(lambda: broker.board("disk.used_permille") == 880)
+    assert broker.call(send_command("Full", b"still")).code == ResponseCode.SERVICE_NOT_AVAILABLE
+    usage.write_text("0.80")
+    wait_until(lambda: broker.board("flag.disk_full") == 0, message="the flag to drop")
+    assert broker.call(send_command("Full", b"after")).code == ResponseCode.SUCCESS
+    assert "refusing sends" in broker.node.log_text()
+
+
+def test_forced_cleanup_deletes_old_files_and_pulls_below_the_minimum_move(start_node, tmp_path):
+    """Over the force-clean watermark the oldest CommitLog files go whatever their age (never the
+    newest); ConsumeQueue files below the new minimum too; an old offset then gets OFFSET_TOO_SMALL."""
+    usage = tmp_path / "usage"
+    usage.write_text("0.1")
+    broker = start_node({"disk_usage_file": str(usage), "commitlog_file_size": 64 * 1024,
+                         "consume_queue_file_size": 20 * 100, "topics": "Old:1"})
+    body = b"z" * 1000
+    for _ in range(200):                                   # ~220 KB: four 64 KiB CommitLog files
+        assert broker.call(send_command("Old", body)).code == ResponseCode.SUCCESS
+    files = broker.node.store / "commitlog"
+    assert len(list(files.iterdir())) >= 4
+    wait_until(lambda: broker.board("commitlog.dispatched") == broker.board("commitlog.written"))
+    usage.write_text("0.87")
+    wait_until(lambda: broker.board("commitlog.min") > 0, message="files to be deleted")
+    usage.write_text("0.1")
+    assert len(list(files.iterdir())) >= 1
+    minimum = broker.board("commitlog.min")
+    min_offset = int(broker.call(offset_command(RequestCode.GET_MIN_OFFSET, "Old", 0)).ext_fields["offset"])
+    assert min_offset > 0
+    r = broker.call(pull_command("Old", 0, 0))
+    assert (r.code, r.remark) == (ResponseCode.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL")
+    assert int(r.ext_fields["nextBeginOffset"]) == int(r.ext_fields["minOffset"]) == min_offset
+    again = broker.call(pull_command("Old", 0, min_offset))
+    assert again.code == ResponseCode.SUCCESS
+    assert decode_records(again.body_bytes())[0].commit_log_offset >= minimum
+    assert not (broker.node.store / "consumequeue" / "Old" / "0" / f"{0:020d}").exists()
+
+
+def test_sync_flush_acknowledges_only_flushed_sends_and_times_out_without_flush(start_node):
+    broker = start_node({"flush": "sync", "sync_flush_timeout": 1.0})
+    for i in range(20):
+        r = broker.call(send_command("Durable", b"d%d" % i))
+        flushed = broker.board("commitlog.flushed")
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        _, _, phys = parse_offset_msg_id(r.ext_fields["msgId"])
+        assert flushed > phys, "a sync-flush send was acknowledged before it was flushed"
+    flush = psutil.Process(broker.node.actor("flush")["pid"])
+    flush.suspend()                                       # the disk "hangs"
+    try:
+        slow = broker.call(send_command("Durable", b"stuck"), timeout=5)
+    finally:
+        flush.resume()
+    assert slow.code == ResponseCode.FLUSH_DISK_TIMEOUT
+    assert slow.ext_fields["msgId"] and slow.ext_fields["queueOffset"] == "20"   # stored, just not on disk yet
+    r = broker.call(send_command("Durable", b"unstuck"))
+    assert r.code == ResponseCode.SUCCESS
+
+
+def test_async_flush_acknowledges_before_the_flush(start_node):
+    broker = start_node({"flush_interval": 30.0})
+    r = broker.call(send_command("Quick", b"q"))
+    assert r.code == ResponseCode.SUCCESS
+    assert broker.board("commitlog.flushed") < broker.board("commitlog.written")   # under 4 dirty pages: not yet

@@ -1,0 +1,200 @@
+"""In-process tests of the broker's pure parts: cleanup policy, topics, properties, filters, the channel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell, Ring
+from smartgo.broker.channel import BrokerLink, ChannelError, ChannelServer, ClientRef
+from smartgo.broker.cleanup_actor import CleanupPolicy, Decision, clean
+from smartgo.broker.pull_processor import tag_codes
+from smartgo.broker.send_processor import stored_properties
+from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, auto_created, default_topics,
+                                   parse_static_topics, read_snapshot, write_snapshot)
+from smartgo.config import ConfigError, NodeConfig
+from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.store import StoreConfig
+from smartgo.store.java_hash import java_hash
+from smartgo.store.mapped_file import create_segment, segment_name, segment_starts
+
+HOUR_MS = 3_600_000
+
+
+def at_hour(hour: int) -> int:
+    return int(datetime(2024, 5, 6, hour, 30).timestamp() * 1000)
+
+
+def policy(usage: float, hour: int, **settings) -> CleanupPolicy:
+    return CleanupPolicy(NodeConfig(role="master", **settings), lambda: at_hour(hour), lambda _: usage)
+
+
+@pytest.mark.parametrize("usage, hour, full, delete, force", [
+    (0.50, 3, False, False, False),     # nothing to do
+    (0.50, 4, False, True, False),      # deleteWhen: expired files go at 04:xx
+    (0.76, 3, False, True, False),      # over 75 %: expired files go at any hour
+    (0.86, 3, False, True, True),       # over 85 %: the oldest go even unexpired
+    (0.90, 3, True, True, True),        # 90 %: sends refused
+])
+def test_cleanup_watermarks_and_hour(usage, hour, full, delete, force):
+    d = policy(usage, hour).decide("/store")
+    assert (d.disk_full, d.delete, d.force) == (full, delete, force)
+
+
+def test_disk_full_flag_has_hysteresis_down_to_the_force_clean_mark():
+    level = [0.95]
+    p = CleanupPolicy(NodeConfig(role="master"), lambda: at_hour(12), lambda _: level[0])
+    assert p.decide("/s").disk_full
+    level[0] = 0.87
+    assert p.decide("/s").disk_full                      # still above 85 %
+    level[0] = 0.85
+    assert not p.decide("/s").disk_full
+
+
+def test_delete_when_lists_several_hours():
+    assert policy(0.1, 5, delete_when="04;05").decide("/s").delete
+    assert not policy(0.1, 6, delete_when="04;05").decide("/s").delete
+
+
+def _commitlog(tmp: Path, ages_h: list[float], now_ms: int) -> StoreConfig:
+    cfg = StoreConfig(store_path=str(tmp), commitlog_file_size=4096, file_reserved_time_hours=72)
+    cfg.commitlog_dir.mkdir(parents=True)
+    for i, age in enumerate(ages_h):
+        path = cfg.commitlog_dir / segment_name(i * 4096)
+        create_segment(path, 4096)
+        t = (now_ms - age * HOUR_MS) / 1000
+        os.utime(path, (t, t))
+    return cfg
+
+
+def test_clean_keeps_unexpired_files_and_never_the_newest(tmp_path):
+    now = at_hour(4)
+    cfg = _commitlog(tmp_path, [100, 90, 80, 10, 200], now)     # the newest file is old too
+    minimum = clean(cfg, Decision(0.5, False, True, False), now, max_files=10)
+    assert segment_starts(cfg.commitlog_dir) == [3 * 4096, 4 * 4096] and minimum == 3 * 4096
+
+
+def test_clean_at_most_max_files_a_pass_and_forced_ignores_age(tmp_path):
+    now = at_hour(12)
+    cfg = _commitlog(tmp_path, [1, 1, 1, 1, 1], now)
+    assert clean(cfg, Decision(0.5, False, True, False), now, max_files=10) == 0      # young: kept
+    assert clean(cfg, Decision(0.9, True, True, True), now, max_files=2) == 2 * 4096
+    assert clean(cfg, Decision(0.9, True, True, True), now, max_files=10) == 4 * 4096  # never the last
+    assert clean(cfg, Decision(0.9, True, False, True), now, max_files=10) == 4 * 4096
+
+
+def test_static_topics_and_defaults():
+    assert parse_static_topics("A:4; B:2:4 ,C") == [TopicConfig("A", 4, 4), TopicConfig("B", 2, 2, 4),
+                                                     TopicConfig("C", 8, 8)]
+    for bad in ("A:x", "A:0", "A:1:2:3", ":3"):
+        with pytest.raises(ConfigError):
+            parse_static_topics(bad)
+    names = {t.name: t for t in default_topics(NodeConfig(role="master", topics="Mine:3"))}
+    assert names[DEFAULT_TOPIC].perm == 7 and names[DEFAULT_TOPIC].write_queues == 8
+    assert names["Mine"].read_queues == 3 and "SELF_TEST_TOPIC" in names and "DefaultCluster" in names
+    assert DEFAULT_TOPIC not in {t.name for t in default_topics(NodeConfig(role="master", auto_create_topic="false"))}
+
+
+def test_auto_created_topic_takes_the_smaller_queue_count_and_drops_inherit():
+    tpl = TopicConfig(DEFAULT_TOPIC, 8, 8, 7)
+    assert auto_created("New", tpl, 4) == TopicConfig("New", 4, 4, 6)
+    assert auto_created("New", tpl, 64).write_queues == 8
+
+
+def test_snapshot_round_trip_is_the_topic_config_wrapper(tmp_path):
+    snap = TopicSnapshot(3, 1700000000000, {"T": TopicConfig("T", 2, 2)})
+    write_snapshot(tmp_path, snap)
+    assert read_snapshot(tmp_path) == snap
+    raw = (tmp_path / "config" / "topics.json").read_text()
+    assert '"dataVersion":{"counter":3' in raw and '"topicConfigTable":{"T":{"order":false,"perm":6' in raw
+    assert snap.with_topics([TopicConfig("U")]).version == 4
+    assert read_snapshot(tmp_path / "none") is None
+
+
+def test_stored_properties_drop_wait_and_add_cluster():
+    assert stored_properties("TAGS\x01a\x02WAIT\x01true", "CLUSTER\x01C") == (b"TAGS\x01a\x02CLUSTER\x01C", True)
+    assert stored_properties("WAIT\x01false\x02KEYS\x01k\x02", "CLUSTER\x01C") == (b"KEYS\x01k\x02CLUSTER\x01C", False)
+    assert stored_properties("TAGS\x01a\x02", "CLUSTER\x01C") == (b"TAGS\x01a\x02CLUSTER\x01C", True)
+    assert stored_properties("", "CLUSTER\x01C") == (b"CLUSTER\x01C", True)
+
+
+def test_tag_filters_are_java_hash_codes():
+    assert tag_codes("*") is None and tag_codes(None) is None and tag_codes("  ") is None
+    assert tag_codes("TagA || TagB ||") == frozenset({java_hash("TagA"), java_hash("TagB")})
+
+
+# ---- the request channel, in one process ---------------------------------------------------------------
+
+async def _channel(tmp_path: Path):
+    bells = {n: Doorbell(tmp_path / f"{n}.bell") for n in ("net", "broker")}
+    net_out = Ring.attach(tmp_path / "ctl.ring", PRODUCER, 1 << 16, bells["net"])
+    broker_in = Ring.attach(tmp_path / "ctl.ring", CONSUMER, 1 << 16, bells["broker"])
+    broker_out = Ring.attach(tmp_path / "ctlr.ring", PRODUCER, 1 << 16, bells["broker"])
+    net_in = Ring.attach(tmp_path / "ctlr.ring", CONSUMER, 1 << 16, bells["net"])
+    pushed: list = []
+    link = BrokerLink(net_out, lambda conn, cmd: pushed.append((conn, cmd)))
+    server = ChannelServer({"net-0": broker_in}, {"net-0": broker_out})
+    events: list = []
+    server.events["conn_closed"] = lambda net, args: events.append((net, args))
+
+    async def create(net: str, args: dict) -> dict:
+        return {"made": args["topic"], "by": net}
+
+    async def table(client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        server.push(client, RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, flag=FLAG_ONEWAY,
+                                            ext_fields={"consumerGroup": "G"}))
+        return request.make_response(ResponseCode.SUCCESS, f"for {client.addr}", body=b"table")
+
+    server.calls["create_topic"] = create
+    server.processors[RequestCode.GET_ALL_TOPIC_CONFIG] = table
+    serve = asyncio.get_running_loop().create_task(server.run(bells["broker"]))
+
+    async def pump():
+        while True:
+            records = net_in.read()
+            if records:
+                link.on_records(records)
+                net_in.release()
+            await asyncio.sleep(0.001)
+    pumping = asyncio.get_running_loop().create_task(pump())
+    return link, pushed, events, [serve, pumping]
+
+
+def test_channel_calls_forwards_pushes_and_events(tmp_path):
+    async def main():
+        link, pushed, events, tasks = await _channel(tmp_path)
+        try:
+            assert await link.call("create_topic", topic="T") == {"made": "T", "by": "net-0"}
+            with pytest.raises(ChannelError, match="unknown broker call"):
+                await link.call("nope")
+            request = RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG, opaque=41, ext_fields={"x": "1"})
+            raw = await link.forward(ClientRef("net-0", 7, "10.0.0.1:5555"), request)
+            assert raw[0] == ResponseCode.SUCCESS and raw[5] == "for 10.0.0.1:5555" and raw[7] == b"table"
+            assert pushed and pushed[0][0] == 7 and pushed[0][1].code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+            with pytest.raises(ChannelError, match="no processor for code 12"):
+                await link.forward(ClientRef("net-0", 7, "a"), RemotingCommand(RequestCode.QUERY_MESSAGE))
+            link.event("conn_closed", conn=7, addr="10.0.0.1:5555")
+            deadline = time.monotonic() + 2
+            while not events and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert events == [("net-0", {"conn": 7, "addr": "10.0.0.1:5555"})]
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    asyncio.run(main())
+
+
+def test_a_call_nobody_answers_times_out(tmp_path):
+    async def main():
+        ring = Ring.attach(tmp_path / "lonely.ring", PRODUCER, 1 << 16, Doorbell(tmp_path / "b.bell"))
+        link = BrokerLink(ring, lambda conn, cmd: None)
+        with pytest.raises(ChannelError, match="did not answer create_topic"):
+            await link.call("create_topic", timeout=0.1, topic="T")
+    asyncio.run(main())
