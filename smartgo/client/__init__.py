@@ -1,0 +1,37 @@
+"""SmartGo's Python client: producers, push and pull consumers, and admin, speaking RocketMQ 4.x.
+
+Blocking API (a private event loop thread per client)::
+
+    from smartgo.client import Producer, PushConsumer, Message, ConsumeResult
+
+    with Producer("PG", "127.0.0.1:9876") as producer:
+        result = producer.send(Message("TopicTest", b"hello", tags="TagA", keys="order-1"))
+
+    consumer = PushConsumer("CG", "127.0.0.1:9876")
+    consumer.subscribe("TopicTest", "TagA || TagB")
+    consumer.set_listener(lambda msg: ConsumeResult.SUCCESS)
+    consumer.start()
+
+asyncio API: AsyncProducer, AsyncPushConsumer, AsyncPullConsumer, AsyncAdmin (same methods,
+awaited; `async with`). See docs/CLIENT.md.
+"""
+
+from smartgo.client.admin import AsyncAdmin, ClusterInfo
+from smartgo.client.allocate import allocate_averagely, allocate_by_circle, allocate_consistent_hash
+from smartgo.client.blocking import Admin, Producer, PullConsumer, PushConsumer
+from smartgo.client.config import ClientConfig
+from smartgo.client.errors import (BrokerError, ClientError, ClientStateError, MessageError, NoRouteError,
+                                   RegistryUnavailableError, SendTimeoutError)
+from smartgo.client.message import (ConsumeFromWhere, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
+                                    PullResult, PullStatus, SendResult, SendStatus)
+from smartgo.client.producer import AsyncProducer
+from smartgo.client.pull_consumer import AsyncPullConsumer
+from smartgo.client.push_consumer import AsyncPushConsumer
+from smartgo.client.route import select_by_hash, select_random
+
+__all__ = ["Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "BrokerError",
+           "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere", "ConsumeResult",
+           "Message", "MessageError", "MessageExt", "MessageModel", "MessageQueue", "NoRouteError", "Producer",
+           "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "RegistryUnavailableError", "SendResult",
+           "SendStatus", "SendTimeoutError", "allocate_averagely", "allocate_by_circle",
+           "allocate_consistent_hash", "select_by_hash", "select_random"]

@@ -1,0 +1,73 @@
+"""What the client subcommands (send, consume, admin, bench) share: the registry option, --json,
+output helpers, and turning client errors into one clear line (CliError)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from smartgo.cli.errors import CliError
+from smartgo.client.errors import ClientError
+from smartgo.net.errors import RemotingError
+
+DEFAULT_REGISTRY = "127.0.0.1:9876"
+
+
+def default_registry() -> str:
+    return os.environ.get("SMARTGO_REGISTRY") or os.environ.get("NAMESRV_ADDR") or DEFAULT_REGISTRY
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--registry", "-n", default=default_registry(), metavar="HOST:PORT[;HOST:PORT]",
+                   help="registry (name server) addresses (default: $SMARTGO_REGISTRY, $NAMESRV_ADDR or %(default)s)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (one JSON document, or JSON lines "
+                                                       "for streams)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="request timeout (default: 5)")
+    p.add_argument("--log-level", default="ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="client log lines shown on stderr (default: %(default)s)")
+
+
+def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Client and network failures become CliError: one line, exit status 1."""
+    def run(args: argparse.Namespace) -> int:
+        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            return handler(args)
+        except CliError:
+            raise
+        except (ClientError, RemotingError, OSError, ValueError) as exc:
+            raise CliError(str(exc) or type(exc).__name__) from None
+        except TimeoutError as exc:
+            raise CliError(f"timed out: {exc}") from None
+    return run
+
+
+def emit(doc: Any) -> None:
+    """One JSON document (or one JSON line of a stream) on stdout."""
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def parse_properties(items: Iterable[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--property {item!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def client_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"timeout": args.timeout}

@@ -1,0 +1,202 @@
+"""`smartgo admin <command>`: topics, clusters, consumer groups and messages (mqadmin's jobs).
+
+    smartgo admin topic-create --topic T [--queues 8] [--perm 6] [--order] [--cluster C | --broker ADDR]
+    smartgo admin topic-update ...            (same options; UPDATE_AND_CREATE_TOPIC)
+    smartgo admin topic-delete --topic T [--cluster C]
+    smartgo admin topic-list | topic-route --topic T | topic-status --topic T | cluster-list
+    smartgo admin consumer-progress --group G [--topic T] | consumer-connections --group G
+    smartgo admin group-create --group G [--retry-max-times 16] [--cluster C]
+    smartgo admin query-key --topic T --key K | query-id --id ID [--topic T]
+    smartgo admin query-offset --topic T --queue N --offset N [--broker-name B]
+    smartgo admin broker-runtime --broker ADDR | broker-config --broker ADDR
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from collections.abc import Callable
+
+from smartgo.cli._common import add_common, client_options, emit, guarded, table
+from smartgo.client import AsyncAdmin
+from smartgo.client.message import message_to_json
+from smartgo.net.loop import run as run_loop
+from smartgo.store.record import MessageExt
+
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+
+
+def _command(name: str, help_text: str):
+    def deco(fn):
+        _COMMANDS[name] = (help_text, fn)
+        return fn
+    return deco
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("admin", help="administer topics, groups and messages", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmds = p.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND", required=True)
+    for name, (help_text, configure) in _COMMANDS.items():
+        c = cmds.add_parser(name, help=help_text, description=help_text)
+        add_common(c)
+        configure(c)
+    p.set_defaults(handler=guarded(run))
+
+
+def _topic(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--topic", "-t", required=True)
+
+
+def _group(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--group", "-g", required=True)
+
+
+def _create_options(c: argparse.ArgumentParser) -> None:
+    _topic(c)
+    c.add_argument("--queues", "-q", type=int, default=8, help="read (and write) queue count (default 8)")
+    c.add_argument("--write-queues", type=int, help="write queue count if different")
+    c.add_argument("--perm", type=int, default=6, help="permission bits: 2 write, 4 read, 6 both (default)")
+    c.add_argument("--order", action="store_true", help="mark the topic ordered")
+    where = c.add_mutually_exclusive_group()
+    where.add_argument("--cluster", "-c", help="every master of this cluster (default: all masters)")
+    where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
+
+
+for _name, _text in (("topic-create", "create a topic on brokers"), ("topic-update", "update a topic's settings")):
+    _command(_name, _text)(_create_options)
+_command("topic-delete", "delete a topic from the brokers and registries")(
+    lambda c: (_topic(c), c.add_argument("--cluster", "-c")))
+_command("topic-list", "list every topic the registries know")(lambda c: None)
+_command("topic-route", "show a topic's route")(_topic)
+_command("topic-status", "show each queue's min and max offset")(_topic)
+_command("cluster-list", "show clusters and brokers (with runtime figures when brokers answer)")(lambda c: None)
+_command("consumer-progress", "a group's offsets and lag per queue")(
+    lambda c: (_group(c), c.add_argument("--topic", "-t")))
+_command("consumer-connections", "a group's connected clients and subscriptions")(_group)
+_command("group-create", "create or update a subscription group")(
+    lambda c: (_group(c), c.add_argument("--retry-max-times", type=int, default=16), c.add_argument("--cluster", "-c"),
+               c.add_argument("--no-broadcast", action="store_true", help="refuse broadcasting consumers")))
+_command("query-key", "find messages by business key")(
+    lambda c: (_topic(c), c.add_argument("--key", "-k", required=True), c.add_argument("--max", type=int, default=32)))
+_command("query-id", "find a message by msgId (offsetMsgId, or UNIQ_KEY with --topic)")(
+    lambda c: (c.add_argument("--id", "-i", required=True, dest="msg_id"), c.add_argument("--topic", "-t")))
+_command("query-offset", "show the message at (topic, queue, offset)")(
+    lambda c: (_topic(c), c.add_argument("--queue", type=int, required=True), c.add_argument("--offset", type=int,
+               required=True), c.add_argument("--broker-name")))
+_command("broker-runtime", "a broker's runtime info (GET_BROKER_RUNTIME_INFO)")(
+    lambda c: c.add_argument("--broker", "-b", required=True, metavar="HOST:PORT"))
+_command("broker-config", "a broker's configuration (GET_BROKER_CONFIG)")(
+    lambda c: c.add_argument("--broker", "-b", required=True, metavar="HOST:PORT"))
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds") if ms > 0 else "-"
+
+
+def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:
+    if args.json:
+        emit({"messages": [message_to_json(m) for m in msgs]})
+        return
+    for m in msgs:
+        doc = message_to_json(m, 256)
+        print(f"{m.topic} q{m.queue_id}@{m.queue_offset} msgId={doc['msg_id']} offsetMsgId={m.msg_id}\n"
+              f"  tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} born={_when(m.born_timestamp)} "
+              f"stored={_when(m.store_timestamp)} store={m.store_host[0]}:{m.store_host[1]} "
+              f"reconsume={m.reconsume_times}\n  properties={m.properties}\n  body={doc['body']!r}")
+    print(f"{len(msgs)} message(s)")
+
+
+async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per command
+    cmd = args.admin_command
+    async with AsyncAdmin(args.registry, **client_options(args)) as admin:
+        if cmd in ("topic-create", "topic-update"):
+            addrs = await admin.create_topic(args.topic, args.queues, write_queues=args.write_queues, perm=args.perm,
+                                             order=args.order, cluster=args.cluster, broker_addr=args.broker)
+            emit({"topic": args.topic, "brokers": addrs}) if args.json else print(
+                f"{'created' if cmd == 'topic-create' else 'updated'} {args.topic} on {', '.join(addrs)}")
+        elif cmd == "topic-delete":
+            addrs = await admin.delete_topic(args.topic, args.cluster)
+            emit({"topic": args.topic, "brokers": addrs}) if args.json else print(
+                f"deleted {args.topic} from {', '.join(addrs)} and the registries")
+        elif cmd == "topic-list":
+            topics = await admin.topic_list()
+            emit({"topics": topics}) if args.json else print("\n".join(topics) or "(no topics)")
+        elif cmd == "topic-route":
+            route = await admin.topic_route(args.topic)
+            if args.json:
+                emit(route.to_json())
+            else:
+                print(table([(b.broker_name, b.cluster, " ".join(f"{k}={v}" for k, v in sorted(b.broker_addrs.items())))
+                             for b in route.broker_datas], ("BROKER", "CLUSTER", "ADDRESSES")))
+                print(table([(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas],
+                            ("BROKER", "READ", "WRITE", "PERM")))
+        elif cmd == "topic-status":
+            stats = await admin.topic_status(args.topic)
+            if args.json:
+                emit({"topic": args.topic, "queues": [s.to_json() for s in stats]})
+            else:
+                print(table([(s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset,
+                              _when(s.last_update_timestamp)) for s in stats],
+                            ("BROKER", "QUEUE", "MIN", "MAX", "LAST UPDATED")))
+        elif cmd == "cluster-list":
+            info = await admin.cluster_info()
+            runtime = {}
+            for _, addr in info.masters():
+                try:
+                    runtime[addr] = await admin.broker_runtime_info(addr)
+                except Exception as exc:  # an older broker without the code still lists
+                    runtime[addr] = {"error": str(exc)}
+            if args.json:
+                emit({**info.to_json(), "runtime": runtime})
+            else:
+                rows = []
+                for cluster, names in sorted(info.clusters.items()):
+                    for name in names:
+                        b = info.brokers.get(name)
+                        for bid, addr in sorted((b.broker_addrs if b else {}).items()):
+                            rt = runtime.get(addr, {})
+                            rows.append((cluster, name, bid, addr, rt.get("brokerVersionDesc", rt.get("version", "-")),
+                                         rt.get("putTps", "-"), rt.get("getTransferedTps", rt.get("getTps", "-"))))
+                print(table(rows, ("CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "PUT TPS", "GET TPS")))
+        elif cmd == "consumer-progress":
+            stats = await admin.consumer_progress(args.group, args.topic)
+            if args.json:
+                emit({"group": args.group, "consume_tps": stats.consume_tps, "total_lag": stats.total_lag,
+                      "queues": [q.to_json() for q in stats.queues]})
+            else:
+                print(table([(q.queue.topic, q.queue.broker_name, q.queue.queue_id, q.broker_offset, q.consumer_offset,
+                              q.lag, _when(q.last_timestamp)) for q in stats.queues],
+                            ("TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST")))
+                print(f"consume TPS {stats.consume_tps:.1f}  total lag {stats.total_lag}")
+        elif cmd == "consumer-connections":
+            conn = await admin.consumer_connections(args.group)
+            if args.json:
+                emit(conn)
+            else:
+                print(table([(c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version"))
+                             for c in conn.get("connectionSet", [])], ("CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION")))
+                print(f"consumeType={conn.get('consumeType')} messageModel={conn.get('messageModel')} "
+                      f"consumeFromWhere={conn.get('consumeFromWhere')}")
+                for topic, sub in sorted((conn.get("subscriptionTable") or {}).items()):
+                    print(f"  {topic}: {sub.get('subString') if isinstance(sub, dict) else sub}")
+        elif cmd == "group-create":
+            addrs = await admin.create_subscription_group(args.group, cluster=args.cluster,
+                                                          retry_max_times=args.retry_max_times,
+                                                          broadcast_enable=not args.no_broadcast)
+            emit({"group": args.group, "brokers": addrs}) if args.json else print(
+                f"group {args.group} set on {', '.join(addrs)}")
+        elif cmd == "query-key":
+            _messages(args, await admin.query_by_key(args.topic, args.key, args.max))
+        elif cmd == "query-id":
+            _messages(args, await admin.query_by_id(args.msg_id, args.topic))
+        elif cmd == "query-offset":
+            _messages(args, [await admin.query_by_offset(args.topic, args.queue, args.offset, args.broker_name)])
+        elif cmd in ("broker-runtime", "broker-config"):
+            kv = await (admin.broker_runtime_info if cmd == "broker-runtime" else admin.broker_config)(args.broker)
+            emit(kv) if args.json else print(table(sorted(kv.items()), ("KEY", "VALUE")))
+
+
+def run(args: argparse.Namespace) -> int:
+    run_loop(_run(args))
+    return 0

@@ -1,0 +1,144 @@
+"""`smartgo consume`: print a topic's messages as they arrive.
+
+    smartgo consume --topic T [--expression "TagA || TagB"] [--group G] [--from first|last|<ms>]
+                    [--broadcast] [--orderly] [--count N] [--idle-timeout S] [--json]
+    smartgo consume --topic T --pull [--from first|last|<ms>]   # no group, no commits: read the queues
+
+A push consumer by default (clustering; offsets committed for the group). --pull reads every
+queue directly with a pull consumer from --from on, commits nothing, and needs no consumer group
+on the broker. Stops after --count messages, after --idle-timeout seconds without one, or on ^C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+
+from smartgo.cli._common import add_common, client_options, emit, guarded
+from smartgo.cli.errors import CliError
+from smartgo.client import AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel, PullStatus
+from smartgo.client.message import message_to_json
+from smartgo.net.loop import run as run_loop
+from smartgo.store.record import MessageExt
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("consume", help="print a topic's messages", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p)
+    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--expression", "-e", default="*", help='tags to take: "TagA || TagB" or "*" (default)')
+    p.add_argument("--group", "-g", help="consumer group (default: smartgo-cli-<pid>, a new group)")
+    p.add_argument("--from", dest="start", default="last", metavar="first|last|MS",
+                   help="where a new group starts: first, last (default) or a timestamp in ms")
+    p.add_argument("--broadcast", action="store_true", help="broadcasting model (offsets kept locally)")
+    p.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks, in order)")
+    p.add_argument("--pull", action="store_true", help="read the queues with a pull consumer; commit nothing")
+    p.add_argument("--count", "-c", type=int, default=0, help="stop after this many messages (0: no limit)")
+    p.add_argument("--idle-timeout", type=float, default=0.0, metavar="SECONDS",
+                   help="stop after this long without a message (0: never)")
+    p.add_argument("--body-limit", type=int, default=1024, help="show at most this many body bytes (default 1024)")
+    p.set_defaults(handler=guarded(run))
+
+
+def _start(spec: str) -> tuple[str, int | None]:
+    if spec == "first":
+        return "CONSUME_FROM_FIRST_OFFSET", None
+    if spec == "last":
+        return "CONSUME_FROM_LAST_OFFSET", None
+    if spec.isdigit():
+        return "CONSUME_FROM_TIMESTAMP", int(spec)
+    raise CliError(f"--from {spec!r}: expected first, last or a timestamp in ms")
+
+
+class _Printer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.count = 0
+        self.last = time.monotonic()
+        self.done = asyncio.Event()
+
+    def show(self, msg: MessageExt) -> None:
+        if self.done.is_set():
+            return
+        self.count += 1
+        self.last = time.monotonic()
+        doc = message_to_json(msg, self.args.body_limit)
+        if self.args.json:
+            emit(doc)
+        else:
+            print(f"{msg.topic} {msg.store_host[0]}:{msg.store_host[1]} q{msg.queue_id}@{msg.queue_offset} "
+                  f"id={doc['msg_id']} tags={msg.tags or '-'} keys={' '.join(msg.keys) or '-'} "
+                  f"reconsume={msg.reconsume_times} body={doc['body']!r}", flush=True)
+        if self.args.count and self.count >= self.args.count:
+            self.done.set()
+
+    async def wait(self) -> None:
+        while not self.done.is_set():
+            if self.args.idle_timeout and time.monotonic() - self.last >= self.args.idle_timeout:
+                return
+            try:
+                await asyncio.wait_for(self.done.wait(), 0.1)
+            except asyncio.TimeoutError:
+                pass
+
+
+async def _push(args: argparse.Namespace, printer: _Printer) -> None:
+    consume_from, ts = _start(args.start)
+
+    async def listener(msg: MessageExt) -> ConsumeResult:
+        printer.show(msg)
+        return ConsumeResult.SUCCESS
+    consumer = AsyncPushConsumer(args.group or f"smartgo-cli-{os.getpid()}", args.registry, listener=listener,
+                                 model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+                                 consume_from=consume_from, consume_timestamp_ms=ts, orderly=args.orderly,
+                                 consume_threads=1, **client_options(args))
+    consumer.subscribe(args.topic, args.expression)
+    async with consumer:
+        await printer.wait()
+
+
+async def _pull(args: argparse.Namespace, printer: _Printer) -> None:
+    async with AsyncPullConsumer(args.group or "smartgo-cli-pull", args.registry, **client_options(args)) as pc:
+        queues = await pc.fetch_queues(args.topic)
+        offsets = {}
+        for q in queues:
+            if args.start == "first":
+                offsets[q] = await pc.min_offset(q)
+            elif args.start == "last":
+                offsets[q] = await pc.max_offset(q)
+            else:
+                offsets[q] = await pc.search_offset(q, int(_start(args.start)[1]))  # type: ignore[arg-type]
+
+        async def drain(q) -> None:
+            while not printer.done.is_set():
+                result = await pc.pull_blocking(q, args.expression, offsets[q], 32, suspend=1.0)
+                if result.status is not PullStatus.FOUND:
+                    offsets[q] = result.next_begin_offset
+                    continue
+                for msg in result.messages:
+                    printer.show(msg)
+                offsets[q] = result.next_begin_offset
+        tasks = [asyncio.create_task(drain(q)) for q in queues]
+        try:
+            await printer.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.pull and (args.broadcast or args.orderly):
+        raise CliError("--pull reads queues directly; --broadcast and --orderly apply to the push consumer")
+    _start(args.start)
+    printer = _Printer(args)
+    run_loop((_pull if args.pull else _push)(args, printer))
+    if not args.json:
+        print(f"{printer.count} message(s)")
+    return 0

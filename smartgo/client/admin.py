@@ -1,0 +1,313 @@
+"""AsyncAdmin: topic, group and message administration (Java's DefaultMQAdminExt, the calls
+mqadmin makes), on the same instance machinery as the producers and consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from smartgo.client import api, bodies
+from smartgo.client.bodies import ConsumeStats, QueueProgress, QueueStatus
+from smartgo.client.config import ClientConfig
+from smartgo.client.errors import BrokerError, ClientError, NoRouteError
+from smartgo.client.instance import ClientInstance
+from smartgo.client.message import MessageQueue, check_topic, inflate_body
+from smartgo.client.pull import pull, pull_sys_flag
+from smartgo.client.route import BrokerData, TopicRouteData
+from smartgo.client.subscription import SubscriptionData
+from smartgo.client.uniq_id import uniq_id_time
+from smartgo.net.codes import MASTER_ID, PermName, RequestCode
+from smartgo.net.codes import ResponseCode as R
+from smartgo.net.command import RemotingCommand
+from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError
+from smartgo.store.record import MessageExt, iter_records, parse_offset_msg_id
+
+LONG_MAX = (1 << 63) - 1
+
+
+@dataclass(slots=True)
+class ClusterInfo:
+    brokers: dict[str, BrokerData]
+    clusters: dict[str, list[str]]
+
+    def masters(self, cluster: str | None = None) -> list[tuple[str, str]]:
+        """(broker name, master address) of a cluster (all clusters when None), sorted."""
+        names = self.clusters.get(cluster, []) if cluster else list(self.brokers)
+        return sorted((n, self.brokers[n].master_addr) for n in names  # type: ignore[misc]
+                      if n in self.brokers and self.brokers[n].master_addr)
+
+    def to_json(self) -> dict:
+        return {"clusters": {c: sorted(names) for c, names in sorted(self.clusters.items())},
+                "brokers": {n: {"cluster": b.cluster, "addrs": {str(k): v for k, v in sorted(b.broker_addrs.items())}}
+                            for n, b in sorted(self.brokers.items())}}
+
+
+def decode_messages(body: bytes, addr: str, what: str) -> list[MessageExt]:
+    try:
+        msgs = list(iter_records(body))
+    except CorruptRecordError as exc:
+        raise BrokerError(R.SYSTEM_ERROR, f"body does not decode: {exc}", addr, what) from None
+    for msg in msgs:
+        inflate_body(msg)
+    return msgs
+
+
+class AsyncAdmin:
+    def __init__(self, registry: str | list[str], *, config: ClientConfig | None = None,
+                 **config_options: object) -> None:
+        self.config = config or ClientConfig.make(registry, **config_options)
+        self.instance = ClientInstance(self.config)
+
+    async def start(self) -> AsyncAdmin:
+        await self.instance.start()
+        return self
+
+    async def close(self) -> None:
+        await self.instance.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, addr: str, cmd: RemotingCommand, what: str, timeout: float | None = None,
+                    ok: Iterable[int] = (R.SUCCESS,)) -> RemotingCommand:
+        return api.check(await self.instance.invoke(addr, cmd, timeout), addr, what, ok)
+
+    async def _registry(self, cmd: RemotingCommand, what: str) -> RemotingCommand:
+        return api.check(await self.instance.invoke_registry(cmd), "registry", what)
+
+    # -- cluster ----------------------------------------------------------------------------------
+
+    async def cluster_info(self) -> ClusterInfo:
+        resp = await self._registry(api.command(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info")
+        try:
+            obj = bodies.loads(resp.body_bytes()) if resp.body else {}
+            brokers = {str(name): BrokerData(str(b.get("brokerName", name)), str(b.get("cluster", "")),
+                                             {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()})
+                       for name, b in (obj.get("brokerAddrTable") or {}).items()}
+            clusters = {str(c): sorted(str(n) for n in names) for c, names in (obj.get("clusterAddrTable") or {}).items()}
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise BrokerError(R.SYSTEM_ERROR, f"malformed cluster info: {exc}", "registry", "cluster info") from None
+        return ClusterInfo(brokers, clusters)
+
+    async def _masters(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+        if broker_addr:
+            return [broker_addr]
+        info = await self.cluster_info()
+        if cluster and cluster not in info.clusters:
+            raise ClientError(f"cluster {cluster!r} is unknown to the registry (known: {sorted(info.clusters)})")
+        addrs = [addr for _, addr in info.masters(cluster)]
+        if not addrs:
+            raise ClientError("no broker master is registered with the registry")
+        return addrs
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO: the broker's KVTable of runtime figures."""
+        resp = await self._call(addr, api.command(RequestCode.GET_BROKER_RUNTIME_INFO), "broker runtime info")
+        table = api.json_body(resp, addr, "broker runtime info")
+        if not isinstance(table, dict) or not isinstance(table.get("table"), dict):
+            raise BrokerError(R.SYSTEM_ERROR, "runtime info body is not a KVTable", addr, "broker runtime info")
+        return {str(k): str(v) for k, v in table["table"].items()}
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's settings (a Java properties text body)."""
+        resp = await self._call(addr, api.command(RequestCode.GET_BROKER_CONFIG), "broker config")
+        out = {}
+        for line in resp.body_bytes().decode("utf-8", "replace").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, _, v = line.partition("=")
+                out[k.strip()] = v.strip()
+        return out
+
+    # -- topics -----------------------------------------------------------------------------------
+
+    async def create_topic(self, topic: str, queues: int = 8, *, write_queues: int | None = None,
+                           perm: int = PermName.READ | PermName.WRITE, order: bool = False,
+                           cluster: str | None = None, broker_addr: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC at every master of the cluster (all clusters when None) or at
+        one broker; creates or updates. Returns the brokers' addresses."""
+        check_topic(topic)
+        addrs = await self._masters(cluster, broker_addr)
+        cmd_args = (topic, queues, queues if write_queues is None else write_queues, perm, order)
+        await asyncio.gather(*(self._call(a, api.create_topic_request(*cmd_args), f"create topic {topic}")
+                               for a in addrs))
+        return addrs
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        """DELETE_TOPIC_IN_BROKER at the masters, then DELETE_TOPIC_IN_NAMESRV at every registry."""
+        addrs = await self._masters(cluster, None)
+        await asyncio.gather(*(self._call(a, api.topic_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic),
+                                          f"delete topic {topic}") for a in addrs))
+        for registry in self.config.registry:
+            await self._call(registry, api.topic_request(RequestCode.DELETE_TOPIC_IN_NAMESRV, topic),
+                             f"delete topic {topic} in registry")
+        return addrs
+
+    async def topic_list(self) -> list[str]:
+        resp = await self._registry(api.command(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list")
+        obj = api.json_body(resp, "registry", "topic list")
+        return sorted(str(t) for t in (obj.get("topicList") or []))  # type: ignore[union-attr]
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise NoRouteError(topic, "the registries have no route (topic does not exist?)")
+        return route
+
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Min/max offsets of every queue (GET_TOPIC_STATS_INFO at each master of the route)."""
+        route = await self.topic_route(topic)
+        out: list[QueueStatus] = []
+        for b in route.broker_datas:
+            addr = b.master_addr
+            if addr is None:
+                continue
+            resp = await self._call(addr, api.topic_request(RequestCode.GET_TOPIC_STATS_INFO, topic),
+                                    f"topic stats of {topic}")
+            try:
+                out += bodies.parse_topic_stats(resp.body_bytes())
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, f"topic stats of {topic}") from None
+        return sorted(out, key=lambda s: s.queue)
+
+    # -- groups -----------------------------------------------------------------------------------
+
+    async def create_subscription_group(self, group: str, *, cluster: str | None = None,
+                                        broker_addr: str | None = None, **options: object) -> list[str]:
+        addrs = await self._masters(cluster, broker_addr)
+        body = api.subscription_group_body(group, **options)  # type: ignore[arg-type]
+        await asyncio.gather(*(self._call(a, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                                             body=body), f"create group {group}") for a in addrs))
+        return addrs
+
+    async def _group_brokers(self, group: str, topic: str | None) -> list[str]:
+        """Masters that may hold the group's offsets: those of the topic, else of the group's retry
+        topic (brokers create it for every group), else every master."""
+        for t in ([topic] if topic else []) + ["%RETRY%" + group]:
+            route = await self.instance.fetch_route(t)
+            if route is not None:
+                return sorted({b.master_addr for b in route.broker_datas if b.master_addr})
+            if t == topic:
+                raise NoRouteError(topic)
+        return await self._masters(None, None)
+
+    async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS at each broker: per queue broker offset, group offset and lag."""
+        stats = ConsumeStats()
+        for addr in await self._group_brokers(group, topic):
+            resp = await self._call(addr, api.consume_stats_request(group, topic), f"consume stats of {group}")
+            try:
+                one = bodies.parse_consume_stats(resp.body_bytes())
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, f"consume stats of {group}") from None
+            stats.queues += one.queues
+            stats.consume_tps += one.consume_tps
+        stats.queues.sort(key=lambda q: q.queue)
+        return stats
+
+    async def consumer_connections(self, group: str) -> dict:
+        """GET_CONSUMER_CONNECTION_LIST: the group's clients and subscriptions (ConsumerConnection)."""
+        errors = []
+        for addr in await self._group_brokers(group, None):
+            resp = await self.instance.invoke(addr, api.consumer_connection_request(group))
+            if resp.code == R.SUCCESS:
+                obj = bodies.loads(resp.body_bytes())
+                if isinstance(obj, dict):
+                    return obj
+            errors.append(BrokerError(resp.code, resp.remark, addr, f"consumer connections of {group}"))
+        raise errors[0] if errors else ClientError(f"no broker knows group {group}")
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                           end_ms: int = LONG_MAX, *, unique: bool = False) -> list[MessageExt]:
+        """QUERY_MESSAGE at every master of the topic; messages whose KEYS (or UNIQ_KEY when
+        unique) contain key, newest store time first."""
+        route = await self.topic_route(topic)
+        addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr})
+        out: list[MessageExt] = []
+        for addr in addrs:
+            resp = await self.instance.invoke(addr, api.query_message_request(topic, key, max_num, begin_ms, end_ms,
+                                                                              unique), 15.0)
+            if resp.code == R.QUERY_NOT_FOUND:
+                continue
+            api.check(resp, addr, f"query {topic} by key {key}")
+            out += decode_messages(resp.body_bytes(), addr, "query message")
+        if unique:
+            out = [m for m in out if m.properties.get("UNIQ_KEY") == key]
+        else:
+            out = [m for m in out if key in m.keys]
+        out.sort(key=lambda m: -m.store_timestamp)
+        return out
+
+    async def query_by_unique_key(self, topic: str, uniq_id: str) -> list[MessageExt]:
+        """Messages whose UNIQ_KEY is uniq_id (a message retried by the producer may be stored
+        more than once)."""
+        try:
+            begin = uniq_id_time(uniq_id) - 1000
+        except (ValueError, IndexError):
+            raise ClientError(f"{uniq_id!r} is not a message id (32 hex characters)") from None
+        return await self.query_by_key(topic, uniq_id, 32, begin, LONG_MAX, unique=True)
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID at the broker the offsetMsgId names."""
+        try:
+            host, port, offset = parse_offset_msg_id(offset_msg_id)
+        except InvalidMessageIdError as exc:
+            raise ClientError(str(exc)) from None
+        addr = f"{host}:{port}"
+        resp = await self._call(addr, api.view_message_request(offset), f"view message {offset_msg_id}")
+        msgs = decode_messages(resp.body_bytes(), addr, "view message")
+        if not msgs:
+            raise BrokerError(R.SYSTEM_ERROR, "empty body", addr, f"view message {offset_msg_id}")
+        return msgs[0]
+
+    async def query_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
+        """A message by either id. An offsetMsgId names its broker, so it is viewed there; a
+        UNIQ_KEY (what SendResult.msg_id holds) needs the topic and is looked up in the index."""
+        view_error: Exception | None = None
+        try:
+            host, port, _ = parse_offset_msg_id(msg_id)
+            info = await self.cluster_info()
+            known = {a for b in info.brokers.values() for a in b.broker_addrs.values()}
+            if f"{host}:{port}" in known or topic is None:
+                return [await self.view_message(msg_id)]
+        except (ClientError, InvalidMessageIdError) as exc:
+            view_error = exc
+        if topic is None:
+            raise ClientError(f"{msg_id} is not an offset message id of a known broker "
+                              f"({view_error}); give the topic to look it up as a UNIQ_KEY")
+        msgs = await self.query_by_unique_key(topic, msg_id)
+        if not msgs:
+            raise ClientError(f"no message with id {msg_id} in topic {topic}")
+        return msgs
+
+    async def query_by_offset(self, topic: str, queue_id: int, offset: int, broker_name: str | None = None) -> MessageExt:
+        """The message at (topic, queue, offset): one PULL as the TOOLS_CONSUMER group."""
+        route = await self.topic_route(topic)
+        self.instance.remember_route(topic, route)
+        names = [b.broker_name for b in route.broker_datas if broker_name in (None, b.broker_name)]
+        if not names:
+            raise NoRouteError(topic, f"broker {broker_name} does not serve it")
+        mq = MessageQueue(topic, names[0], queue_id)
+        result = await pull(self.instance, api.TOOLS_CONSUMER_GROUP, mq, SubscriptionData.build(topic), offset, 1,
+                            pull_sys_flag(False, False, True), 0, 0, 10.0, MASTER_ID)
+        for msg in result.messages:
+            if msg.queue_offset == offset:
+                return msg
+        raise ClientError(f"no message at offset {offset} of {mq} ({result.status.name}; the queue holds "
+                          f"{result.min_offset}..{result.max_offset - 1})")
+
+    async def broker_health(self, addr: str) -> dict:
+        """Runtime info plus a verdict: reachable, answering and (when it reports them) its actors."""
+        start = time.monotonic()
+        info = await self.broker_runtime_info(addr)
+        return {"broker": addr, "rtt_ms": round((time.monotonic() - start) * 1000, 2), "runtime": info}
+
+
+__all__ = ["AsyncAdmin", "ClusterInfo", "ConsumeStats", "QueueProgress", "QueueStatus"]

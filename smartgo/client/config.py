@@ -1,0 +1,55 @@
+"""ClientConfig: what every producer, consumer and admin client shares (Java's ClientConfig), with
+RocketMQ's defaults. Intervals are seconds; tests shorten them, production keeps the defaults."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+
+from smartgo.client.uniq_id import local_ip
+
+_instances = itertools.count(1)
+
+
+def split_registry(registry: str | list[str] | tuple[str, ...]) -> list[str]:
+    """"host:port;host:port" (also commas) or a list -> the address list."""
+    if isinstance(registry, str):
+        parts = registry.replace(",", ";").split(";")
+    else:
+        parts = list(registry)
+    addrs = [p.strip() for p in parts if p and p.strip()]
+    if not addrs:
+        raise ValueError("no registry address given (expected 'host:port;host:port')")
+    for addr in addrs:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"registry address {addr!r} is not host:port")
+    return addrs
+
+
+@dataclass(slots=True)
+class ClientConfig:
+    registry: list[str]
+    #: clientID is "<client_ip>@<pid>", plus "#<instance_name>" when several clients share a
+    #: process (each client object gets its own instance and connections).
+    instance_name: str | None = None
+    client_ip: str = field(default_factory=local_ip)
+    #: Request timeout for control calls (route, heartbeat, offsets, admin).
+    timeout: float = 3.0
+    poll_registry_interval: float = 30.0
+    heartbeat_interval: float = 30.0
+    persist_offset_interval: float = 5.0
+    #: Header type towards SmartGo peers; foreign peers always get JSON (negotiated per connection).
+    use_msgpack: bool = True
+    client_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.client_id:
+            n = next(_instances)
+            suffix = self.instance_name if self.instance_name else (str(n) if n > 1 else "")
+            self.client_id = f"{self.client_ip}@{os.getpid()}" + (f"#{suffix}" if suffix else "")
+
+    @classmethod
+    def make(cls, registry: str | list[str], **options: object) -> ClientConfig:
+        return cls(split_registry(registry), **options)  # type: ignore[arg-type]

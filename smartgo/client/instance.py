@@ -1,0 +1,309 @@
+"""ClientInstance (Java's MQClientInstance): the connections, the registry, the route and broker
+tables, and the periodic jobs of one client object - route refresh and heartbeats every 30 s,
+offset persistence every 5 s, rebalancing - plus the processors that answer the requests brokers
+send on our own connections (NOTIFY_CONSUMER_IDS_CHANGED, PUSH_REPLY_MESSAGE_TO_CLIENT).
+
+Producers and consumers join an instance as members (Member below) and the instance drives them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from smartgo.client import api
+from smartgo.client.config import ClientConfig
+from smartgo.client.errors import BrokerError, ClientStateError, NoRouteError, RegistryUnavailableError
+from smartgo.client.route import BrokerData, TopicRouteData
+from smartgo.net.client import RemotingClient
+from smartgo.net.codes import MASTER_ID, RequestCode, ResponseCode, SerializeType
+from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import Connection
+from smartgo.net.errors import RemotingError
+
+log = logging.getLogger("smartgo.client.instance")
+
+
+class Member(Protocol):
+    """What a producer or consumer offers its instance."""
+
+    group: str
+
+    def topics(self) -> set[str]:
+        """Topics whose routes this member needs refreshed."""
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None:
+        """A topic's route was fetched (changed or not)."""
+
+    def heartbeat_entry(self) -> tuple[str, dict | None]:
+        """("producer", None) or ("consumer", ConsumerData JSON)."""
+
+
+M = TypeVar("M", bound="MemberClient")
+
+
+class MemberClient:
+    """Lifecycle of a producer or pull consumer: start joins its instance as a member (routes
+    and heartbeats run from then on); close says goodbye to the brokers (UNREGISTER_CLIENT)."""
+
+    group: str
+    instance: ClientInstance
+    #: "producer" or "consumer": which group field UNREGISTER_CLIENT carries.
+    role = "producer"
+
+    async def start(self: M) -> M:
+        await self.instance.start()
+        self.instance.members.append(self)  # type: ignore[arg-type]
+        self.instance.start_route_and_heartbeat()
+        return self
+
+    async def close(self) -> None:
+        if self.instance.started and not self.instance.closed:
+            producer = self.group if self.role == "producer" else None
+            await self.instance.unregister(producer, None if producer else self.group)
+        await self.instance.close()
+
+    async def __aenter__(self: M) -> M:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def client_id(self) -> str:
+        return self.instance.client_id
+
+
+class ClientInstance:
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.client_id = config.client_id
+        self.members: list[Member] = []
+        self.routes: dict[str, TopicRouteData] = {}
+        self.brokers: dict[str, BrokerData] = {}
+        #: PUSH_REPLY_MESSAGE_TO_CLIENT handler (request-reply, issue 9); None answers SYSTEM_ERROR.
+        self.reply_handler: Callable[[RemotingCommand], Awaitable[RemotingCommand]] | None = None
+        #: Called (no arguments) when a broker says a group's membership changed.
+        self.on_consumer_ids_changed: list[Callable[[str], None]] = []
+        self._registry_index = random.randrange(len(config.registry))
+        self._remoting: RemotingClient | None = None
+        self._connections: dict[str, Connection] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self.started = False
+        self.closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.closed:
+            raise ClientStateError("client is closed; create a new one")
+        if self.started:
+            return
+        processors = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify_ids_changed,
+                      RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._push_reply}
+        self._remoting = RemotingClient(
+            processors, connect_timeout=self.config.timeout,
+            serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON)
+        self.started = True
+
+    def every(self, interval: float, job: Callable[[], Awaitable[object]], name: str, first: float | None = None) -> None:
+        """Run job every interval seconds (first after `first`, default interval) until close."""
+        self._tasks.append(asyncio.get_running_loop().create_task(self._periodic(interval, job, name, first)))
+
+    async def _periodic(self, interval: float, job: Callable[[], Awaitable[object]], name: str,
+                        first: float | None) -> None:
+        await asyncio.sleep(interval if first is None else first)
+        while True:
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a periodic job logs and tries again next time
+                log.warning("%s: %s failed: %s", self.client_id, name, exc)
+            await asyncio.sleep(interval)
+
+    def start_route_and_heartbeat(self) -> None:
+        self.every(self.config.poll_registry_interval, self.refresh_routes, "route refresh")
+        self.every(self.config.heartbeat_interval, self.heartbeat_all, "heartbeat", first=1.0)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._remoting is not None:
+            await self._remoting.close()
+
+    @property
+    def remoting(self) -> RemotingClient:
+        if self._remoting is None or self.closed:
+            raise ClientStateError("client is not started" if self._remoting is None else "client is closed")
+        return self._remoting
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        return await self.remoting.invoke(addr, cmd, self.config.timeout if timeout is None else timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        await self.remoting.invoke_oneway(addr, cmd)
+
+    def cached_connection(self, addr: str) -> Connection | None:
+        """The open connection to addr if there is one (callback-style sends use it without a
+        coroutine); None means `await connect(addr)` first."""
+        conn = self._connections.get(addr)
+        return conn if conn is not None and not conn.closed else None
+
+    async def connect(self, addr: str) -> Connection:
+        conn = await self.remoting.connection(addr)
+        self._connections[addr] = conn
+        return conn
+
+    async def invoke_registry(self, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        """Ask the current registry; on a connection failure or timeout move on to the next."""
+        addrs = self.config.registry
+        errors = []
+        for i in range(len(addrs)):
+            index = (self._registry_index + i) % len(addrs)
+            try:
+                resp = await self.invoke(addrs[index], cmd, timeout)
+            except RemotingError as exc:
+                errors.append(f"{addrs[index]}: {exc}")
+                continue
+            self._registry_index = index
+            return resp
+        raise RegistryUnavailableError("no registry answered (" + "; ".join(errors) + ")")
+
+    # -- routes and brokers ---------------------------------------------------------------------
+
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        """The registry's route for topic, or None when it has none (TOPIC_NOT_EXIST)."""
+        resp = await self.invoke_registry(api.route_request(topic))
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        api.check(resp, "registry", f"route of {topic}")
+        try:
+            return TopicRouteData.parse(resp.body_bytes())
+        except ValueError as exc:
+            raise BrokerError(ResponseCode.SYSTEM_ERROR, str(exc), "registry", f"route of {topic}") from None
+
+    async def update_route(self, topic: str) -> TopicRouteData | None:
+        """Fetch topic's route, remember it and its brokers, tell the members. One fetch per topic
+        at a time (concurrent callers wait for it)."""
+        lock = self._route_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            route = await self.fetch_route(topic)
+            if route is None:
+                return None
+            self.remember_route(topic, route)
+            for member in self.members:
+                if topic in member.topics():
+                    member.on_route(topic, route)
+            return route
+
+    def remember_route(self, topic: str, route: TopicRouteData) -> None:
+        self.routes[topic] = route
+        for b in route.broker_datas:
+            self.brokers[b.broker_name] = b
+
+    async def route(self, topic: str) -> TopicRouteData:
+        route = self.routes.get(topic) or await self.update_route(topic)
+        if route is None:
+            raise NoRouteError(topic, "the registries have no route (topic does not exist?)")
+        return route
+
+    async def refresh_routes(self) -> None:
+        topics = set()
+        for member in self.members:
+            topics |= member.topics()
+        for topic in sorted(topics):
+            try:
+                await self.update_route(topic)
+            except Exception as exc:
+                log.warning("%s: refreshing the route of %s failed: %s", self.client_id, topic, exc)
+
+    def broker_addr(self, broker_name: str, broker_id: int = MASTER_ID, only_this: bool = False) -> str | None:
+        """The address of broker_name's broker_id, else (unless only_this) the master or any."""
+        b = self.brokers.get(broker_name)
+        if b is None:
+            return None
+        addr = b.broker_addrs.get(broker_id)
+        if addr is None and not only_this:
+            addr = b.master_addr or next(iter(b.broker_addrs.values()), None)
+        return addr
+
+    async def master_addr(self, broker_name: str, topic: str | None = None) -> str:
+        addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
+        if addr is None and topic is not None:
+            await self.update_route(topic)
+            addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
+        if addr is None:
+            raise NoRouteError(topic or broker_name, f"broker {broker_name} has no master address")
+        return addr
+
+    # -- heartbeats -------------------------------------------------------------------------------
+
+    def heartbeat_command(self) -> tuple[RemotingCommand, bool]:
+        producers, consumers = [], []
+        for member in self.members:
+            kind, entry = member.heartbeat_entry()
+            if kind == "producer":
+                producers.append(member.group)
+            else:
+                consumers.append(entry)
+        if producers:
+            producers.append(api.CLIENT_INNER_PRODUCER_GROUP)
+        return api.heartbeat_request(self.client_id, producers, consumers), bool(consumers)
+
+    async def heartbeat_all(self) -> int:
+        """HEART_BEAT to every broker we know (masters only when no consumer is a member);
+        returns how many brokers answered SUCCESS."""
+        cmd, with_consumers = self.heartbeat_command()
+        addrs = sorted({addr for b in self.brokers.values() for bid, addr in b.broker_addrs.items()
+                        if with_consumers or bid == MASTER_ID})
+        if not addrs:
+            return 0
+        results = await asyncio.gather(*(self._heartbeat(addr, cmd.body) for addr in addrs))  # type: ignore[arg-type]
+        return sum(results)
+
+    async def _heartbeat(self, addr: str, body: bytes) -> bool:
+        try:
+            resp = await self.invoke(addr, RemotingCommand(RequestCode.HEART_BEAT, body=body))
+            api.check(resp, addr, "heartbeat")
+            return True
+        except Exception as exc:
+            log.warning("%s: heartbeat to %s failed: %s", self.client_id, addr, exc)
+            return False
+
+    async def unregister(self, producer_group: str | None, consumer_group: str | None) -> None:
+        """UNREGISTER_CLIENT to every broker we know, so that groups rebalance at once."""
+        addrs = sorted({a for b in self.brokers.values() for a in b.broker_addrs.values()})
+        cmd_args = (self.client_id, producer_group, consumer_group)
+
+        async def one(addr: str) -> None:
+            try:
+                await self.invoke(addr, api.unregister_client_request(*cmd_args), 1.0)
+            except Exception as exc:
+                log.info("%s: unregister at %s failed: %s", self.client_id, addr, exc)
+        await asyncio.gather(*(one(a) for a in addrs))
+
+    # -- requests from brokers ------------------------------------------------------------------
+
+    async def _notify_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        group = (cmd.ext_fields or {}).get("consumerGroup", "")
+        log.info("%s: broker %s says the consumers of %s changed", self.client_id, conn.remote_address, group)
+        for callback in self.on_consumer_ids_changed:
+            callback(group)
+        return None
+
+    async def _push_reply(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if self.reply_handler is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "this client sent no request awaiting a reply")
+        return await self.reply_handler(cmd)

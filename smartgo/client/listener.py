@@ -1,0 +1,174 @@
+"""Running a consumer's listener with bounded concurrency, off the event loop.
+
+A plain function listener runs on `threads` worker threads (the consume pool): the loop hands
+them messages through a queue and their verdicts come back in batches - one loop wake-up for
+whatever finished meanwhile, not one per message. A coroutine listener runs on `threads` worker
+tasks on the loop itself.
+
+A listener returns ConsumeResult.SUCCESS or RECONSUME_LATER; None counts as SUCCESS and True/False
+as SUCCESS/RECONSUME_LATER; an exception counts as RECONSUME_LATER (and is logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from smartgo.client.message import ConsumeResult
+from smartgo.store.record import MessageExt
+
+log = logging.getLogger("smartgo.client.listener")
+
+Listener = Callable[[MessageExt], Any]
+Done = Callable[[Any, ConsumeResult], None]
+_STOP = object()
+
+
+def verdict(value: object) -> ConsumeResult:
+    if value is None or value is True:
+        return ConsumeResult.SUCCESS
+    if value is False:
+        return ConsumeResult.RECONSUME_LATER
+    if isinstance(value, ConsumeResult):
+        return value
+    log.warning("listener returned %r; treating it as RECONSUME_LATER", value)
+    return ConsumeResult.RECONSUME_LATER
+
+
+class ListenerRunner:
+    """submit(item, msg) runs the listener on msg; done(item, verdict) is then called on the loop."""
+
+    def __init__(self, listener: Listener, threads: int, done: Done, name: str = "smartgo-consume") -> None:
+        if threads < 1:
+            raise ValueError("consume threads must be >= 1")
+        self.listener = listener
+        self.is_async = inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
+            getattr(listener, "__call__", None))
+        self.size = threads
+        self._done = done
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
+        self._tasks: list[asyncio.Task] = []
+        self._inbox: queue.SimpleQueue | asyncio.Queue | None = None
+        self._finished: collections.deque = collections.deque()
+        self._wake_pending = False
+        self.discarding = False
+        self._busy = [False] * threads  # one flag per worker: no shared counter between threads
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.is_async:
+            self._inbox = asyncio.Queue()
+            self._tasks = [self._loop.create_task(self._task_worker(i)) for i in range(self.size)]
+        else:
+            self._inbox = queue.SimpleQueue()
+            for i in range(self.size):
+                t = threading.Thread(target=self._thread_worker, args=(i,), name=f"{self._name}-{i + 1}", daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def submit(self, item: Any, msg: MessageExt) -> None:
+        self._inbox.put_nowait((item, msg))  # type: ignore[union-attr]
+
+    async def run(self, msg: MessageExt) -> ConsumeResult:
+        """Consume one message and wait for the verdict (orderly consumption)."""
+        fut = self._loop.create_future()  # type: ignore[union-attr]
+        self.submit(fut, msg)
+        return await fut
+
+    # -- workers ----------------------------------------------------------------------------------
+
+    def _call(self, msg: MessageExt) -> ConsumeResult:
+        try:
+            return verdict(self.listener(msg))
+        except Exception:
+            log.exception("listener failed on message %s of %s; it will be consumed again later",
+                          msg.properties.get("UNIQ_KEY") or msg.msg_id, msg.topic)
+            return ConsumeResult.RECONSUME_LATER
+
+    @property
+    def active(self) -> int:
+        """Listener calls running now."""
+        return sum(self._busy)
+
+    def _thread_worker(self, index: int) -> None:
+        inbox = self._inbox
+        finished = self._finished
+        busy = self._busy
+        while True:
+            work = inbox.get()  # type: ignore[union-attr]
+            if work is _STOP:
+                return
+            if self.discarding:
+                continue
+            busy[index] = True
+            result = self._call(work[1])
+            busy[index] = False
+            finished.append((work[0], result))
+            if not self._wake_pending:
+                self._wake_pending = True
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)  # type: ignore[union-attr]
+                except RuntimeError:  # the loop is closed: the consumer is gone
+                    return
+
+    def _deliver(self) -> None:
+        self._wake_pending = False
+        finished = self._finished
+        while finished:
+            item, result = finished.popleft()
+            self._complete(item, result)
+
+    def _complete(self, item: Any, result: ConsumeResult) -> None:
+        if isinstance(item, asyncio.Future):
+            if not item.done():
+                item.set_result(result)
+            return
+        try:
+            self._done(item, result)
+        except Exception:
+            log.exception("handling a consume result failed")
+
+    async def _task_worker(self, index: int) -> None:
+        inbox = self._inbox
+        while True:
+            item, msg = await inbox.get()  # type: ignore[union-attr]
+            if self.discarding:
+                continue
+            self._busy[index] = True
+            try:
+                result = verdict(await self.listener(msg))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("listener failed on message %s of %s; it will be consumed again later",
+                              msg.properties.get("UNIQ_KEY") or msg.msg_id, msg.topic)
+                result = ConsumeResult.RECONSUME_LATER
+            finally:
+                self._busy[index] = False
+            self._complete(item, result)
+
+    async def stop(self, timeout: float) -> None:
+        """Drop what has not started, wait up to timeout for running listeners, stop the workers."""
+        self.discarding = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.active and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        self._deliver()
+        for task in self._tasks:
+            task.cancel()
+        for _ in self._threads:
+            self._inbox.put_nowait(_STOP)  # type: ignore[union-attr]
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        threads = [t for t in self._threads if t.is_alive()]
+        if threads:
+            await loop.run_in_executor(None, lambda: [t.join(max(0.0, deadline - loop.time()) + 0.5) for t in threads])

@@ -1,0 +1,102 @@
+"""ProcessQueue: what a consumer has pulled from one queue and not yet finished consuming.
+
+The committed offset of a queue is the smallest offset still in flight (or one past the largest
+pulled when nothing is), so a crash re-delivers unfinished messages rather than skipping them.
+Pulls append in offset order, so the insertion-ordered dict is also offset-ordered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from smartgo.store.record import MessageExt
+
+#: A lock is held 30 s client-side (the broker's lease is 60 s) and renewed every 20 s.
+LOCK_MAX_LIVE = 30.0
+
+
+class ProcessQueue:
+    __slots__ = ("msgs", "consuming", "msg_size", "max_offset", "next_offset", "dropped", "locked",
+                 "last_lock_time", "consume_lock", "orderly_task", "pull_task", "suggested_broker_id",
+                 "__weakref__")
+
+    def __init__(self, next_offset: int) -> None:
+        self.msgs: OrderedDict[int, MessageExt] = OrderedDict()
+        #: Orderly consumption: messages taken out and being consumed now.
+        self.consuming: OrderedDict[int, MessageExt] = OrderedDict()
+        self.msg_size = 0
+        self.max_offset = -1
+        self.next_offset = next_offset
+        self.dropped = False
+        self.locked = False
+        self.last_lock_time = 0.0
+        self.consume_lock = asyncio.Lock()
+        self.orderly_task: asyncio.Task | None = None
+        self.pull_task: asyncio.Task | None = None
+        self.suggested_broker_id = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.msgs) + len(self.consuming)
+
+    @property
+    def span(self) -> int:
+        """Offset distance between the oldest and newest cached message."""
+        if not self.msgs:
+            return 0
+        return next(reversed(self.msgs)) - next(iter(self.msgs))
+
+    def lock_expired(self, now: float | None = None) -> bool:
+        return (time.monotonic() if now is None else now) - self.last_lock_time > LOCK_MAX_LIVE
+
+    def put(self, msgs: Iterable[MessageExt]) -> None:
+        table = self.msgs
+        for msg in msgs:
+            offset = msg.queue_offset
+            if offset not in table:
+                table[offset] = msg
+                self.msg_size += len(msg.body)
+                if offset > self.max_offset:
+                    self.max_offset = offset
+
+    def remove(self, msgs: Iterable[MessageExt]) -> int:
+        """Forget consumed messages; the offset to commit (-1 if there is nothing to commit)."""
+        table = self.msgs
+        for msg in msgs:
+            if table.pop(msg.queue_offset, None) is not None:
+                self.msg_size -= len(msg.body)
+        if table:
+            return next(iter(table))
+        return self.max_offset + 1 if self.max_offset >= 0 else -1
+
+    # -- orderly ----------------------------------------------------------------------------------
+
+    def take(self, n: int) -> list[MessageExt]:
+        """Move the n oldest messages into `consuming` and return them."""
+        out = []
+        while self.msgs and len(out) < n:
+            offset, msg = self.msgs.popitem(last=False)
+            self.consuming[offset] = msg
+            out.append(msg)
+        return out
+
+    def commit(self) -> int:
+        """Finish the consuming messages; the offset to commit (-1 when none)."""
+        if not self.consuming:
+            return -1
+        last = next(reversed(self.consuming))
+        for msg in self.consuming.values():
+            self.msg_size -= len(msg.body)
+        self.consuming.clear()
+        return last + 1
+
+    def make_again(self, msgs: Iterable[MessageExt]) -> None:
+        """Put consuming messages back at the front, to be consumed again in order."""
+        back = OrderedDict((m.queue_offset, m) for m in msgs)
+        for offset in back:
+            self.consuming.pop(offset, None)
+        back.update(self.msgs)
+        self.msgs = back

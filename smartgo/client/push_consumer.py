@@ -1,0 +1,523 @@
+"""AsyncPushConsumer: subscribe, give it a listener, and it pulls, balances and commits for you.
+
+Per queue it owns, it runs a long-polling pull loop (suspend 15 s) that feeds a ProcessQueue and
+the listener runner. Clustering: the group's queues are split among its consumers (rebalanced
+every 20 s and at once when a broker sends NOTIFY_CONSUMER_IDS_CHANGED), offsets live on the
+broker, failed messages go back with CONSUMER_SEND_MSG_BACK (and come again through the group's
+%RETRY% topic, which is subscribed automatically). Broadcasting: every consumer takes every
+queue and keeps offsets in a local file. Orderly consumption locks each queue at the broker
+(renewed every 20 s) and hands its messages to the listener one at a time, in offset order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from pathlib import Path
+
+from smartgo.client import api
+from smartgo.client.allocate import STRATEGIES, AllocateStrategy, allocate_averagely
+from smartgo.client.config import ClientConfig
+from smartgo.client.errors import ClientStateError, NoRouteError
+from smartgo.client.instance import ClientInstance
+from smartgo.client.listener import Listener, ListenerRunner
+from smartgo.client.message import ConsumeFromWhere, ConsumeResult, MessageModel, MessageQueue, Prop, PullStatus
+from smartgo.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from smartgo.client.process_queue import ProcessQueue
+from smartgo.client.pull import pull, pull_sys_flag
+from smartgo.client.route import TopicRouteData
+from smartgo.client.subscription import SubscriptionData
+from smartgo.net.codes import RequestCode
+from smartgo.store.record import MessageExt
+
+log = logging.getLogger("smartgo.client.push_consumer")
+
+RETRY_PREFIX = "%RETRY%"
+#: Pause before pulling again after an error (Java PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION).
+PULL_DELAY_ON_ERROR = 3.0
+#: Pause while flow control holds a queue (PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL).
+PULL_DELAY_ON_FLOW_CONTROL = 0.05
+#: A failed send-back: the message is consumed again locally after this long.
+RECONSUME_LATER_DELAY = 5.0
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+class AsyncPushConsumer:
+    def __init__(self, group: str, registry: str | list[str], *, listener: Listener | None = None,
+                 model: MessageModel | str = MessageModel.CLUSTERING,
+                 consume_from: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp_ms: int | None = None, orderly: bool = False,
+                 allocate: AllocateStrategy | str = allocate_averagely, consume_threads: int = 20,
+                 pull_batch_size: int = 32, pull_threshold_for_queue: int = 1000,
+                 pull_threshold_size_mb: int = 100, max_span: int = 2000, max_reconsume_times: int = -1,
+                 retry_delay_level: int = 0, suspend_current_queue_time: float = 1.0,
+                 rebalance_interval: float = 20.0, lock_interval: float = 20.0,
+                 post_subscription_when_pull: bool = False, await_termination: float = 5.0,
+                 offset_store_dir: str | Path = "~/.smartgo_offsets", config: ClientConfig | None = None,
+                 **config_options: object) -> None:
+        if not group:
+            raise ValueError("a consumer needs a group name")
+        self.group = group
+        self.config = config or ClientConfig.make(registry, **config_options)
+        self.model = MessageModel(model)
+        self.consume_from = ConsumeFromWhere(consume_from)
+        self.consume_timestamp_ms = (int(time.time() * 1000) - 30 * 60 * 1000 if consume_timestamp_ms is None
+                                     else consume_timestamp_ms)
+        self.orderly = orderly
+        self.allocate: AllocateStrategy = STRATEGIES[allocate] if isinstance(allocate, str) else allocate
+        self.consume_threads = consume_threads
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size = pull_threshold_size_mb * 1024 * 1024
+        self.max_span = max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.retry_delay_level = retry_delay_level
+        self.suspend_current_queue_time = suspend_current_queue_time
+        self.rebalance_interval = rebalance_interval
+        self.lock_interval = lock_interval
+        self.post_subscription_when_pull = post_subscription_when_pull
+        self.await_termination = await_termination
+        self.listener = listener
+        self.instance = ClientInstance(self.config)
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.offsets: OffsetStore = (
+            RemoteOffsetStore(self.instance, group) if self.model is MessageModel.CLUSTERING
+            else LocalOffsetStore(Path(offset_store_dir), self.config.instance_name or "DEFAULT", group))
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self._sub_queues: dict[str, list[MessageQueue]] = {}
+        self._runner: ListenerRunner | None = None
+        self._rebalance_now: asyncio.Event | None = None
+        self._rebalance_task: asyncio.Task | None = None
+        self._rebalancing = asyncio.Lock()
+        self._background: set[asyncio.Task] = set()
+        self._running = False
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    @property
+    def clustering(self) -> bool:
+        return self.model is MessageModel.CLUSTERING
+
+    @property
+    def client_id(self) -> str:
+        return self.instance.client_id
+
+    @property
+    def effective_max_reconsume_times(self) -> int:
+        """-1 means 16 for concurrent consumption and unlimited for orderly (Java's defaults)."""
+        if self.max_reconsume_times >= 0:
+            return self.max_reconsume_times
+        return 16 if not self.orderly else -1
+
+    def set_listener(self, listener: Listener) -> Listener:
+        """Set the listener (usable as a decorator)."""
+        if self._running:
+            raise ClientStateError("set the listener before start()")
+        self.listener = listener
+        return listener
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume topic's messages whose tag the expression names ("TagA || TagB", or "*")."""
+        self.subscriptions[topic] = SubscriptionData.build(topic, expression)
+        if self._running:
+            self._spawn(self.instance.heartbeat_all())
+            self.rebalance_soon()
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscriptions.pop(topic, None)
+        if self._running:
+            self.rebalance_soon()
+
+    # -- member of the client instance ----------------------------------------------------------
+
+    def topics(self) -> set[str]:
+        return set(self.subscriptions)
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None:
+        self._sub_queues[topic] = route.subscribe_queues(topic)
+
+    def heartbeat_entry(self) -> tuple[str, dict | None]:
+        return "consumer", api.consumer_data(self.group, "CONSUME_PASSIVELY", self.model.value, self.consume_from.value,
+                                             [s.to_json() for s in self.subscriptions.values()])
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> AsyncPushConsumer:
+        if self.listener is None:
+            raise ClientStateError("set a listener before start()")
+        if not self.subscriptions:
+            raise ClientStateError("subscribe to at least one topic before start()")
+        if self.clustering and retry_topic(self.group) not in self.subscriptions:
+            self.subscriptions[retry_topic(self.group)] = SubscriptionData.build(retry_topic(self.group), "*")
+        await self.instance.start()
+        self.instance.members.append(self)
+        self.instance.on_consumer_ids_changed.append(lambda group: self.rebalance_soon())
+        self._runner = ListenerRunner(self.listener, self.consume_threads, self._consumed, f"smartgo-{self.group}")
+        self._runner.start()
+        self._running = True
+        for topic in list(self.subscriptions):
+            try:
+                await self.instance.update_route(topic)
+            except Exception as exc:
+                log.warning("%s: no route for %s yet (%s); rebalancing retries", self.group, topic, exc)
+        await self.instance.heartbeat_all()
+        self.instance.start_route_and_heartbeat()
+        self.instance.every(self.config.persist_offset_interval, self.persist_offsets, "persist offsets")
+        if self.orderly and self.clustering:
+            self.instance.every(self.lock_interval, self.lock_all, "lock queues")
+        self._rebalance_now = asyncio.Event()
+        self._rebalance_now.set()
+        self._rebalance_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
+        return self
+
+    async def close(self) -> None:
+        """Stop pulling, let running listeners finish (await_termination), commit offsets, leave
+        the group (UNREGISTER_CLIENT) and close the connections."""
+        if not self._running:
+            await self.instance.close()
+            return
+        self._running = False
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            await asyncio.gather(self._rebalance_task, return_exceptions=True)
+        pulls = [pq.pull_task for pq in self.process_queues.values() if pq.pull_task is not None]
+        for task in pulls:
+            task.cancel()
+        await asyncio.gather(*pulls, return_exceptions=True)
+        await self._runner.stop(self.await_termination)  # type: ignore[union-attr]
+        orderly_tasks = [pq.orderly_task for pq in self.process_queues.values() if pq.orderly_task is not None]
+        for task in orderly_tasks:
+            task.cancel()
+        await asyncio.gather(*orderly_tasks, *self._background, return_exceptions=True)
+        try:
+            try:
+                await self.offsets.persist(list(self.process_queues), acked=True)
+            except Exception as exc:
+                log.error("%s: committing offsets at close failed (they will be consumed again): %s", self.group, exc)
+            if self.orderly and self.clustering:
+                await self._unlock(list(self.process_queues))
+            await self.instance.unregister(None, self.group)
+        finally:
+            for pq in self.process_queues.values():
+                pq.dropped = True
+            await self.instance.close()
+
+    async def __aenter__(self) -> AsyncPushConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- rebalancing ------------------------------------------------------------------------------
+
+    def rebalance_soon(self) -> None:
+        if self._rebalance_now is not None:
+            self._rebalance_now.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)  # type: ignore[union-attr]
+            except asyncio.TimeoutError:
+                pass
+            self._rebalance_now.clear()  # type: ignore[union-attr]
+            try:
+                await self.rebalance()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s: rebalance failed: %s", self.group, exc)
+
+    async def rebalance(self) -> None:
+        async with self._rebalancing:
+            for topic in list(self.subscriptions):
+                try:
+                    await self._rebalance_topic(topic)
+                except NoRouteError as exc:  # e.g. the retry topic before the broker creates it
+                    log.info("%s: not rebalancing %s: %s", self.group, topic, exc)
+                except Exception as exc:
+                    log.warning("%s: rebalancing %s failed: %s", self.group, topic, exc)
+            gone = [mq for mq in self.process_queues if mq.topic not in self.subscriptions]
+            for mq in gone:
+                await self._drop(mq)
+
+    async def _rebalance_topic(self, topic: str) -> None:
+        mqs = self._sub_queues.get(topic)
+        if mqs is None:
+            if await self.instance.update_route(topic) is None:
+                raise NoRouteError(topic, "not created yet?")
+            mqs = self._sub_queues.get(topic, [])
+        if self.clustering:
+            cids = await self.consumer_ids(topic)
+            mine = set(self.allocate(self.group, self.client_id, sorted(mqs), sorted(cids)))
+            if cids and self.client_id not in cids:
+                log.info("%s: %s is not yet among the group's consumers %s", self.group, self.client_id, cids)
+        else:
+            mine = set(mqs)
+        changed = False
+        for mq in [mq for mq in self.process_queues if mq.topic == topic and mq not in mine]:
+            await self._drop(mq)
+            changed = True
+        for mq in sorted(mine):
+            if mq not in self.process_queues and self._running:
+                changed |= await self._add(mq)
+        if changed:
+            log.info("%s: now consuming %s: %s", self.group, topic,
+                     sorted(mq.queue_id for mq in self.process_queues if mq.topic == topic))
+
+    async def consumer_ids(self, topic: str) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP at one broker of the topic (any knows the whole group)."""
+        route = await self.instance.route(topic)
+        brokers = [b for b in route.broker_datas if b.broker_addrs]
+        if not brokers:
+            raise NoRouteError(topic, "no broker address in its route")
+        b = random.choice(brokers)
+        addr = b.master_addr or next(iter(b.broker_addrs.values()))
+        resp = await self.instance.invoke(addr, api.consumer_list_request(self.group))
+        return api.decode_consumer_list(resp, addr)
+
+    async def _add(self, mq: MessageQueue) -> bool:
+        locked = False
+        if self.orderly and self.clustering:
+            locked = mq in await self._lock([mq])
+            if not locked:
+                log.info("%s: %s is locked by another consumer; trying at the next rebalance", self.group, mq)
+                return False
+        self.offsets.remove(mq)
+        try:
+            offset = await self.compute_pull_from(mq)
+        except Exception as exc:
+            log.warning("%s: cannot tell where to start %s: %s", self.group, mq, exc)
+            return False
+        pq = ProcessQueue(offset)
+        if locked:
+            pq.locked, pq.last_lock_time = True, time.monotonic()
+        self.process_queues[mq] = pq
+        pq.pull_task = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq))
+        return True
+
+    async def _drop(self, mq: MessageQueue) -> None:
+        pq = self.process_queues.pop(mq, None)
+        if pq is None:
+            return
+        pq.dropped = True
+        if pq.pull_task is not None:
+            pq.pull_task.cancel()
+        try:
+            if self.orderly and self.clustering:
+                try:  # let the message being consumed finish before another consumer takes over
+                    await asyncio.wait_for(pq.consume_lock.acquire(), 1.0)
+                    pq.consume_lock.release()
+                except asyncio.TimeoutError:
+                    pass
+            await self.offsets.persist([mq], acked=True)
+            if self.orderly and self.clustering:
+                await self._unlock([mq])
+        except Exception as exc:
+            log.warning("%s: committing %s on release failed: %s", self.group, mq, exc)
+        finally:
+            self.offsets.remove(mq)
+
+    async def compute_pull_from(self, mq: MessageQueue) -> int:
+        """The stored offset, else (a new group) where consume_from says (computePullFromWhere)."""
+        last = await self.offsets.read(mq)
+        if last >= 0:
+            return last
+        is_retry = mq.topic.startswith(RETRY_PREFIX)
+        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or (
+                is_retry and self.consume_from is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET):
+            return 0
+        code = RequestCode.GET_MAX_OFFSET if self.consume_from is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET or is_retry \
+            else RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+        ts = self.consume_timestamp_ms if code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP else None
+        addr = await self.instance.master_addr(mq.broker_name, mq.topic)
+        resp = await self.instance.invoke(addr, api.offset_request(code, mq.topic, mq.queue_id, ts))
+        return api.ext_long(resp, "offset", addr, f"{code.name} of {mq}")
+
+    # -- pulling ----------------------------------------------------------------------------------
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        sub = self.subscriptions.get(mq.topic)
+        is_retry = mq.topic == retry_topic(self.group)
+        while not pq.dropped and sub is not None:
+            if pq.count >= self.pull_threshold_for_queue or pq.msg_size >= self.pull_threshold_size or (
+                    not self.orderly and pq.span > self.max_span):
+                await asyncio.sleep(PULL_DELAY_ON_FLOW_CONTROL)  # flow control: let consumption catch up
+                continue
+            if self.orderly and self.clustering and not pq.locked:
+                await asyncio.sleep(PULL_DELAY_ON_ERROR)
+                continue
+            commit = self.offsets.memory_offset(mq) if self.clustering else -1
+            flag = pull_sys_flag(commit > 0, True, self.post_subscription_when_pull)
+            try:
+                result = await pull(self.instance, self.group, mq, sub, pq.next_offset, self.pull_batch_size, flag,
+                                    max(commit, 0), broker_id=pq.suggested_broker_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s: pull from %s failed: %s", self.group, mq, exc)
+                await asyncio.sleep(PULL_DELAY_ON_ERROR)
+                continue
+            if pq.dropped:
+                return
+            pq.suggested_broker_id = result.suggest_which_broker_id
+            status = result.status
+            if status is PullStatus.FOUND:
+                pq.next_offset = result.next_begin_offset
+                msgs = result.messages
+                if msgs:
+                    if is_retry:
+                        for msg in msgs:
+                            real = msg.properties.get(Prop.RETRY_TOPIC)
+                            if real:
+                                msg.topic = real
+                    pq.put(msgs)
+                    self._dispatch(mq, pq, msgs)
+            elif status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("%s: offset %d of %s is illegal; moving to %d", self.group, pq.next_offset, mq,
+                            result.next_begin_offset)
+                pq.next_offset = result.next_begin_offset
+                self.offsets.update(mq, result.next_begin_offset)
+                await self.offsets.persist([mq])
+            else:
+                pq.next_offset = result.next_begin_offset
+                if not pq.count:  # correctTagsOffset: nothing in flight, so skipped offsets are done
+                    self.offsets.update(mq, result.next_begin_offset, increase_only=True)
+
+    def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self.orderly:
+            if pq.orderly_task is None or pq.orderly_task.done():
+                pq.orderly_task = asyncio.get_running_loop().create_task(self._consume_orderly(mq, pq))
+            return
+        submit = self._runner.submit  # type: ignore[union-attr]
+        for msg in msgs:
+            submit((mq, pq, msg), msg)
+
+    # -- concurrent consumption -------------------------------------------------------------------
+
+    def _consumed(self, item: tuple[MessageQueue, ProcessQueue, MessageExt], result: ConsumeResult) -> None:
+        mq, pq, msg = item
+        if pq.dropped:
+            return  # the queue moved to another consumer, which consumes it again
+        if result is ConsumeResult.SUCCESS or not self.clustering:
+            if result is not ConsumeResult.SUCCESS:
+                log.warning("%s: broadcasting message %s failed and is dropped (no retries in broadcasting)",
+                            self.group, msg.msg_id)
+            self._commit(mq, pq, msg)
+            return
+        self._spawn(self._send_back_or_retry(mq, pq, msg))
+
+    def _commit(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> None:
+        offset = pq.remove((msg,))
+        if offset >= 0:
+            self.offsets.update(mq, offset, increase_only=True)
+
+    async def _send_back_or_retry(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> None:
+        if await self.send_back(mq, msg, self.retry_delay_level):
+            self._commit(mq, pq, msg)
+            return
+        msg.reconsume_times += 1
+        await asyncio.sleep(RECONSUME_LATER_DELAY)
+        if not pq.dropped and self._running:
+            self._runner.submit((mq, pq, msg), msg)  # type: ignore[union-attr]
+
+    async def send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int = 0) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the message's broker: the broker stores it again for the
+        group's retry topic (or its DLQ after too many attempts, or at once for a negative delay
+        level). False if that failed."""
+        try:
+            addr = await self.instance.master_addr(mq.broker_name, mq.topic)
+            origin = msg.properties.get(Prop.UNIQ_KEY) or msg.msg_id
+            limit = self.effective_max_reconsume_times
+            cmd = api.send_back_request(msg.commit_log_offset, self.group, delay_level, origin, msg.topic,
+                                        limit if limit >= 0 else 16)
+            api.check(await self.instance.invoke(addr, cmd, 5.0), addr, "send message back")
+            return True
+        except Exception as exc:
+            log.warning("%s: sending %s back failed (%s); consuming it again locally in %g s", self.group,
+                        msg.msg_id, exc, RECONSUME_LATER_DELAY)
+            return False
+
+    # -- orderly consumption ----------------------------------------------------------------------
+
+    async def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        runner = self._runner
+        async with pq.consume_lock:
+            while not pq.dropped and self._running:
+                if self.clustering and (not pq.locked or pq.lock_expired()):
+                    if mq not in await self._lock([mq]):
+                        await asyncio.sleep(self.suspend_current_queue_time)
+                        continue
+                msgs = pq.take(1)
+                if not msgs:
+                    return
+                msg = msgs[0]
+                result = await runner.run(msg)  # type: ignore[union-attr]
+                if pq.dropped:
+                    return
+                if result is ConsumeResult.SUCCESS:
+                    self.offsets.update(mq, pq.commit())
+                    continue
+                limit = self.effective_max_reconsume_times
+                if limit >= 0 and msg.reconsume_times >= limit and self.clustering and \
+                        await self.send_back(mq, msg, -1):  # delay level -1: straight to the DLQ
+                    self.offsets.update(mq, pq.commit())
+                    continue
+                msg.reconsume_times += 1
+                pq.make_again(msgs)
+                await asyncio.sleep(self.suspend_current_queue_time)
+
+    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ at each broker; marks the process queues that got their lock."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        locked: set[MessageQueue] = set()
+        now = time.monotonic()
+        for broker, group_mqs in by_broker.items():
+            try:
+                addr = await self.instance.master_addr(broker, group_mqs[0].topic)
+                cmd = api.command(RequestCode.LOCK_BATCH_MQ, None, api.lock_body(self.client_id, self.group, group_mqs))
+                ok = api.decode_locked(await self.instance.invoke(addr, cmd), addr)
+            except Exception as exc:
+                log.warning("%s: locking queues at %s failed: %s", self.group, broker, exc)
+                ok = set()
+            for mq in group_mqs:
+                pq = self.process_queues.get(mq)
+                if pq is not None:
+                    pq.locked = mq in ok
+                    if pq.locked:
+                        pq.last_lock_time = now
+            locked |= ok
+        return locked
+
+    async def lock_all(self) -> None:
+        if self.process_queues:
+            await self._lock(list(self.process_queues))
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, group_mqs in by_broker.items():
+            try:
+                addr = await self.instance.master_addr(broker, group_mqs[0].topic)
+                cmd = api.command(RequestCode.UNLOCK_BATCH_MQ, None, api.lock_body(self.client_id, self.group, group_mqs))
+                api.check(await self.instance.invoke(addr, cmd, 1.0), addr, "unlock queues")
+            except Exception as exc:
+                log.info("%s: unlocking queues at %s failed (the lease expires anyway): %s", self.group, broker, exc)
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    async def persist_offsets(self) -> None:
+        await self.offsets.persist(list(self.process_queues))

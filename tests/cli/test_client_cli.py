@@ -1,0 +1,115 @@
+"""`smartgo send / consume / admin / bench` in-process against the scripted fake broker: --json
+output parses, human output reads, and failures are one line with a non-zero status."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from smartgo.cli.main import main
+from smartgo.net.codes import RequestCode, ResponseCode
+
+from .conftest import pull_response, response
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_send_json(cluster, capsys):
+    registry, broker = cluster
+    broker.handlers[RequestCode.SEND_MESSAGE_V2] = broker.send_ok()
+    status, out, err = run_cli(capsys, "send", "-n", registry, "--topic", "T", "--body", "hi", "--tags", "A",
+                               "--keys", "k1", "-p", "color=red", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["status"] == "SEND_OK" and len(doc["msg_id"]) == 32 and doc["topic"] == "T"
+    sent = broker.of(RequestCode.SEND_MESSAGE_V2)[0]
+    assert sent.body == b"hi" and "color\x01red" in sent.ext_fields["i"]
+
+
+def test_send_stdin_lines_human(cluster, capsys, monkeypatch):
+    registry, broker = cluster
+    broker.handlers[RequestCode.SEND_MESSAGE_V2] = broker.send_ok()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"one\ntwo\n\nthree\n")))
+    status, out, _ = run_cli(capsys, "send", "-n", registry, "--topic", "T", "--mode", "async")
+    assert status == 0
+    assert len(out.splitlines()) == 3 and all("SEND_OK" in line for line in out.splitlines())
+    assert sorted(r.body for r in broker.of(RequestCode.SEND_MESSAGE_V2)) == [b"one", b"three", b"two"]
+
+
+def test_send_failure_is_one_line(cluster, capsys):
+    registry, broker = cluster
+    broker.handlers[RequestCode.SEND_MESSAGE_V2] = lambda c, cmd: response(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                                                           remark="body too odd")
+    status, out, err = run_cli(capsys, "send", "-n", registry, "--topic", "T", "--body", "x")
+    assert status == 1 and len(err.strip().splitlines()) == 1
+    assert "MESSAGE_ILLEGAL" in err and "body too odd" in err and "Traceback" not in err
+
+
+def test_consume_pull_json_lines(cluster, capsys):
+    registry, broker = cluster
+    records = {0: [broker.record("T", 0, i, f"m{i}".encode(), {"TAGS": "A", "KEYS": f"k{i}"}) for i in range(3)]}
+
+    def pull(conn, cmd):
+        qid, offset = int(cmd.ext_fields["queueId"]), int(cmd.ext_fields["queueOffset"])
+        recs = records.get(qid, [])
+        if offset < len(recs):
+            return pull_response(cmd, 0, len(recs), 0, len(recs), b"".join(recs[offset:]))
+        return pull_response(cmd, ResponseCode.PULL_NOT_FOUND, offset, 0, len(recs))
+    broker.handlers[RequestCode.PULL_MESSAGE] = pull
+    broker.handlers[RequestCode.GET_MIN_OFFSET] = lambda c, cmd: response(cmd, ext={"offset": "0"})
+    status, out, err = run_cli(capsys, "consume", "-n", registry, "--topic", "T", "--pull", "--from", "first",
+                               "--count", "3", "--json")
+    assert status == 0, err
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert sorted(d["body"] for d in docs) == ["m0", "m1", "m2"] and docs[0]["tags"] == "A"
+    assert {d["keys"][0] for d in docs} == {"k0", "k1", "k2"}
+
+
+def test_admin_json(cluster, capsys):
+    registry, broker = cluster
+    status, out, err = run_cli(capsys, "admin", "topic-route", "-n", registry, "--topic", "T", "--json")
+    assert status == 0, err
+    route = json.loads(out)
+    assert route["queueDatas"][0]["readQueueNums"] == 2 and route["brokerDatas"][0]["brokerName"] == "broker-a"
+    status, out, _ = run_cli(capsys, "admin", "topic-list", "-n", registry, "--json")
+    assert "T" in json.loads(out)["topics"]
+    status, out, _ = run_cli(capsys, "admin", "cluster-list", "-n", registry, "--json")
+    doc = json.loads(out)
+    assert doc["clusters"] == {"DefaultCluster": ["broker-a"]} and "error" in doc["runtime"][broker.addr]
+    broker.handlers[RequestCode.UPDATE_AND_CREATE_TOPIC] = lambda c, cmd: response(cmd)
+    status, out, _ = run_cli(capsys, "admin", "topic-create", "-n", registry, "--topic", "New", "--queues", "4",
+                             "--json")
+    assert status == 0 and json.loads(out)["brokers"] == [broker.addr]
+    created = broker.of(RequestCode.UPDATE_AND_CREATE_TOPIC)[0].ext_fields
+    assert created["readQueueNums"] == "4" and created["perm"] == "6" and created["topic"] == "New"
+
+
+def test_admin_errors(cluster, capsys):
+    registry, broker = cluster
+    status, _, err = run_cli(capsys, "admin", "topic-route", "-n", registry, "--topic", "Nope")
+    assert status == 1 and "no route info of topic 'Nope'" in err and len(err.strip().splitlines()) == 1
+    status, _, err = run_cli(capsys, "admin", "topic-status", "-n", registry, "--topic", "T")
+    assert status == 1 and "REQUEST_CODE_NOT_SUPPORTED" in err
+    status, _, err = run_cli(capsys, "admin", "topic-list", "-n", "127.0.0.1:1", "--timeout", "0.5")
+    assert status == 1 and "no registry answered" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["admin", "query-offset", "--topic", "T", "--queue", "zero", "--offset", "1"])
+    assert exit_info.value.code == 2
+
+
+def test_bench_produce_json(cluster, capsys):
+    registry, broker = cluster
+    broker.handlers[RequestCode.SEND_MESSAGE_V2] = broker.send_ok()
+    broker.handlers[RequestCode.SEND_BATCH_MESSAGE] = broker.send_ok()
+    status, out, err = run_cli(capsys, "bench", "produce", "-n", registry, "--topic", "T", "--duration", "1.2",
+                               "--interval", "0.5", "--concurrency", "2", "--batch", "4", "--json")
+    assert status == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1]["type"] == "summary" and lines[-1]["total"] > 0 and lines[-1]["total"] % 4 == 0
+    assert any(line["type"] == "interval" for line in lines[:-1])

@@ -1,0 +1,205 @@
+"""End to end against real processes, with the broker's control plane: push consumers need
+HEART_BEAT (34), GET_CONSUMER_LIST_BY_GROUP (38), NOTIFY_CONSUMER_IDS_CHANGED (40),
+QUERY/UPDATE_CONSUMER_OFFSET (14/15), LOCK/UNLOCK_BATCH_MQ (41/42), UNREGISTER_CLIENT (35) and
+admin codes (17, 203, 208) - broker issue 7; redelivery through the retry topic needs
+CONSUMER_SEND_MSG_BACK (36, issue 9), and falls back to local re-consumption without it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+from smartgo.client import (AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, MessageModel)
+from smartgo.testing import async_wait_until
+
+from .conftest import ROOT, arun
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+async def send_all(registry: str, topic: str, n: int, tags: str = "AB") -> dict[str, str]:
+    """n messages in batches of 32, tags cycling; returns UNIQ_KEY -> tag."""
+    sent = {}
+    async with AsyncProducer("PG", registry) as p:
+        for start in range(0, n, 32):
+            msgs = [Message(topic, str(i).encode(), tags=tags[i % len(tags)]) for i in range(start, min(n, start + 32))]
+            r = await p.send_batch(msgs)
+            sent.update(zip(r.msg_id.split(","), (m.tags for m in msgs)))
+    return sent
+
+
+async def create_topic(registry: str, topic: str, queues: int) -> None:
+    async with AsyncAdmin(registry) as admin:
+        await admin.create_topic(topic, queues)
+        await async_wait_until(lambda: _routed(admin, topic), 10, 0.1, "route of the new topic")
+
+
+async def _routed(admin: AsyncAdmin, topic: str) -> bool:
+    try:
+        return len((await admin.topic_route(topic)).subscribe_queues(topic)) > 0
+    except Exception:
+        return False
+
+
+def test_push_ten_thousand_with_tag_filtering(real_cluster):
+    topic, group = name("PUSH"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 4)
+        got: dict[str, str] = {}
+        c = AsyncPushConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
+                              listener=lambda m: got.__setitem__(m.uniq_key, m.tags))
+        c.subscribe(topic, "A || B")
+        async with c:
+            sent = await send_all(real_cluster.registry, topic, 10_000, "ABC")
+            wanted = {k for k, t in sent.items() if t in "AB"}
+            await async_wait_until(lambda: wanted <= got.keys(), 60, 0.1, "every A and B message")
+            await asyncio.sleep(0.3)
+        async with AsyncAdmin(real_cluster.registry) as admin:
+            progress = await admin.consumer_progress(group, topic)
+        return wanted, got, progress
+    wanted, got, progress = arun(main())
+    assert set(got) == wanted and set(got.values()) == {"A", "B"}
+    assert progress.total_lag == 0 and len(progress.queues) == 4
+
+
+def test_three_consumers_share_and_rebalance(real_cluster, tmp_path):
+    topic, group = name("SHARE"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 6)
+        consumers = [AsyncPushConsumer(group, real_cluster.registry, listener=lambda m: None, instance_name=f"c{i}")
+                     for i in range(3)]
+        for c in consumers:
+            c.subscribe(topic)
+            await c.start()
+
+        def shares(cs):
+            return sorted(len([q for q in c.process_queues if q.topic == topic]) for c in cs)
+        await async_wait_until(lambda: shares(consumers) == [2, 2, 2], 30, 0.1, "an even 2/2/2 split")
+        await consumers.pop().close()  # one leaves
+        await async_wait_until(lambda: shares(consumers) == [3, 3], 30, 0.1, "3/3 after one left")
+        # a consumer in another process joins, then dies (kill -9)
+        proc = subprocess.Popen([sys.executable, "-m", "smartgo.cli", "consume", "-n", real_cluster.registry,
+                                 "--topic", topic, "--group", group], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            await async_wait_until(lambda: shares(consumers) == [2, 2], 30, 0.1, "2/2/2 with the other process")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            await async_wait_until(lambda: shares(consumers) == [3, 3], 30, 0.1, "3/3 after the other one died")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            for c in consumers:
+                await c.close()
+    arun(main())
+
+
+def test_broadcasting_delivers_everything_to_everyone(real_cluster, tmp_path):
+    topic, group = name("BCAST"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 4)
+        got = [set(), set()]
+        consumers = [AsyncPushConsumer(group, real_cluster.registry, model=MessageModel.BROADCASTING,
+                                       consume_from="CONSUME_FROM_FIRST_OFFSET", offset_store_dir=tmp_path,
+                                       instance_name=f"b{i}", listener=lambda m, i=i: got[i].add(m.uniq_key))
+                     for i in range(2)]
+        for c in consumers:
+            c.subscribe(topic)
+            await c.start()
+        sent = await send_all(real_cluster.registry, topic, 500)
+        await async_wait_until(lambda: all(set(sent) <= g for g in got), 30, 0.1, "every message at both")
+        for c in consumers:
+            await c.close()
+        return sent, got
+    sent, got = arun(main())
+    assert got[0] == got[1] == set(sent)
+
+
+def test_orderly_consumption_in_order_per_key(real_cluster):
+    topic, group = name("ORDERLY"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 4)
+        seen: dict[str, list[int]] = {}
+        busy: dict[int, int] = {}
+        overlap = []
+        lock = threading.Lock()
+
+        def listener(m):
+            with lock:
+                busy[m.queue_id] = busy.get(m.queue_id, 0) + 1
+                overlap.append(busy[m.queue_id])
+            key, n = m.body.decode().split(":")
+            seen.setdefault(key, []).append(int(n))
+            with lock:
+                busy[m.queue_id] -= 1
+            return ConsumeResult.SUCCESS
+        c = AsyncPushConsumer(group, real_cluster.registry, orderly=True, consume_threads=8, listener=listener,
+                              consume_from="CONSUME_FROM_FIRST_OFFSET")
+        c.subscribe(topic)
+        async with c:
+            async with AsyncProducer("PG", real_cluster.registry) as p:
+                for i in range(400):
+                    key = f"k{i % 5}"
+                    await p.send_orderly(Message(topic, f"{key}:{i}".encode()), key)
+            await async_wait_until(lambda: sum(map(len, seen.values())) >= 400, 30, 0.1, "all 400")
+        return seen, overlap
+    seen, overlap = arun(main())
+    assert all(v == sorted(v) and len(v) == 80 for v in seen.values()) and max(overlap) == 1
+
+
+def test_listener_failing_once_gets_the_message_again(real_cluster):
+    topic, group = name("RETRY"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 2)
+        deliveries: dict[bytes, list[int]] = {}
+
+        def listener(m):
+            deliveries.setdefault(m.body, []).append(m.reconsume_times)
+            if m.body == b"flaky" and len(deliveries[m.body]) == 1:
+                raise RuntimeError("first attempt fails")
+            return ConsumeResult.SUCCESS
+        c = AsyncPushConsumer(group, real_cluster.registry, listener=listener, retry_delay_level=1,
+                              consume_from="CONSUME_FROM_FIRST_OFFSET")
+        c.subscribe(topic)
+        async with c:
+            async with AsyncProducer("PG", real_cluster.registry) as p:
+                await p.send(Message(topic, b"steady"))
+                await p.send(Message(topic, b"flaky"))
+            await async_wait_until(lambda: len(deliveries.get(b"flaky", [])) >= 2, 40, 0.1, "the second delivery")
+        return deliveries
+    deliveries = arun(main())
+    assert deliveries[b"steady"] == [0]
+    assert deliveries[b"flaky"][:2] == [0, 1]
+
+
+def test_consumer_connections_admin(real_cluster):
+    topic, group = name("CONN"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 2)
+        c = AsyncPushConsumer(group, real_cluster.registry, listener=lambda m: None)
+        c.subscribe(topic, "X || Y")
+        async with c:
+            async with AsyncAdmin(real_cluster.registry) as admin:
+                conn = await admin.consumer_connections(group)
+            return conn, c.client_id
+    conn, cid = arun(main())
+    assert cid in [x["clientId"] for x in conn["connectionSet"]]
+    assert conn["messageModel"] == "CLUSTERING" and conn["subscriptionTable"][topic]["subString"] == "X || Y"
