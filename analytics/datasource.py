@@ -2,10 +2,10 @@
 
 A PySpark Python data source (pyspark.sql.datasource). Planning cuts the CommitLog files
 into spans (each file, split every ``splitBytes``) and prunes them by time; every span is
-one input partition, so cores and executors read in parallel. Each task walks its span
-with the store's record codec (see analytics.store_scan for what "complete" means while a
-broker appends) and hands Spark Arrow record batches built column by column, which costs
-far less than Python rows.
+one input partition, so cores and executors read in parallel. Each task decodes its span
+in columns with the store's record_columns (see analytics.store_scan for what "complete"
+means while a broker appends) and hands Spark Arrow record batches built from those
+columns: no Python object per message.
 
 Options: ``topics`` ("A,B"), ``since`` / ``until`` (ISO-8601 or epoch ms; store time in
 [since, until)), ``includeBody`` (adds the binary ``body`` column), ``splitBytes`` (span
@@ -16,11 +16,12 @@ size), ``timeSkewMs`` (how far store time may step back, for pruning). With
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from itertools import accumulate, chain
+from functools import cached_property
+
+import numpy as np
 
 from pyspark.sql.datasource import (
     DataSource, DataSourceReader, EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition, LessThan,
@@ -31,9 +32,11 @@ from pyspark.sql.types import (
 )
 
 from analytics.store_scan import (
-    DEFAULT_SKEW_MS, DEFAULT_SPLIT_BYTES, NO_LIMIT, ROW_FIELDS, ScanFilter, Span, Wanted, list_spans, prune, scan_span,
+    DEFAULT_SKEW_MS, DEFAULT_SPLIT_BYTES, NO_LIMIT, Chunk, ScanFilter, Span, format_host, list_spans, prune, scan_span,
 )
 from analytics.timespec import parse_time
+from smartgo.store import record_columns
+from smartgo.store.record import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, key_tokens
 
 FORMAT = "smartgo"
 
@@ -109,14 +112,6 @@ class SpanPartition(InputPartition):
     def __init__(self, span: Span):
         super().__init__(span.begin)
         self.span = span
-
-
-_PROPERTY_COLUMNS = frozenset({"tags", "keys", "uniq_key", "properties"})
-
-
-def wanted_for(schema: StructType) -> Wanted:
-    names = set(schema.fieldNames())
-    return Wanted(properties=bool(names & _PROPERTY_COLUMNS), msg_id="msg_id" in names, body="body" in names)
 
 
 class SmartGoReader(DataSourceReader):
@@ -219,75 +214,143 @@ def register(spark) -> None:
 
 def record_batches(span: Span, flt: ScanFilter, schema: StructType) -> Iterator:
     """The span's matching records as pyarrow RecordBatches of the schema's columns."""
-    import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    # Rows hold no reference cycles; the cyclic GC would only rescan the growing chunk
-    # (measured: a quarter of the scan time). Off while this task's generator runs.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for rows in scan_span(span, flt, wanted_for(schema)):
-            yield to_record_batch(pa, rows, arrow_schema)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    for chunk in scan_span(span, flt):
+        yield to_record_batch(chunk, arrow_schema)
 
 
-def to_record_batch(pa, rows: list[tuple], arrow_schema):
-    """Transpose scan_span rows (ROW_FIELDS order) into a batch of exactly arrow_schema."""
-    columns = dict(zip(ROW_FIELDS, zip(*rows)))
-    return pa.RecordBatch.from_arrays([_COLUMNS[f.name](pa, columns, f.type) for f in arrow_schema],
-                                      schema=arrow_schema)
+def to_record_batch(chunk: Chunk, arrow_schema):
+    """A chunk's records as a batch of exactly arrow_schema (columns of message_schema)."""
+    import pyarrow as pa
+
+    parts = _Parts(pa, chunk)
+    return pa.RecordBatch.from_arrays([_COLUMNS[f.name](parts, f.type) for f in arrow_schema], schema=arrow_schema)
 
 
-def _plain(source: str):
-    return lambda pa, columns, typ: pa.array(columns[source], typ)
+class _Parts:
+    """What the Arrow columns of one chunk are made of, each part built on first use (a
+    narrow schema builds few). Text is copied straight from the mapped file or the parsed
+    properties buffer into Arrow arrays (span_array), never through Python strings."""
+
+    def __init__(self, pa, chunk: Chunk):
+        self.pa = pa
+        self.u8 = chunk.u8
+        self.cols = chunk.columns
+        self.chunk = chunk
+
+    @cached_property
+    def props(self) -> record_columns.Properties:
+        return record_columns.properties(self.u8, self.cols)
+
+    @cached_property
+    def values(self):
+        """Every property value (entry order), for the map and the single-property columns."""
+        props = self.props
+        return span_array(self.pa, props.buf, props.value_at, props.value_len, self.pa.string())
+
+    def value_of(self, name: bytes):
+        """Each record's value of one property, null when it has none."""
+        entry = self.props.find(name)[0]
+        return self.values.take(self.pa.array(entry, mask=entry < 0))
+
+    def hosts(self, at: np.ndarray, v6_flag: int, typ):
+        hosts, index = record_columns.hosts(self.u8, at, self.cols.sys_flag, v6_flag)
+        return self.pa.array([format_host(h) for h in hosts], typ).take(self.pa.array(index))
 
 
-def _timestamp(source: str):
-    def build(pa, columns, typ):
-        import pyarrow.compute as pc
-
-        return pc.multiply(pa.array(columns[source], pa.int64()), 1000).cast(typ)
-    return build
-
-
-def _property(name: str):
-    return lambda pa, columns, typ: pa.array([p.get(name) for p in columns["properties"]], typ)
-
-
-def _keys(pa, columns, typ):
-    lists = [k.split(" ") if k else () for k in (p.get("KEYS") for p in columns["properties"])]
-    if any("" in k for k in lists):  # doubled or edge spaces: keep the real keys only
-        lists = [[x for x in k if x] for k in lists]
-    return pa.ListArray.from_arrays(_offsets(pa, lists), pa.array(list(chain.from_iterable(lists)), pa.string()),
-                                    type=typ)
-
-
-def _properties(pa, columns, typ):
-    props = columns["properties"]
-    return pa.MapArray.from_arrays(_offsets(pa, props), pa.array(list(chain.from_iterable(props)), pa.string()),
-                                   pa.array(list(chain.from_iterable(p.values() for p in props)), pa.string()),
-                                   type=typ)
+def span_array(pa, buf: np.ndarray, at: np.ndarray, length: np.ndarray, typ):
+    """buf[at[i]:at[i] + length[i]] for every i as one Arrow string or binary array, for
+    spans in buffer order that do not overlap: one take of every other element of an array
+    of the spans and the gaps between them (a copy per span, no work per byte in Python)."""
+    n = len(at)
+    if n == 0:
+        return pa.array([], typ)
+    low, high = int(at[0]), int(at[-1] + length[-1])
+    bounds = np.empty(2 * n, np.int64)
+    bounds[0::2] = at - low
+    bounds[1::2] = at + length - low
+    large = high - low >= 1 << 31  # beyond int32 offsets
+    whole_type = (pa.large_binary() if typ == pa.binary() else pa.large_string()) if large else typ
+    whole = pa.Array.from_buffers(whole_type, 2 * n - 1, [None, pa.py_buffer(bounds if large else
+                                                                             bounds.astype(np.int32)),
+                                                          pa.py_buffer(buf[low:high])])
+    spans = whole.take(pa.array(np.arange(0, 2 * n, 2)))
+    return spans.cast(typ) if large else spans
 
 
-def _offsets(pa, lists) -> object:
-    """List offsets (0, len0, len0+len1, ...) as an int32 array."""
-    return pa.array(list(accumulate(map(len, lists), initial=0)), pa.int32())
+def _int32(name: str):
+    return lambda parts, typ: parts.pa.array(getattr(parts.cols, name).astype(np.int32), typ)
 
 
-_COLUMNS = {name: _plain(name) for name in (
-    "topic", "queue_id", "queue_offset", "commit_log_offset", "born_host", "store_host", "body_size", "msg_id",
-    "reconsume_times", "sys_flag", "flag", "body")}
-_COLUMNS.update({
-    "tags": _property("TAGS"),
-    "uniq_key": _property("UNIQ_KEY"),
+def _int64(name: str):
+    return lambda parts, typ: parts.pa.array(getattr(parts.cols, name), typ)
+
+
+def _timestamp(name: str):
+    return lambda parts, typ: parts.pa.array(getattr(parts.cols, name) * 1000, parts.pa.int64()).cast(typ)
+
+
+def _topic(parts: _Parts, typ):
+    chunk = parts.chunk
+    return parts.pa.array(chunk.topic_names, typ).take(parts.pa.array(chunk.topic_index))
+
+
+def _keys(parts: _Parts, typ):
+    """KEYS split at spaces, empty tokens dropped (MessageExt.keys)."""
+    pa, props = parts.pa, parts.props
+    entry = props.find(b"KEYS")[0]
+    has = entry >= 0
+    token_row, token_at, token_len = key_tokens(props.buf, np.where(has, props.value_at[entry], 0),
+                                                np.where(has, props.value_len[entry], 0))
+    return pa.ListArray.from_arrays(_offsets(pa, token_row, len(entry)),
+                                    span_array(pa, props.buf, token_at, token_len, typ.value_type), type=typ)
+
+
+def _properties(parts: _Parts, typ):
+    pa, props = parts.pa, parts.props
+    return pa.MapArray.from_arrays(pa.array(props.offsets.astype(np.int32)),
+                                   span_array(pa, props.buf, props.key_at, props.key_len, typ.key_type),
+                                   parts.values, type=typ)
+
+
+def _msg_id(parts: _Parts, typ):
+    text, offsets = record_columns.msg_ids(parts.u8, parts.cols)
+    return parts.pa.Array.from_buffers(typ, len(offsets) - 1, [None, parts.pa.py_buffer(offsets.astype(np.int32)),
+                                                               parts.pa.py_buffer(text)])
+
+
+def _body(parts: _Parts, typ):
+    return span_array(parts.pa, parts.u8, parts.cols.body_at, parts.cols.body_len, typ)
+
+
+def _offsets(pa, rows: np.ndarray, n: int):
+    """List offsets (int32, n + 1) of items that belong to rows (ascending) of n rows."""
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
+    return pa.array(offsets)
+
+
+_COLUMNS = {
+    "topic": _topic,
+    "queue_id": _int32("queue_id"),
+    "queue_offset": _int64("queue_offset"),
+    "commit_log_offset": _int64("commit_log_offset"),
+    "tags": lambda parts, typ: parts.value_of(b"TAGS"),
     "keys": _keys,
+    "uniq_key": lambda parts, typ: parts.value_of(b"UNIQ_KEY"),
     "properties": _properties,
     "born_timestamp": _timestamp("born_timestamp"),
     "store_timestamp": _timestamp("store_timestamp"),
-    "born_timestamp_ms": _plain("born_timestamp"),
-    "store_timestamp_ms": _plain("store_timestamp"),
-})
+    "born_timestamp_ms": _int64("born_timestamp"),
+    "store_timestamp_ms": _int64("store_timestamp"),
+    "born_host": lambda parts, typ: parts.hosts(parts.cols.born_host_at, BORNHOST_V6_FLAG, typ),
+    "store_host": lambda parts, typ: parts.hosts(parts.cols.store_host_at, STOREHOST_V6_FLAG, typ),
+    "body_size": _int32("body_len"),
+    "msg_id": _msg_id,
+    "reconsume_times": _int32("reconsume_times"),
+    "sys_flag": _int32("sys_flag"),
+    "flag": _int32("flag"),
+    "body": _body,
+}

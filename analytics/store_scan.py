@@ -2,11 +2,12 @@
 
 A live broker may be appending to the newest file while we read it, and a crashed one may
 have left a torn record. So a file is read as recovery reads it: record by record, while
-each record is complete and valid (the codec's check_record: magic, lengths, body CRC and
-its own PHYSICALOFFSET) and already stamped by the writer (the commit actor copies a record
-in, then patches offsets and store time: a zero store time means "not finished yet"). A
-BLANK filler ends the file. Files are opened O_RDONLY and mapped read-only: a scan never
-writes to the store.
+each record is complete and valid (magic, lengths, body CRC and its own PHYSICALOFFSET, as
+the codec's check_record tests them) and already stamped by the writer (the commit actor
+copies a record in, then patches offsets and store time: a zero store time means "not
+finished yet"). A BLANK filler ends the file. Files are opened O_RDONLY and mapped
+read-only: a scan never writes to the store. The records themselves are decoded in
+columns, many at a time, by the store's smartgo.store.record_columns.
 
 Work is split into spans: each CommitLog file, and within a file every ``split_bytes``
 (so one 1 GiB file still feeds many cores). A span after the first starts at the first
@@ -25,28 +26,22 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
 
 from smartgo.store.mapped_file import segment_name, segment_starts
-from smartgo.store.record import (
-    BLANK_MAGIC, BORNHOST_V6_FLAG, HEADER, HEADER_V4_SIZE, INT32, MESSAGE_MAGIC, SIZE_MAGIC, STOREHOST_V6_FLAG,
-    MessageExt, check_record, create_offset_msg_id, decode_properties, decode_record, store_timestamp_at,
-    unpack_host,
-)
+from smartgo.store.record import BLANK_MAGIC, INT32, MESSAGE_MAGIC, SIZE_MAGIC, check_record, store_timestamp_at
+from smartgo.store.record_columns import RecordColumns, read_records, topics
 
 log = logging.getLogger("smartgo.analytics.store_scan")
 
 DEFAULT_SKEW_MS = 60_000
 DEFAULT_SPLIT_BYTES = 32 << 20
-CHUNK_ROWS = 16_384
-CHUNK_BODY_BYTES = 64 << 20
+CHUNK_ROWS = 32_768
+CHUNK_BYTES = 64 << 20
 NO_LIMIT = (1 << 63) - 1
 _MAGIC_BYTES = INT32.pack(MESSAGE_MAGIC)
-_V6_HOSTS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
-
-# Row layout yielded by scan_span (the data source turns columns of these into Arrow).
-ROW_FIELDS = ("topic", "queue_id", "queue_offset", "commit_log_offset", "properties", "born_timestamp",
-              "store_timestamp", "born_host", "store_host", "body_size", "msg_id", "reconsume_times",
-              "sys_flag", "flag", "body")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +66,13 @@ class ScanFilter:
     skew_ms: int = DEFAULT_SKEW_MS
 
 
-@dataclass(frozen=True, slots=True)
-class Wanted:
-    """Which costly parts of a record a scan decodes (unwanted ones come back empty)."""
+class Chunk(NamedTuple):
+    """Records of a span that pass the filter, in log order, as columns over their file."""
 
-    properties: bool = True
-    msg_id: bool = True
-    body: bool = False
+    u8: np.ndarray  # the whole file, mapped read-only (unmapped when the last chunk is dropped)
+    columns: RecordColumns
+    topic_names: list[str]
+    topic_index: np.ndarray  # per record, its topic's index in topic_names
 
 
 def commitlog_dir(path: str | os.PathLike) -> Path:
@@ -173,114 +168,57 @@ def prune(spans: list[Span], flt: ScanFilter) -> list[Span]:
     return kept
 
 
-def scan_span(span: Span, flt: ScanFilter = ScanFilter(), wanted: Wanted = Wanted(), *,
-              max_rows: int = CHUNK_ROWS, max_body_bytes: int = CHUNK_BODY_BYTES) -> Iterator[list[tuple]]:
-    """The complete records of a span that pass ``flt``, in log order, in chunks of at most
-    max_rows tuples in ROW_FIELDS order (hosts as "ip:port"; properties {}, msg_id "" and
-    body None when not wanted); with bodies, a chunk also ends past max_body_bytes."""
+def scan_span(span: Span, flt: ScanFilter = ScanFilter(), *, max_rows: int = CHUNK_ROWS,
+              max_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+    """The complete records of a span that pass ``flt``, in log order, in chunks of the
+    records found among at most max_rows records or max_bytes bytes of the file."""
     mm = _map_readonly(span.path)
     if mm is None:
         return
-    mv = memoryview(mm)
-    try:
-        yield from _walk(mm, mv, span, flt, wanted, max_rows, max_body_bytes)
-    finally:
-        mv.release()
-        mm.close()
-
-
-def _walk(mm: mmap.mmap, mv: memoryview, span: Span, flt: ScanFilter, wanted: Wanted, max_rows: int,
-          max_body_bytes: int) -> Iterator[list[tuple]]:
-    """IPv4 records (all SmartGo writes) are read with the codec's HEADER struct in one call
-    and their properties with decode_properties: 3x faster than building a MessageExt,
-    which stays the path for IPv6 hosts. Rows are handed over in chunks: a generator step
-    per record would cost a tenth of the scan."""
+    u8 = np.frombuffer(mm, np.uint8)  # keeps the mapping open while a chunk refers to it
+    del mm
     base = span.file_start
-    size = len(mm)
-    limit = size if span.end is None else min(span.end, size)
-    topics = flt.topics
-    since, until = flt.since_ms, flt.until_ms
-    stop_after = until + flt.skew_ms if until < NO_LIMIT - flt.skew_ms else NO_LIMIT
-    with_props, with_id, with_body = wanted.properties, wanted.msg_id, wanted.body
-    unpack_header = HEADER.unpack_from
-    names: dict[bytes, str] = {}
-    hosts: dict[bytes, str] = {}
-    rows: list[tuple] = []
-    append = rows.append
-    body_bytes = 0
+    stop = len(u8) if span.end is None else min(span.end, len(u8))
+    stop_after = flt.until_ms + flt.skew_ms if flt.until_ms < NO_LIMIT - flt.skew_ms else NO_LIMIT
     pos = span.begin
-    while pos < limit:
-        total = check_record(mv, pos, size, base + pos)
-        if not total:
-            _log_end(mm, base, pos)
-            break
-        (_, _, _, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_raw, store_ts, store_raw,
-         reconsume, _, body_len) = unpack_header(mm, pos)
-        end = pos + total
-        if sys_flag & _V6_HOSTS:
-            row = _row_from_ext(decode_record(mv, pos), wanted)
-            store_ts = row[6]
-        else:
-            row = None
-        if store_ts == 0:
-            break  # copied in but not stamped yet: the writer is still at it
-        if not since <= store_ts < until:
-            if store_ts >= stop_after:
-                break
-            pos = end
-            continue
-        if row is None:
-            p = pos + HEADER_V4_SIZE + body_len
-            topic_end = p + 1 + mm[p]
-            raw = mm[p + 1:topic_end]
-            topic = names.get(raw)
-            if topic is None:
-                topic = names[raw] = raw.decode("utf-8", "replace")
-            if topics is not None and topic not in topics:
-                pos = end
-                continue
-            row = (topic, queue_id, queue_offset, phys,
-                   decode_properties(mm[topic_end + 2:end]) if with_props and topic_end + 2 < end else {},
-                   born_ts, store_ts, hosts.get(born_raw) or _host(hosts, born_raw),
-                   hosts.get(store_raw) or _host(hosts, store_raw), body_len,
-                   create_offset_msg_id(store_raw, phys) if with_id else "", reconsume, sys_flag, flag,
-                   mm[pos + HEADER_V4_SIZE:p] if with_body else None)
-        elif topics is not None and row[0] not in topics:
-            pos = end
-            continue
-        pos = end
-        append(row)
-        if with_body:
-            body_bytes += row[9]
-        if len(rows) >= max_rows or body_bytes >= max_body_bytes:
-            yield rows
-            rows = []
-            append = rows.append
-            body_bytes = 0
-    if rows:
-        yield rows
+    while pos < stop:
+        got = read_records(u8, pos, stop, base, max_records=max_rows, max_bytes=max_bytes)
+        cols = got.columns
+        late = np.flatnonzero(cols.store_timestamp >= stop_after)
+        if len(late):  # store time only grows (skew aside): nothing after this is wanted
+            cols = cols.select(slice(0, int(late[0])))
+        chunk = _filtered(u8, cols, flt)
+        if len(chunk.topic_index):
+            yield chunk
+        if len(late):
+            return
+        if got.ended:
+            _log_end(u8, base, got.end)
+            return
+        pos = got.end
 
 
-def _log_end(mm: mmap.mmap, base: int, pos: int) -> None:
+def _filtered(u8: np.ndarray, cols: RecordColumns, flt: ScanFilter) -> Chunk:
+    names, index = topics(u8, cols)
+    ts = cols.store_timestamp
+    keep = (ts >= flt.since_ms) & (ts < flt.until_ms)
+    if flt.topics is not None:
+        keep &= np.array([name in flt.topics for name in names], bool)[index]
+    if not keep.all():
+        kept = np.flatnonzero(keep)
+        cols, index = cols.select(kept), index[kept]
+    return Chunk(u8, cols, names, index)
+
+
+def _log_end(u8: np.ndarray, base: int, pos: int) -> None:
     """Say why the data ends at pos, unless it is the normal end (a filler, or zeros)."""
-    if pos + 8 > len(mm):
+    if pos + 8 > len(u8):
         return
-    total, magic = SIZE_MAGIC.unpack_from(mm, pos)
+    total, magic = SIZE_MAGIC.unpack_from(u8, pos)
     if magic != BLANK_MAGIC and (total or magic):
         log.info("CommitLog %s: data ends at %d (torn or incomplete record)", segment_name(base), base + pos)
-
-
-def _host(cache: dict[bytes, str], raw: bytes) -> str:
-    text = cache[raw] = format_host(unpack_host(raw))
-    return text
 
 
 def format_host(host: tuple[str, int]) -> str:
     ip, port = host
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
-def _row_from_ext(msg: MessageExt, wanted: Wanted) -> tuple:
-    return (msg.topic, msg.queue_id, msg.queue_offset, msg.commit_log_offset, msg.properties, msg.born_timestamp,
-            msg.store_timestamp, format_host(msg.born_host), format_host(msg.store_host), len(msg.body),
-            msg.msg_id, msg.reconsume_times, msg.sys_flag, msg.flag, msg.body if wanted.body else None)

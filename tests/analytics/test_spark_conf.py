@@ -38,8 +38,8 @@ def test_conf_item():
 
 def test_package_zip_holds_what_executors_import():
     names = zipfile.ZipFile(io.BytesIO(package_zip())).namelist()
-    for needed in ("smartgo/store/record.py", "analytics/datasource.py", "analytics/store_scan.py",
-                   "analytics/log4j2.properties"):
+    for needed in ("smartgo/store/record.py", "smartgo/store/record_columns.py", "analytics/datasource.py",
+                   "analytics/store_scan.py", "analytics/log4j2.properties"):
         assert needed in names
     assert not any("__pycache__" in n for n in names)
 

@@ -1,31 +1,41 @@
-"""The CommitLog scan under the data source (no Spark): exact records, rolls, torn tails, spans."""
+"""The CommitLog scan under the data source (no Spark session): exact records, rolls, torn tails,
+spans, and the Arrow batches built from its chunks."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
 
+from analytics.datasource import message_schema, to_record_batch
 from analytics.store_scan import (
-    ROW_FIELDS, ScanFilter, Span, Wanted, commitlog_dir, file_spans, format_host, list_spans, prune, scan_span,
+    ScanFilter, Span, commitlog_dir, file_spans, format_host, list_spans, prune, scan_span,
 )
+from smartgo.store import record_columns
 from smartgo.store.mapped_file import segment_name
 from smartgo.store.record import (
-    BORNHOST_V6_FLAG, HEADER_V4_SIZE, INT32, POS_BORNHOST, POS_SYSFLAG, POS_TOTALSIZE, encode_properties,
-    encode_record, pack_host,
+    BORNHOST_V6_FLAG, HEADER_V4_SIZE, INT32, INT64, POS_BORNHOST, POS_PHYSICALOFFSET, POS_STOREHOST, POS_SYSFLAG,
+    POS_TOTALSIZE, STOREHOST_V6_FLAG, decode_record, encode_properties, encode_record, pack_host,
 )
 
 from .conftest import build_store
 
 PLAN = [("TopicA", 0, 25), ("TopicB", 1, 15), ("TopicA", 1, 20), ("TopicC", 0, 10)]
+FULL = to_arrow_schema(message_schema(True), timezone="UTC")
 
 
-def scan_all(root, flt: ScanFilter = ScanFilter(), split: int = 1 << 40, wanted: Wanted = Wanted(body=True)):
-    return [dict(zip(ROW_FIELDS, row)) for span in list_spans(root, split) for chunk in scan_span(span, flt, wanted)
-            for row in chunk]
+def rows_of(chunks, schema: pa.Schema = FULL) -> list[dict]:
+    return [row for chunk in chunks for row in to_record_batch(chunk, schema).to_pylist()]
+
+
+def scan_all(root, flt: ScanFilter = ScanFilter(), split: int = 1 << 40) -> list[dict]:
+    return rows_of(chunk for span in list_spans(root, split) for chunk in scan_span(span, flt))
 
 
 def files_of(root: Path) -> list[Path]:
@@ -42,12 +52,12 @@ def test_scan_returns_exactly_what_was_stored_across_rolls(stored):
     rows = scan_all(stored.root)
     assert len(rows) == 70
     for got, want in zip(rows, stored.rows):
-        for key in ("topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "body"):
+        for key in ("topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "body", "store_timestamp_ms",
+                    "keys", "tags"):
             assert got[key] == want[key], key
-        assert got["store_timestamp"] == want["store_timestamp_ms"]
-        assert got["properties"] == want["properties"]
+        assert dict(got["properties"]) == want["properties"] and got["uniq_key"] is None
         assert got["born_host"] == "10.1.2.3:4567" and got["store_host"] == "127.0.0.1:10911"
-        assert got["body_size"] == 100
+        assert got["body_size"] == 100 and got["store_timestamp"].timestamp() * 1000 == want["store_timestamp_ms"]
     assert [r["queue_offset"] for r in rows if (r["topic"], r["queue_id"]) == ("TopicA", 1)] == list(range(20))
 
 
@@ -86,19 +96,29 @@ def test_prune_drops_spans_outside_the_range(stored):
     assert prune(spans, ScanFilter(until_ms=firsts[1], skew_ms=10**9)) == spans
 
 
-def test_unwanted_parts_come_back_empty(stored):
-    row = scan_all(stored.root, wanted=Wanted(properties=False, msg_id=False, body=False))[0]
-    assert row["properties"] == {} and row["msg_id"] == "" and row["body"] is None and row["body_size"] == 100
+def test_a_narrow_schema_builds_only_its_columns(stored, monkeypatch):
+    """Unwanted parts are never decoded: no properties parse without a property column."""
+    def no_parse(*_):
+        raise AssertionError("properties parsed for a schema without them")
+
+    monkeypatch.setattr(record_columns, "properties", no_parse)
+    narrow = pa.schema([FULL.field("topic"), FULL.field("queue_offset"), FULL.field("body_size")])
+    rows = rows_of(scan_span(list_spans(stored.root)[0]), narrow)
+    assert rows[0] == {"topic": "TopicA", "queue_offset": 0, "body_size": 100}
+    with pytest.raises(AssertionError, match="properties parsed"):
+        rows_of(scan_span(list_spans(stored.root)[0]), pa.schema([FULL.field("tags")]))
 
 
-def test_torn_tail_is_skipped(tmp_path):
+def test_torn_tail_is_skipped(tmp_path, caplog):
     s = build_store(tmp_path / "store", [("TopicA", 0, 12)], file_size=64 * 1024)
     last = files_of(s.root)[-1]
     end = s.rows[-1]["commit_log_offset"] + 250  # records are 250 bytes here
     with open(last, "r+b") as f:
         f.truncate(end - 100)  # the last record is cut in its body
-    rows = scan_all(s.root)
+    with caplog.at_level(logging.INFO, "smartgo.analytics.store_scan"):
+        rows = scan_all(s.root)
     assert [r["queue_offset"] for r in rows] == list(range(11))
+    assert f"data ends at {s.rows[-1]['commit_log_offset']} (torn" in caplog.text
 
 
 def test_garbage_after_the_last_record_is_ignored(tmp_path):
@@ -158,25 +178,63 @@ def test_a_deleted_file_reads_as_empty(tmp_path):
     assert list(scan_span(spans[0])) == []
 
 
-def test_ipv6_born_host_takes_the_full_decoder(tmp_path):
-    """Java brokers may store IPv6 born hosts (16-byte address): decode_record handles them."""
-    v4 = encode_record("TopicV6", 2, b"payload", encode_properties({"KEYS": "a b"}), born_timestamp=7,
-                       born_host=pack_host("10.0.0.1", 99), store_host=pack_host("127.0.0.1", 10911),
-                       physical_offset=0, store_timestamp=1_795_000_000_000)
-    v6_host = bytes(15) + b"\x01" + INT32.pack(1234)  # ::1 port 1234
-    record = bytearray(v4[:POS_BORNHOST] + v6_host + v4[POS_BORNHOST + 8:])
-    INT32.pack_into(record, POS_TOTALSIZE, len(record))
-    INT32.pack_into(record, POS_SYSFLAG, BORNHOST_V6_FLAG)
+def edge_record(topic: str, body: bytes, props: bytes, v6_born: bool = False, v6_store: bool = False) -> bytes:
+    """A stamped record; IPv6 hosts spliced in as a Java broker writes them."""
+    raw = bytearray(encode_record(topic, 2, body, props, born_timestamp=7, born_host=pack_host("10.0.0.1", 99),
+                                  store_host=pack_host("127.0.0.1", 10911), store_timestamp=1_795_000_000_000))
+    flags = 0
+    if v6_store:
+        raw[POS_STOREHOST:POS_STOREHOST + 8] = bytes(15) + b"\x01" + INT32.pack(10911)  # [::1]:10911
+        flags |= STOREHOST_V6_FLAG
+    if v6_born:
+        raw[POS_BORNHOST:POS_BORNHOST + 8] = bytes(15) + b"\x01" + INT32.pack(1234)  # [::1]:1234
+        flags |= BORNHOST_V6_FLAG
+    INT32.pack_into(raw, POS_TOTALSIZE, len(raw))
+    INT32.pack_into(raw, POS_SYSFLAG, flags)
+    return bytes(raw)
+
+
+def test_edge_records_equal_decode_record(tmp_path):
+    """IPv6 hosts (Java brokers may store them), odd properties and bodies: every column of
+    the Arrow rows is what decode_record gives."""
+    records = [
+        edge_record("TopicV6", b"payload", encode_properties({"KEYS": "a b", "TAGS": "t"}), v6_born=True),
+        edge_record("TopicV6", b"", b"", v6_store=True),
+        edge_record("TopicV6", b"x", b"KEYS\x01 k1  k2 \x02TAGS\x01a\x02TAGS\x01b", v6_born=True, v6_store=True),
+        edge_record("TopicE", b"y" * 5000, "KEYS\x01键 值\x02UNIQ_KEY\x01U1".encode()),
+        edge_record("TopicE", b"z", b"TAGS\x01\xff\x02KEYS\x01\x02\x01v"),
+    ]
+    data = bytearray()
+    for raw in records:
+        at = len(data)
+        data += raw
+        INT64.pack_into(data, at + POS_PHYSICALOFFSET, at)
     folder = tmp_path / "commitlog"
     folder.mkdir()
-    (folder / segment_name(0)).write_bytes(bytes(record) + bytes(4096))
+    (folder / segment_name(0)).write_bytes(bytes(data) + bytes(4096))
     spans = file_spans(str(folder / segment_name(0)), 0)
-    rows = [dict(zip(ROW_FIELDS, r)) for chunk in scan_span(spans[0]) for r in chunk]
-    assert len(rows) == 1
-    row = rows[0]
-    assert (row["topic"], row["queue_id"], row["born_host"], row["store_host"]) == \
-        ("TopicV6", 2, "[::1]:1234", "127.0.0.1:10911")
-    assert row["store_timestamp"] == 1_795_000_000_000 and row["properties"] == {"KEYS": "a b"}
+    rows = rows_of(scan_span(spans[0], max_rows=2))
+    assert len(rows) == len(records)
+    pos = 0
+    for row in rows:
+        m = decode_record(data, pos)
+        pos += m.store_size
+        assert (row["topic"], row["queue_id"], row["commit_log_offset"], row["msg_id"], row["sys_flag"]) == \
+            (m.topic, m.queue_id, m.commit_log_offset, m.msg_id, m.sys_flag)
+        assert (row["born_host"], row["store_host"]) == (format_host(m.born_host), format_host(m.store_host))
+        assert (row["tags"], row["keys"], row["uniq_key"]) == (m.tags, m.keys, m.uniq_key)
+        assert row["properties"] == list(m.properties.items())
+        assert (row["body"], row["body_size"], row["store_timestamp_ms"], row["born_timestamp_ms"]) == \
+            (m.body, len(m.body), m.store_timestamp, m.born_timestamp)
+    assert rows[0]["born_host"] == "[::1]:1234" and rows[1]["store_host"] == "[::1]:10911"
+    assert rows[2]["keys"] == ["k1", "k2"] and rows[2]["tags"] == "b" and len(rows[2]["msg_id"]) == 56
+    assert rows[3]["keys"] == ["键", "值"] and rows[4]["tags"] == "\ufffd" and rows[4]["keys"] == []
+
+
+def test_a_filter_that_matches_nothing_yields_no_chunk(stored):
+    span = list_spans(stored.root)[0]
+    assert list(scan_span(span, ScanFilter(topics=frozenset({"Nope"})))) == []
+    assert list(scan_span(span, ScanFilter(until_ms=1))) == []
 
 
 def test_format_host():
@@ -186,12 +244,13 @@ def test_format_host():
 
 def test_rows_come_in_chunks(stored):
     span = list_spans(stored.root)[0]
-    whole = [row for chunk in scan_span(span) for row in chunk]
+    whole = rows_of(scan_span(span))
     chunks = list(scan_span(span, max_rows=7))
-    assert [len(c) for c in chunks[:-1]] == [7] * (len(chunks) - 1) and 0 < len(chunks[-1]) <= 7
-    assert [row for chunk in chunks for row in chunk] == whole
-    by_bytes = list(scan_span(span, wanted=Wanted(body=True), max_body_bytes=250))
-    assert [len(c) for c in by_bytes[:-1]] == [3] * (len(by_bytes) - 1)  # 100-byte bodies: cut after the 3rd
+    assert [len(c.topic_index) for c in chunks[:-1]] == [7] * (len(chunks) - 1) and 0 < len(chunks[-1].topic_index) <= 7
+    assert rows_of(chunks) == whole
+    by_bytes = list(scan_span(span, max_bytes=600))  # 250-byte records: 3 start in each 600 bytes
+    assert [len(c.topic_index) for c in by_bytes[:-1]] == [3] * (len(by_bytes) - 1)
+    assert rows_of(by_bytes) == whole
 
 
 def test_records_longer_than_a_span_window_are_read_whole(tmp_path):
@@ -206,7 +265,9 @@ def test_records_longer_than_a_span_window_are_read_whole(tmp_path):
 
 def test_a_live_store_is_read_while_it_is_appended(tmp_path):
     """A writer keeps appending (and rolling) while scans run: every scan sees a prefix of the
-    log, complete and in order, and the last one sees everything."""
+    log, complete and in order, and the last one sees everything. The writer pauses after
+    every 100 messages until the scan running meanwhile is done, so at least 20 scans overlap
+    its writes however fast either side is."""
     from smartgo.store import Message, MessageStore
     from smartgo.testing import wait_until
 
@@ -223,6 +284,9 @@ def test_a_live_store_is_read_while_it_is_appended(tmp_path):
                 written.append(i)
                 if stop.is_set() or scans >= 20:
                     break
+                if i % 100 == 99:
+                    seen_scans = scans
+                    wait_until(lambda: scans > seen_scans + 1 or stop.is_set(), timeout=30)
 
     thread = threading.Thread(target=writer)
     thread.start()
@@ -230,7 +294,8 @@ def test_a_live_store_is_read_while_it_is_appended(tmp_path):
         wait_until(lambda: (tmp_path / "store" / "commitlog").is_dir() and written, timeout=10)
         seen = [0]
         while thread.is_alive():
-            offsets = [r["queue_offset"] for r in scan_all(tmp_path / "store", split=4096)]
+            offsets = [q for span in list_spans(tmp_path / "store", 4096) for chunk in scan_span(span)
+                       for q in chunk.columns.queue_offset.tolist()]
             assert offsets == list(range(len(offsets)))  # a gapless prefix, nothing torn
             assert len(offsets) >= seen[-1]
             seen.append(len(offsets))
