@@ -200,15 +200,16 @@ async def wake_worker(a: dict, ready, go) -> dict:
 WORKERS = {"batch": batch_worker, "sync": sync_worker, "pull": pull_worker, "wake": wake_worker}
 
 
-def run_workers(jobs: list[tuple[str, dict]], node: Node | None = None) -> tuple[list[dict], dict]:
-    """Start the worker processes, release them together; their results and the broker's CPU time."""
+def run_workers(jobs: list[tuple[str, dict]], node: Node | None = None, target=None) -> tuple[list[dict], dict]:
+    """Start the worker processes, release them together; their results and the broker's CPU time
+    per actor. target(kind, args, ready, go, out) runs a worker (default: this module's)."""
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Event()
     out = ctx.Queue()
     procs, readies = [], []
     for kind, args in jobs:
         ready = ctx.Event()
-        p = ctx.Process(target=_run_worker, args=(kind, args, ready, go, out), daemon=True)
+        p = ctx.Process(target=target or _run_worker, args=(kind, args, ready, go, out), daemon=True)
         p.start()
         procs.append(p)
         readies.append(ready)

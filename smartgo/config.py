@@ -69,11 +69,23 @@ class NodeConfig:
     embedded_registry_port: int = setting(9876, "port of the registry a broker starts inside its node when no "
                                                 "--registry is given (a one-command single node)")
     register_interval: float = setting(30.0, "seconds between full registrations with every registry")
-    topics: str = setting("", "static topics, 'Name:queues;Other:queues' (until topic admin arrives)",
-                          metavar="LIST")
+    topics: str = setting("", "static topics, 'Name:queues[:perm];Other:queues' (created or reset at every start; "
+                              "others come from UPDATE_AND_CREATE_TOPIC and auto-creation)", metavar="LIST")
     auto_create_topic: str = setting("true", "create unknown topics on first send through TBW102 "
-                                             "(autoCreateTopicEnable)", choices=("true", "false"))
+                                             "(autoCreateTopicEnable; changeable at runtime)", choices=("true", "false"))
     default_topic_queues: int = setting(8, "queues of the TBW102 template topic (defaultTopicQueueNums)")
+    auto_create_subscription_group: str = setting("true", "create a consumer group's config on its first heartbeat "
+                                                          "or pull (autoCreateSubscriptionGroup; changeable at "
+                                                          "runtime)", choices=("true", "false"))
+    broker_permission: int = setting(6, "what the whole broker allows: READ 4 | WRITE 2 (brokerPermission; "
+                                        "changeable at runtime, e.g. 4 to drain a broker)")
+    offset_persist_interval: float = setting(5.0, "seconds between writes of changed consumer offsets")
+    client_expiry: float = setting(120.0, "seconds without a heartbeat after which a client connection leaves "
+                                          "its groups")
+    client_scan_interval: float = setting(10.0, "seconds between scans for expired client connections")
+    queue_lock_lease: float = setting(60.0, "seconds an orderly consumer's queue lock lasts without renewal")
+    stats_interval: int = setting(60, "seconds per statistics record (a divisor of 3600; docs/STATS.md)")
+    stats_max_bytes: int = setting(256 * 1024 * 1024, "bytes the stats folder may hold; the oldest files go first")
     flush: str = setting("async", "acknowledge a send once it is in the mapped CommitLog (async) or only "
                                   "after it is on disk (sync, group commit)", choices=("async", "sync"))
     sync_flush_timeout: float = setting(5.0, "sync flush: seconds before a send is answered FLUSH_DISK_TIMEOUT")
@@ -100,6 +112,12 @@ class NodeConfig:
     disk_usage_file: str = setting("", "testing: read the disk usage ratio (0..1) from this file instead of "
                                        "measuring the store's file system", metavar="FILE")
     hold_check_interval: float = setting(5.0, "seconds between the long-polling safety re-checks")
+    message_delay_level: str = setting("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+                                       "delay of each DELAY level 1..N (messageDelayLevel; units s, m, h, d)",
+                                       metavar="LEVELS")
+    schedule_fault_file: str = setting("", "testing: a file '<step> kill|stop' makes the schedule actor SIGKILL or "
+                                           "SIGSTOP itself at that step (handover, landed, persist); removed when it "
+                                           "fires", metavar="FILE")
     # ---- supervision
     start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "
                                               "clean preloaded server) or spawn", choices=("forkserver", "spawn"))

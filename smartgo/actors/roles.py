@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from smartgo.actors.board import FieldSpec
 from smartgo.actors.spec import ActorSpec
-from smartgo.broker.settings import intent_fields, net_names
+from smartgo.broker.settings import SCHEDULE, commit_producers, delay_levels, intent_fields, net_names
+from smartgo.broker.stats import window_seconds
 from smartgo.config import ConfigError, NodeConfig
 
 
@@ -49,13 +50,16 @@ BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("hold.watching", "hold", "1 while pulls are parked (dispatch then sends arrival notices)"),
     FieldSpec("flag.disk_full", "cleanup", "1 while the disk is over the refuse-writes watermark"),
     FieldSpec("disk.used_permille", "cleanup", "disk usage of the store's file system, per mille"),
-    FieldSpec("flag.read_only", "broker", "1 while the broker refuses writes (permission/config)"),
+    FieldSpec("flag.read_only", "broker", "1 while brokerPermission forbids sends"),
+    FieldSpec("flag.unreadable", "broker", "1 while brokerPermission forbids pulls"),
     FieldSpec("broker.topics_version", "broker", "dataVersion counter of the topic snapshot file"),
+    FieldSpec("schedule.idle", SCHEDULE, "bit level-1 set: that delay level sleeps until entries arrive (dispatch "
+                                         "rings schedule)"),
 )
 
 
 def _broker_fields(config: NodeConfig) -> Sequence[FieldSpec]:
-    nets = net_names(config)
+    nets = commit_producers(config)
     return (*BROKER_FIELDS, *(FieldSpec(name, "commit", doc) for name, doc in intent_fields(nets)),
             *(FieldSpec(f"{net}.flush_wait", net, "lowest end offset a sync-flush send of this net actor waits "
                                                   "for; 0 = none") for net in nets))
@@ -66,6 +70,9 @@ def _master_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     dispatch, then commit and hold, then the net actors; stop order is the reverse, so net actors
     drain before commit stops, commit stops before dispatch's last round, and flush goes last."""
     nets = net_names(config)
+    producers = commit_producers(config)        # the net actors and the schedule actor
+    delay_levels(config)                        # a malformed table is a settings error (exit 2)
+    window_seconds(config)                      # so is a stats window that does not tile an hour
     pkg = "smartgo.broker"
     specs = []
     broker_after: tuple[str, ...] = ()
@@ -74,9 +81,10 @@ def _master_actors(config: NodeConfig) -> Sequence[ActorSpec]:
                                kwargs={"port": config.embedded_registry_port, "subdir": "registry"}))
         broker_after = ("registry",)
     specs += [
-        ActorSpec("flush", f"{pkg}.flush_actor:FlushActor", kwargs={"nets": nets}),
+        ActorSpec("flush", f"{pkg}.flush_actor:FlushActor", kwargs={"nets": producers}),
         ActorSpec("dispatch", f"{pkg}.dispatch_actor:DispatchActor", after=("flush",)),
-        ActorSpec("commit", f"{pkg}.commit_actor:CommitActor", kwargs={"nets": nets}, after=("dispatch",)),
+        ActorSpec("commit", f"{pkg}.commit_actor:CommitActor", kwargs={"nets": producers}, after=("dispatch",)),
+        ActorSpec(SCHEDULE, f"{pkg}.schedule_actor:ScheduleActor", after=("commit",)),
         ActorSpec("hold", f"{pkg}.hold_actor:HoldActor", kwargs={"nets": nets}, after=("dispatch",)),
         ActorSpec("cleanup", f"{pkg}.cleanup_actor:CleanupActor"),
         ActorSpec("broker", f"{pkg}.broker_actor:BrokerActor", kwargs={"nets": nets}, after=broker_after),

@@ -1,81 +1,146 @@
-"""The broker actor: the control plane (minimal until the control-plane issue grows it).
+"""The broker actor: the control plane, single owner of the broker's metadata.
 
-It owns the topic table (default topics, the static `topics` setting, auto-creation through
-TBW102) and hands it to the net actors as a snapshot file plus a board version
-(smartgo.broker.topics); it registers with every registry at start, on each topic change and
-every register_interval, and unregisters at a clean stop; and it serves the request channel
-(smartgo.broker.channel): calls such as create_topic, and whole remoting requests that net
-actors forward because their code is in FORWARDED_CODES.
+It owns the topic table (topics.py: default topics, the `topics` setting, auto-creation through
+TBW102, admin changes), the subscription groups (groups.py), the consumer offsets (offsets.py),
+the client connections (clients.py), the orderly consumers' queue locks (locks.py), the
+settings changeable at runtime (broker_config.py) and the statistics (stats.py,
+stats_files.py). It persists them (persist.py: atomic files with a .bak under
+<store>/config/), registers the topic table with every registry (at start, at once on every
+change, every register_interval) and hands the net actors what they need without a round trip
+per request:
 
-Adding a control request code: give BrokerActor a processor for it in `_processors()` and add
-the code to FORWARDED_CODES; net actors then forward it with responses routed back to the
-client's connection, and `self.channel.push(client, cmd)` reaches that client later.
+- topics: the snapshot file config/topics.json plus its version on the board
+  (`broker.topics_version`); net actors reload it when the version moves;
+- groups: each group's pull-visible state (config, message model, subscriptions) is sent to
+  every net actor as a channel event when it changes ("group"), and the whole table to a net
+  actor that asks ("want_state" -> "groups"), with the settings net actors use ("config");
+- brokerPermission: board flags `flag.read_only` and `flag.unreadable`.
+
+Requests reach it through the request channel (smartgo.broker.channel): whole remoting
+requests whose code is in FORWARDED_CODES (client_processor.py, admin_processor.py), the call
+create_topic, and events from the net actors (offsets, stats, conn_closed, want_state,
+group_seen). To serve a new code: give it a processor in `_processors()` and add it to
+FORWARDED_CODES.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import date
 
 from smartgo.actors.actor import Actor, ActorContext
+from smartgo.actors.health import CpuSampler
 from smartgo.actors.ring import CONSUMER, PRODUCER
-from smartgo.broker.channel import ChannelServer, ClientRef
+from smartgo.broker.admin_processor import AdminProcessor
+from smartgo.broker.broker_config import RuntimeConfig
+from smartgo.broker.channel import ChannelServer
+from smartgo.broker.client_processor import ClientProcessor
+from smartgo.broker.clients import Changes, ClientTable
+from smartgo.broker.groups import SubscriptionGroups
+from smartgo.broker.locks import RebalanceLocks
+from smartgo.broker.net_view import NetView
+from smartgo.broker.offsets import ConsumerOffsets
 from smartgo.broker.registration import BrokerIdentity, Registrar
-from smartgo.broker.rings import SMALL_RING_CAPACITY
-from smartgo.broker.settings import broker_addr, ha_addr, registry_addrs
+from smartgo.broker.rings import CTL_RING_CAPACITY
+from smartgo.broker.schedule_offsets import get_all_delay_offset
+from smartgo.broker.settings import broker_addr, ha_addr, registry_addrs, store_config
+from smartgo.broker.stats import FLUSH_INTERVAL, StatsBook, window_seconds
+from smartgo.broker.stats_files import StatsFiles
+from smartgo.broker.subscriptions import GroupState
 from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, auto_created, default_topics,
                                    parse_static_topics, read_snapshot, write_snapshot)
-from smartgo.net import fastjson
-from smartgo.net.codes import PermName, RequestCode, ResponseCode
+from smartgo.net.codes import FLAG_ONEWAY, PermName, RequestCode
 from smartgo.net.command import RemotingCommand
-from smartgo.store.errors import MessageIllegalError
-from smartgo.store.record import topic_field
+from smartgo.store import StoreReader
+from smartgo.store.record import store_timestamp_at
 
 #: Remoting request codes the net actors hand to the broker actor whole.
-FORWARDED_CODES = frozenset({RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.UPDATE_AND_CREATE_TOPIC})
+FORWARDED_CODES = frozenset({
+    RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+    RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST,
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.GET_ALL_TOPIC_CONFIG,
+    RequestCode.GET_TOPIC_STATS_INFO, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_CONSUME_STATS, RequestCode.GET_BROKER_RUNTIME_INFO,
+    RequestCode.GET_BROKER_CONFIG, RequestCode.UPDATE_BROKER_CONFIG,
+    RequestCode.GET_ALL_DELAY_OFFSET,
+})
+STATS_GRACE_MS = int(FLUSH_INTERVAL * 1000) + 500      # a window is written this long after its end
 
 
 class BrokerActor(Actor):
     def __init__(self, ctx: ActorContext, *, nets: list[str]) -> None:
         super().__init__(ctx)
         self.nets = nets
+        cfg = ctx.config
         self._register_task: asyncio.Task | None = None
-        self._register_again = False
-        self.every(ctx.config.register_interval, self.register_soon, "register")
+        self._register_waiters: list[asyncio.Future] = []   # wait for the next round to finish
+        self.every(cfg.register_interval, self.register_soon, "register")
+        self.every(cfg.offset_persist_interval, self.persist_offsets, "persist offsets")
+        self.every(cfg.client_scan_interval, self.scan_clients, "scan clients")
+        self.every(1.0, self.sample_stats, "sample stats")
 
     async def start(self) -> None:
-        self.version = self.board.scalar("broker.topics_version", writer=self.name)
+        cfg = self.config
+        store = cfg.store_path
+        board = self.board
+        self.runtime = RuntimeConfig(cfg, store)
+        self.version = board.scalar("broker.topics_version", writer=self.name)
+        self.read_only = board.scalar("flag.read_only", writer=self.name)
+        self.unreadable = board.scalar("flag.unreadable", writer=self.name)
         self.snapshot = self._load_topics()
         self.version.set(self.snapshot.version)
+        self._publish_permission()
+        self.groups = SubscriptionGroups.load(store)
+        self.offsets = ConsumerOffsets.load(store)
+        self.clients = ClientTable(cfg.client_expiry)
+        self.locks = RebalanceLocks(cfg.queue_lock_lease)
+        self.view = NetView(board, store, StoreReader(store_config(cfg)))
+        self.cpu_sampler = CpuSampler()
+        self.stats_files = StatsFiles(store / "stats", cfg.stats_max_bytes)
+        self.stats = StatsBook(window_seconds(cfg), _now_ms(), self.stats_files.last_ts())
+        self._day = date.today()
+        self._morning = self._yesterday = (0, 0)
+        self.identity = {"cluster": cfg.cluster_name, "broker": cfg.broker_name, "broker_id": 0,
+                         "addr": broker_addr(cfg)}
+        self.published: dict[str, list] = {}            # group -> the state the net actors have
+        for name in set(self.groups.table):
+            self.published[name] = self.group_state(name)
         self.channel = ChannelServer(
-            {net: self.ring(f"ctl.{net}", CONSUMER, SMALL_RING_CAPACITY) for net in self.nets},
-            {net: self.ring(f"ctlr.{net}", PRODUCER, SMALL_RING_CAPACITY) for net in self.nets})
+            {net: self.ring(f"ctl.{net}", CONSUMER, CTL_RING_CAPACITY) for net in self.nets},
+            {net: self.ring(f"ctlr.{net}", PRODUCER, CTL_RING_CAPACITY) for net in self.nets})
         self.channel.calls["create_topic"] = self.create_topic
+        self.channel.events.update({"offsets": self._on_offsets, "stats": self._on_stats,
+                                    "conn_closed": self._on_conn_closed, "want_state": self._on_want_state,
+                                    "group_seen": self._on_group_seen})
         self.channel.processors.update(self._processors())
         self.spawn(self.channel.run(self.bell), "channel")
-        self.registrar = Registrar(BrokerIdentity(self.config.cluster_name, self.config.broker_name,
-                                                  broker_addr(self.config), ha_addr(self.config)),
-                                   registry_addrs(self.config))
-        self.log.info("broker %s at %s: %d topics (version %d), registries %s", self.config.broker_name,
-                      broker_addr(self.config), len(self.snapshot.topics), self.snapshot.version,
-                      ";".join(self.registrar.registries))
+        self.spawn(self._write_stats(), "stats files")
+        self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg)),
+                                   registry_addrs(cfg))
+        self.log.info("broker %s at %s: %d topics (version %d), %d groups, %d offset entries, registries %s",
+                      cfg.broker_name, broker_addr(cfg), len(self.snapshot.topics), self.snapshot.version,
+                      len(self.groups.table), len(self.offsets.table), ";".join(self.registrar.registries))
 
     def _processors(self) -> dict:
-        return {RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
-                RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic}
+        return {**ClientProcessor(self).table(), **AdminProcessor(self).table(),
+                RequestCode.GET_ALL_DELAY_OFFSET:                   # the schedule actor's persisted progress
+                    lambda client, request: get_all_delay_offset(self.config.store_path, request)}
+
+    @property
+    def auto_create_groups(self) -> bool:
+        return self.runtime.config.auto_create_subscription_group == "true"
 
     # ---- topics ---------------------------------------------------------------------------------------
     def _load_topics(self) -> TopicSnapshot:
         store = self.config.store_path
-        try:
-            saved = read_snapshot(store)
-        except (ValueError, KeyError, TypeError) as exc:
-            self.log.error("topic table %s does not parse (%s); starting from the defaults", store, exc)
-            saved = None
+        saved = read_snapshot(store)
         base = saved or TopicSnapshot(0, 0, {})
         merged = dict(base.topics)
         static = {c.name for c in parse_static_topics(self.config.topics)}
-        for cfg in default_topics(self.config):
+        for cfg in default_topics(self.runtime.config):
             if cfg.name not in merged or cfg.name in static:     # the settings win for the topics they name
                 merged[cfg.name] = cfg
         if saved is not None and merged == saved.topics:
@@ -84,70 +149,211 @@ class BrokerActor(Actor):
         write_snapshot(store, snap)
         return snap
 
-    def _publish(self, changed: list[TopicConfig]) -> None:
-        self.snapshot = self.snapshot.with_topics(changed)
+    def publish_topics(self, changed: list[TopicConfig], removed: list[str] = ()) -> asyncio.Future:
+        """A new version of the table: persisted, announced on the board (net actors reload it
+        on their next request), registered at once; the future is done when the registries have
+        been sent it."""
+        self.snapshot = self.snapshot.with_topics(changed, removed)
         write_snapshot(self.config.store_path, self.snapshot)
-        self.version.set(self.snapshot.version)            # net actors reload on the next request
-        self.register_soon()
+        self.version.set(self.snapshot.version)
+        return self.register_soon()
 
-    async def create_topic(self, net: str, args: dict) -> dict | None:
+    def create_topic(self, net: str, args: dict) -> dict | None:
         """Auto-creation on first send (createTopicInSendMessageMethod): the topic's config, or
-        None when the template topic is missing or not inheritable."""
+        None when auto-creation is off or the template topic is missing or not inheritable."""
         name = args["topic"]
         existing = self.snapshot.topics.get(name)
         if existing is not None:
             return existing.to_json()
         template = self.snapshot.topics.get(args["default_topic"])
-        if template is None or not template.perm & PermName.INHERIT:
+        if self.runtime.config.auto_create_topic != "true" or template is None \
+                or not template.perm & PermName.INHERIT:
             return None
         cfg = auto_created(name, template, int(args["queues"]), int(args.get("sys_flag", 0)))
         self.log.info("auto-created topic %s (%d queues) for a producer of %s", name, cfg.write_queues, net)
-        self._publish([cfg])
+        self.publish_topics([cfg])
         return cfg.to_json()
 
-    async def update_and_create_topic(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        """UPDATE_AND_CREATE_TOPIC (AdminBrokerProcessor.updateAndCreateTopic): create or replace."""
-        topic = request.ext_str("topic")
-        try:
-            topic_field(topic)
-        except MessageIllegalError:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:200]}] contains "
-                                         "illegal characters or is longer than 127, allowing only ^[%|a-zA-Z0-9_-]+$")
-        if topic == request.ext_str("defaultTopic", DEFAULT_TOPIC) and topic == DEFAULT_TOPIC:
-            return request.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"The topic[{topic}] is conflict with system reserved words.")
-        cfg = TopicConfig(topic, request.ext_int("readQueueNums"), request.ext_int("writeQueueNums"),
-                          request.ext_int("perm"), request.ext_str("topicFilterType", "SINGLE_TAG"),
-                          request.ext_int("topicSysFlag", 0), request.ext_bool("order", False))
-        if not (0 < cfg.read_queues <= 1024 and 0 < cfg.write_queues <= 1024):
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be in "
-                                         f"1..1024, got {cfg.read_queues} and {cfg.write_queues}")
-        if self.snapshot.topics.get(topic) != cfg:
-            self.log.info("topic %s set by %s: %s", topic, client.addr, cfg)
-            self._publish([cfg])
-        return request.make_response(ResponseCode.SUCCESS)
+    # ---- groups and clients ------------------------------------------------------------------------------
+    def group_state(self, name: str) -> list | None:
+        """What a pull of this group needs to know (None: nothing - neither config nor consumers)."""
+        cfg = self.groups.get(name)
+        info = self.clients.consumers.get(name)
+        if cfg is None and info is None:
+            return None
+        return GroupState(cfg is not None, cfg.consume_enable if cfg else True,
+                          cfg.consume_broadcast_enable if cfg else True, info.message_model if info else None,
+                          {t: s.registered() for t, s in info.subscriptions.items()} if info else {}).to_wire()
 
-    async def get_all_topic_config(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(self.snapshot.wrapper_json()))
+    def sync_groups(self, names: set[str]) -> None:
+        """Send the net actors the state of each named group that changed."""
+        for name in names:
+            state = self.group_state(name)
+            if self.published.get(name) == state:
+                continue
+            if state is None:
+                self.published.pop(name, None)
+            else:
+                self.published[name] = state
+            self.channel.broadcast("group", name=name, state=state)
+
+    def apply(self, changes: Changes) -> None:
+        """After a client table change: state to the net actors first, then the notifications
+        (so a consumer that rebalances on them pulls against the new state)."""
+        if changes.state:
+            self.sync_groups(changes.state)
+        for group in changes.notify:
+            cfg = self.groups.get(group)
+            if cfg is not None and not cfg.notify_consumer_ids_changed_enable:
+                continue
+            for ref in self.clients.consumer_refs(group):
+                self.channel.push(ref, RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                                       flag=FLAG_ONEWAY, ext_fields={"consumerGroup": group}))
+
+    def scan_clients(self) -> None:
+        changes = self.clients.expire()
+        if changes:
+            self.log.info("client connections expired (no heartbeat for %gs): groups %s",
+                          self.clients.expiry, sorted(changes.notify | changes.state))
+            self.apply(changes)
+
+    def _on_conn_closed(self, net: str, args: dict) -> None:
+        self.apply(self.clients.connection_closed(net, args["conn"]))
+
+    def _on_want_state(self, net: str, args: dict) -> None:
+        self._send_state(net)
+
+    def _send_state(self, net: str) -> None:
+        self.channel.send(net, "groups", table=self.published)
+        self._send_config(net)
+
+    def _send_config(self, net: str) -> None:
+        """The runtime settings net actors apply themselves."""
+        self.channel.send(net, "config", auto_create_topic=self.runtime.config.auto_create_topic == "true",
+                          auto_create_groups=self.auto_create_groups)
+
+    def _on_group_seen(self, net: str, args: dict) -> None:
+        """A pull of a group the net actors do not know: create it if groups are auto-created."""
+        name = args["group"]
+        _, created = self.groups.find_or_create(name, self.auto_create_groups)
+        if created:
+            self.log.info("subscription group %s created on its first pull", name)
+        self.sync_groups({name})
+
+    async def on_control(self, msg: dict) -> None:
+        """A dead net actor's connections died with it. (Not on peer_up: clients of the new
+        incarnation may already have registered by then.)"""
+        name = msg.get("name")
+        if msg.get("op") == "peer_down" and name in self.nets:
+            changes = self.clients.net_gone(name)
+            if changes:
+                self.log.info("%s died: its client connections left groups %s", name,
+                              sorted(changes.notify | changes.state))
+                self.apply(changes)
+
+    # ---- settings ------------------------------------------------------------------------------------------
+    def apply_settings(self, changed: dict) -> None:
+        if "broker_permission" in changed:
+            self._publish_permission()
+            self.publish_topics([])                     # a new dataVersion: registries take the new perm
+        if changed.get("auto_create_topic") == "true" and DEFAULT_TOPIC not in self.snapshot.topics:
+            self.publish_topics([c for c in default_topics(self.runtime.config) if c.name == DEFAULT_TOPIC])
+        for net in self.nets:
+            self._send_config(net)
+
+    def _publish_permission(self) -> None:
+        perm = self.runtime.config.broker_permission
+        self.read_only.set(0 if perm & PermName.WRITE else 1)
+        self.unreadable.set(0 if perm & PermName.READ else 1)
+
+    # ---- offsets and statistics --------------------------------------------------------------------------
+    def _on_offsets(self, net: str, args: dict) -> None:
+        self.offsets.commit_many(args["o"])
+
+    def persist_offsets(self) -> None:
+        self.offsets.persist()
+
+    def _on_stats(self, net: str, args: dict) -> None:
+        self.stats.add(args["stamp"], args["d"])
+
+    def sample_stats(self) -> None:
+        self.stats.sample(time.monotonic())
+        today = date.today()
+        if today != self._day:                          # local midnight: BrokerStats.record()
+            self._day, self._yesterday = today, self._morning
+            self._morning = (self.stats.totals["put_msgs"], self.stats.totals["get_msgs"])
+
+    def day_totals(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(puts, gets) at this morning's and yesterday morning's midnight."""
+        return self._morning, self._yesterday
+
+    def earliest_message_time(self) -> int:
+        reader = self.view.fresh_reader()
+        record = reader.view(reader.commitlog_min, self.view.written.get())
+        return 0 if record is None else store_timestamp_at(record, 0)
+
+    def lag_snapshot(self) -> list[dict]:
+        """Per queue of every committed (topic, group): max offset, committed offset, lag."""
+        out = []
+        for (topic, group), queues in sorted(self.offsets.table.items()):
+            for queue_id, consumer_offset in sorted(queues.items()):
+                broker_offset = self.view.max_offset(topic, queue_id)
+                out.append({"group": group, "topic": topic, "queue_id": queue_id, "broker_offset": broker_offset,
+                            "consumer_offset": consumer_offset, "lag": max(0, broker_offset - consumer_offset)})
+        return out
+
+    async def _write_stats(self) -> None:
+        """One record per window, written a little after the window's end."""
+        book = self.stats
+        while True:
+            now = _now_ms()
+            for end in book.due(now, STATS_GRACE_MS):
+                self._write_window(end)
+            next_due = (now - STATS_GRACE_MS) // book.window_ms * book.window_ms + book.window_ms + STATS_GRACE_MS
+            await asyncio.sleep(max(0.01, (next_due - _now_ms()) / 1000))
+
+    def _write_window(self, end: int) -> None:
+        record = self.stats.close(end).record(self.stats.window_s, self.identity, self.lag_snapshot())
+        try:
+            self.stats_files.append(record)
+        except OSError as exc:
+            self.log.error("stats record %d not written: %s", end, exc)
 
     # ---- registration -------------------------------------------------------------------------------------
-    def register_soon(self) -> None:
-        """Register now (coalesced: one more round after the running one if something changed)."""
-        if self._register_task is not None and not self._register_task.done():
-            self._register_again = True
-            return
-        self._register_task = asyncio.get_running_loop().create_task(self._register())
+    def register_soon(self) -> asyncio.Future:
+        """Register now, coalesced: changes made while a round runs go in one more round after it.
+        The future is done when a round that carries the current table has finished."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._register_waiters.append(done)
+        if self._register_task is None or self._register_task.done():
+            self._register_task = loop.create_task(self._register())
+        return done
 
     async def _register(self) -> None:
-        while True:
-            self._register_again = False
-            await self.registrar.register(self.snapshot)
-            if not self._register_again:
-                return
+        while self._register_waiters:
+            waiters, self._register_waiters = self._register_waiters, []
+            try:
+                await self.registrar.register(self.snapshot.with_perm(self.runtime.config.broker_permission))
+            finally:
+                for done in waiters:
+                    if not done.done():
+                        done.set_result(None)
 
     async def stop(self) -> None:
+        """Offsets and the open stats window are written (a restarted broker goes on after that
+        window), the broker unregisters."""
+        try:
+            self.offsets.persist()
+        finally:
+            self._write_window(self.stats.open_end(_now_ms()))
         if self._register_task is not None:
             await asyncio.gather(self._register_task, return_exceptions=True)
         await self.registrar.unregister()
         await self.registrar.close()
         await self.channel.close()
+        self.view.reader.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,25 +1,36 @@
 """The request channel between the net actors and the broker actor (the control plane's way in).
 
 Two rings per net actor carry msgpack maps: ctl.<net> (net -> broker) and ctlr.<net> (broker ->
-net). Three kinds of traffic:
+net). The kinds of traffic:
 
-- calls: `await link.call(op, **args)` in a net actor runs the broker's `calls[op](client, args)`
+- calls: `await link.call(op, **args)` in a net actor runs the broker's `calls[op](net, args)`
   and returns its value (auto-creating a topic, for one);
 - forwarded requests: a remoting request with a code in the broker's processor table is handed
   over whole; the broker's processor returns a RemotingCommand, which goes back to the very
   connection it came from (`ClientRef` names it: net actor, connection id, remote address);
-- pushes and events: the broker sends a request to a client connection (`server.push(client,
-  cmd)`, e.g. NOTIFY_CONSUMER_IDS_CHANGED), and net actors report connection events
-  (`link.event("conn_closed", ...)`) to the broker's `events[op]`.
+  `link.forward_nowait` hands one over and drops the answer (heartbeats replayed to a
+  restarted broker actor);
+- events, net -> broker: `link.event(op, **args)` runs the broker's `events[op](net, args)`
+  (conn_closed, stats, ...); consumer offsets go as `link.commit_offset(...)`, coalesced: every
+  commit of one loop iteration leaves as one "offsets" event (the latest offset per queue);
+- events, broker -> net: `server.send(net, op, **args)` / `server.broadcast(op, **args)` run the
+  net actor's `link.events[op](args)` in ring order (group states, settings). They carry a
+  sequence number per net actor; a net actor that sees a gap (a record dropped by a full ring,
+  or a restarted broker actor) calls `link.on_gap()` to ask for everything again;
+- pushes: the broker sends a request to a client connection (`server.push(client, cmd)`, e.g.
+  NOTIFY_CONSUMER_IDS_CHANGED).
 
-Records written during one loop iteration leave as one ring batch. A call whose answer does not
-come within its timeout fails with ChannelError (the broker may be restarting); a restarted
-broker never answers its predecessor's calls.
+Records written during one loop iteration leave as one ring batch. The broker actor handles
+records in ring order and runs a handler that returns a value (not an awaitable) at once, so
+an event, a forwarded heartbeat and a call from one net actor take effect in the order the net
+actor sent them. A call whose answer does not come within its timeout fails with ChannelError
+(the broker may be restarting); a restarted broker never answers its predecessor's calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -30,6 +41,7 @@ import msgpack
 
 from smartgo.actors.ring import Ring, wait_any
 from smartgo.broker.rings import Batcher
+from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 
 log = logging.getLogger("smartgo.broker.channel")
@@ -65,10 +77,33 @@ def _packb(obj: dict) -> bytes:
 
 
 class _Writer(Batcher):
-    """Control records (msgpack maps), one ring batch per loop iteration."""
+    """Control records (msgpack maps), one ring batch per loop iteration; consumer offsets
+    committed during the iteration become one record, ahead of anything put after them."""
+
+    def __init__(self, ring: Ring) -> None:
+        super().__init__(ring)
+        self.offsets: dict[tuple[str, str, int], int] = {}
 
     def put(self, obj: dict) -> None:       # type: ignore[override]
+        if self.offsets:
+            self._put_offsets()
         super().put(_packb(obj))
+
+    def offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.offsets[(group, topic, queue_id)] = offset
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _put_offsets(self) -> None:
+        items = [[g, t, q, o] for (g, t, q), o in self.offsets.items()]
+        self.offsets.clear()
+        self._batch.append(_packb({"t": _EVENT, "op": "offsets", "a": {"o": items}}))
+
+    def _flush(self) -> None:
+        if self.offsets:
+            self._put_offsets()
+        super()._flush()
 
 
 class BrokerLink:
@@ -80,6 +115,9 @@ class BrokerLink:
         self._push = push
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future] = {}
+        self.events: dict[str, Callable[[dict], None]] = {}
+        self.on_gap: Callable[[], None] = lambda: None
+        self._seq = 0
 
     def call(self, op: str, timeout: float = 3.0, **args: Any) -> Awaitable[Any]:
         return self._request({"t": _CALL, "op": op, "a": args}, timeout)
@@ -88,8 +126,16 @@ class BrokerLink:
         return self._request({"t": _FORWARD, "conn": client.conn, "addr": client.addr,
                               "cmd": pack_command(request)}, timeout)
 
+    def forward_nowait(self, client: ClientRef, request: RemotingCommand) -> None:
+        """Hand a request over and let its answer fall (id 0 is never waited for)."""
+        self._out.put({"t": _FORWARD, "id": 0, "conn": client.conn, "addr": client.addr,
+                       "cmd": pack_command(request)})
+
     def event(self, op: str, **args: Any) -> None:
         self._out.put({"t": _EVENT, "op": op, "a": args})
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._out.offset(group, topic, queue_id, offset)
 
     async def _request(self, msg: dict, timeout: float) -> Any:
         rid = next(self._ids)
@@ -119,14 +165,29 @@ class BrokerLink:
                             fut.set_exception(ChannelError(msg["v"]))
                 elif kind == _PUSH:
                     self._push(msg["conn"], unpack_command(msg["cmd"]))
+                elif kind == _EVENT:
+                    self._on_event(msg)
                 else:
                     log.error("unexpected control record kind %r", kind)
             except Exception:
                 log.exception("bad control record from the broker actor")
 
+    def _on_event(self, msg: dict) -> None:
+        seq, last = msg["s"], self._seq
+        self._seq = seq
+        handler = self.events.get(msg["op"])
+        if handler is None:
+            log.debug("broker event %s: no handler", msg["op"])
+        else:
+            handler(msg["a"])
+        if last and seq != last + 1:
+            log.info("broker events after #%d missed (got #%d: broker restarted or ring full); asking for its "
+                     "state again", last, seq)
+            self.on_gap()
 
-Call = Callable[[str, dict], Awaitable[Any]]
-Processor = Callable[[ClientRef, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+Call = Callable[[str, dict], Any]
+Processor = Callable[[ClientRef, RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
 Event = Callable[[str, dict], None]
 
 
@@ -136,6 +197,7 @@ class ChannelServer:
     def __init__(self, inbound: dict[str, Ring], outbound: dict[str, Ring]) -> None:
         self.inbound = inbound
         self._out = {net: _Writer(ring) for net, ring in outbound.items()}
+        self._seq = dict.fromkeys(outbound, 0)
         self.calls: dict[str, Call] = {}
         self.processors: dict[int, Processor] = {}
         self.events: dict[str, Event] = {}
@@ -146,6 +208,15 @@ class ChannelServer:
         out = self._out.get(client.net)
         if out is not None:
             out.put({"t": _PUSH, "conn": client.conn, "cmd": pack_command(cmd)})
+
+    def send(self, net: str, op: str, **args: Any) -> None:
+        """An event to one net actor (its link.events[op](args))."""
+        self._seq[net] += 1
+        self._out[net].put({"t": _EVENT, "op": op, "a": args, "s": self._seq[net]})
+
+    def broadcast(self, op: str, **args: Any) -> None:
+        for net in self._out:
+            self.send(net, op, **args)
 
     async def run(self, bell) -> None:
         rings = list(self.inbound.items())
@@ -180,34 +251,64 @@ class ChannelServer:
             except Exception:
                 log.exception("event handler %s failed", msg["op"])
             return
-        task = asyncio.get_running_loop().create_task(self._answer(net, kind, msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _answer(self, net: str, kind: str, msg: dict) -> None:
         rid = msg.get("id")
         try:
             if kind == _CALL:
                 handler = self.calls.get(msg["op"])
                 if handler is None:
                     raise ChannelError(f"unknown broker call {msg['op']!r}")
-                value = await handler(net, msg["a"])
+                value = handler(net, msg["a"])
             elif kind == _FORWARD:
                 request = unpack_command(msg["cmd"])
                 processor = self.processors.get(request.code)
                 if processor is None:
                     raise ChannelError(f"the broker actor has no processor for code {request.code}")
-                response = await processor(ClientRef(net, msg["conn"], msg["addr"]), request)
-                value = None if response is None else pack_command(response)
+                value = processor(ClientRef(net, msg["conn"], msg["addr"]), request)
             else:
                 raise ChannelError(f"unknown control record kind {kind!r}")
-            reply = {"t": _REPLY, "id": rid, "ok": True, "v": value}
         except Exception as exc:
-            if not isinstance(exc, ChannelError):
-                log.exception("broker %s %s failed", kind, msg.get("op") or msg.get("cmd", [None])[0])
-            reply = {"t": _REPLY, "id": rid, "ok": False, "v": f"{type(exc).__name__}: {exc}"
-                     if not isinstance(exc, ChannelError) else str(exc)}
-        self._out[net].put(reply)
+            self._fail(net, rid, kind, msg, exc)
+            return
+        if inspect.isawaitable(value):
+            task = asyncio.get_running_loop().create_task(self._finish(net, rid, kind, msg, value))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._reply(net, rid, kind, value)
+
+    async def _finish(self, net: str, rid: int, kind: str, msg: dict, pending: Awaitable[Any]) -> None:
+        try:
+            value = await pending
+        except Exception as exc:
+            self._fail(net, rid, kind, msg, exc)
+            return
+        self._reply(net, rid, kind, value)
+
+    def _reply(self, net: str, rid: int, kind: str, value: Any) -> None:
+        if kind == _FORWARD and value is not None:
+            value = pack_command(value)
+        if rid:
+            self._out[net].put({"t": _REPLY, "id": rid, "ok": True, "v": value})
+
+    def _fail(self, net: str, rid: int, kind: str, msg: dict, exc: Exception) -> None:
+        """A call fails with ChannelError at the caller; a forwarded request that raised is
+        answered SYSTEM_ERROR with the error as the remark (bad input - a ValueError such as a
+        malformed body or header field - is logged as a warning, anything else with its trace)."""
+        if kind == _FORWARD and not isinstance(exc, ChannelError):
+            request = unpack_command(msg["cmd"])
+            if isinstance(exc, ValueError):
+                log.warning("request code %d from %s refused: %s", request.code, msg.get("addr"), exc)
+                remark = str(exc)
+            else:
+                log.error("processor for code %d failed", request.code, exc_info=exc)
+                remark = f"{type(exc).__name__}: {exc}"
+            self._reply(net, rid, kind, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
+            return
+        if not isinstance(exc, ChannelError):
+            log.exception("broker %s %s failed", kind, msg.get("op"), exc_info=exc)
+        if rid:
+            self._out[net].put({"t": _REPLY, "id": rid, "ok": False,
+                                "v": str(exc) if isinstance(exc, ChannelError) else f"{type(exc).__name__}: {exc}"})
 
     async def close(self) -> None:
         for t in list(self._tasks):

@@ -15,10 +15,12 @@ import asyncio
 from smartgo.actors.actor import Actor
 from smartgo.actors.ring import PRODUCER, full_fence
 from smartgo.broker import profiling, recovery
-from smartgo.broker.bells import sleep_flagged
+from smartgo.broker.bells import FlagBell, sleep_flagged
 from smartgo.broker.rings import SMALL_RING_CAPACITY, arrivals_record
-from smartgo.broker.settings import store_config
+from smartgo.broker.schedule_message import idle_bit
+from smartgo.broker.settings import SCHEDULE, store_config
 from smartgo.store import CommitLogReader, ConsumeQueueSet, Dispatcher, DiskFullError, IndexService
+from smartgo.store.record import SCHEDULE_TOPIC
 
 ROUND_RECORDS = 20_000     # bounds one round (~tens of ms) so the heartbeat keeps beating during a catch-up
 SAFETY_CHECK = 1.0         # seconds: the longest sleep without looking at the written position
@@ -48,6 +50,12 @@ class DispatchActor(Actor):
         self.dispatched.set(self.position)
         self.arrive = self.ring("arrive", PRODUCER, SMALL_RING_CAPACITY)
         self.hold_watching = b.scalar("hold.watching")
+        # New entries in a delay level the schedule actor sleeps through (its board word
+        # schedule.idle has bit level-1 set) wake it; other levels have a head it times itself.
+        self._schedule_queues = {(SCHEDULE_TOPIC, q) for q in range(len(cfg.delay_levels_ms))}
+        self._schedule_mask = 0
+        self.schedule_bell = FlagBell(b, self.ctx.run_path, SCHEDULE, "schedule.idle",
+                                      lambda idle: bool(idle & self._schedule_mask))
         self.spawn(self._run(), "loop")
 
     async def _run(self) -> None:
@@ -78,6 +86,13 @@ class DispatchActor(Actor):
             full_fence()                                # the table before hold.watching (see hold_actor)
             if self.hold_watching.get():
                 self.arrive.try_write([arrivals_record(rnd.changed)])   # full (hold down): its re-check covers it
+            delayed = rnd.changed.keys() & self._schedule_queues
+            if delayed:
+                mask = 0
+                for _, queue_id in delayed:
+                    mask |= idle_bit(queue_id)
+                self._schedule_mask = mask
+                self.schedule_bell.ring()
 
     async def stop(self) -> None:
         try:                                            # (the loop was cancelled before stop())

@@ -12,6 +12,14 @@ control requests to the broker actor. Its rings:
 One pump task drains the three inbound rings and answers sends whose sync flush completed; it
 sleeps on this actor's doorbell, which the commit, hold and broker actors ring through the
 rings and the flush actor rings through the board word `<me>.flush_wait`.
+
+Control plane: the broker actor's group states arrive as channel events into a GroupsView
+(pulls check subscriptions against it); at start, and whenever the broker actor restarts or an
+event went missing, the net actor asks for the whole table ("want_state") and, at start, waits
+for it before it accepts connections. It keeps the last HEART_BEAT of each connection, so a
+restarted broker actor gets every live client's heartbeat again at once. UPDATE_CONSUMER_OFFSET
+and the offsets carried by pulls go to the broker actor coalesced; statistics (NetStats) go
+every second, on the wall clock's second boundary.
 """
 
 from __future__ import annotations
@@ -29,9 +37,12 @@ from smartgo.broker.net_view import NetView
 from smartgo.broker.offset_processor import OffsetProcessor
 from smartgo.broker.pull_processor import PullProcessor
 from smartgo.broker.query_processor import QueryProcessor
-from smartgo.broker.rings import DONE_RING_CAPACITY, SEND_RING_CAPACITY, SMALL_RING_CAPACITY, monotonic_ms
+from smartgo.broker.rings import (CTL_RING_CAPACITY, DONE_RING_CAPACITY, SEND_RING_CAPACITY, SMALL_RING_CAPACITY,
+                                  monotonic_ms)
 from smartgo.broker.send_processor import SendProcessor
 from smartgo.broker.settings import store_config, vip_port
+from smartgo.broker.stats import FLUSH_INTERVAL, NetStats
+from smartgo.broker.subscriptions import GroupsView
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, ConnectionEvent
@@ -43,6 +54,7 @@ log = logging.getLogger("smartgo.broker.net_actor")
 
 DRAIN_TIMEOUT = 5.0        # s a stopping net actor waits for the answers of the sends it handed over
 PUSH_TIMEOUT = 3.0
+STATE_WAIT = 5.0           # s a starting net actor waits for the broker actor's group table
 
 
 class NetActor(Actor):
@@ -63,13 +75,19 @@ class NetActor(Actor):
         self.done_ring = self.ring(f"done.{me}", CONSUMER, DONE_RING_CAPACITY)
         self.park_ring = self.ring(f"park.{me}", PRODUCER, SMALL_RING_CAPACITY)
         self.wake_ring = self.ring(f"wake.{me}", CONSUMER, SMALL_RING_CAPACITY)
-        self.ctl_ring = self.ring(f"ctl.{me}", PRODUCER, SMALL_RING_CAPACITY)
-        self.ctlr_ring = self.ring(f"ctlr.{me}", CONSUMER, SMALL_RING_CAPACITY)
+        self.ctl_ring = self.ring(f"ctl.{me}", PRODUCER, CTL_RING_CAPACITY)
+        self.ctlr_ring = self.ring(f"ctlr.{me}", CONSUMER, CTL_RING_CAPACITY)
         self.link = BrokerLink(self.ctl_ring, self._push)
+        self.link.events.update({"group": self._on_group, "groups": self._on_groups, "config": self._on_config})
+        self.link.on_gap = self._want_state
+        self.stats = NetStats()
+        self.groups = GroupsView()
+        self._groups_loaded = asyncio.Event()
+        self.heartbeats: dict[int, RemotingCommand] = {}       # connection id -> its last HEART_BEAT
         self.sends = SendProcessor(self)
         self.pulls = PullProcessor(self)
         queries = QueryProcessor(self.view, store.default_query_max_num)
-        offsets = OffsetProcessor(self.view)
+        offsets = OffsetProcessor(self.view, self.link)
         processors = {
             RequestCode.SEND_MESSAGE: self.sends.process,
             RequestCode.SEND_MESSAGE_V2: self.sends.process,
@@ -81,14 +99,24 @@ class NetActor(Actor):
             RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_msg_storetime,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
+            RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
         }
         for code in FORWARDED_CODES:
             processors[code] = self._forward
+        processors[RequestCode.HEART_BEAT] = self._heart_beat
+        processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
         ports = [cfg.listen_port] + ([vip_port(cfg)] if vip_port(cfg) else [])
         self.server = RemotingServer(cfg.listen_host, ports, processors, reuse_port=True,
                                      max_frame=max(16 << 20, cfg.max_message_size + (1 << 20)),
                                      listeners=[self._on_connection_event])
         self._pump = self.spawn(self._run_pump(), "pump", through_stop=True)   # stop() drains through it
+        self._want_state()
+        try:
+            await asyncio.wait_for(self._groups_loaded.wait(), STATE_WAIT)
+        except asyncio.TimeoutError:
+            log.warning("%s: no group table from the broker actor within %gs; pulls relying on registered "
+                        "subscriptions get SUBSCRIPTION_NOT_EXIST until it comes", me, STATE_WAIT)
+        self.spawn(self._flush_stats(), "stats")
         await self.server.start()
 
     # ---- inbound rings --------------------------------------------------------------------------------
@@ -129,6 +157,51 @@ class NetActor(Actor):
             return request.make_response(ResponseCode.SYSTEM_BUSY, f"broker actor unavailable: {exc}")
         return None if raw is None else unpack_command(raw)
 
+    async def _heart_beat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        self.heartbeats[conn.id] = request
+        return await self._forward(conn, request)
+
+    async def _unregister_client(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        self.heartbeats.pop(conn.id, None)                 # the client heartbeats again if it still has groups
+        return await self._forward(conn, request)
+
+    def _replay_heartbeats(self) -> None:
+        """A restarted broker actor knows no client: give it every live connection's last heartbeat."""
+        for conn_id, request in list(self.heartbeats.items()):
+            conn = self.server.connections.get(conn_id) if self.server else None
+            if conn is None or conn.closed:
+                del self.heartbeats[conn_id]
+                continue
+            self.link.forward_nowait(ClientRef(self.name, conn_id, conn.remote_address), request)
+
+    def _want_state(self) -> None:
+        self.link.event("want_state")
+
+    def _on_group(self, args: dict) -> None:
+        self.groups.apply(args["name"], args["state"])
+
+    def _on_groups(self, args: dict) -> None:
+        self.groups.replace(args["table"])
+        self.pulls.seen_groups.clear()
+        self._groups_loaded.set()
+
+    def _on_config(self, args: dict) -> None:
+        self.sends.auto_create = args["auto_create_topic"]
+        self.pulls.auto_create_groups = args["auto_create_groups"]
+
+    async def _flush_stats(self) -> None:
+        """Statistics deltas to the broker actor on every second boundary of the wall clock."""
+        while True:
+            now = time.time()
+            boundary = (int(now / FLUSH_INTERVAL) + 1) * FLUSH_INTERVAL
+            await asyncio.sleep(boundary - now)
+            self._send_stats(round(boundary * 1000))
+
+    def _send_stats(self, stamp_ms: int) -> None:
+        deltas = self.stats.take()
+        if deltas is not None:
+            self.link.event("stats", stamp=stamp_ms, d=deltas)
+
     def _push(self, conn_id: int, cmd: RemotingCommand) -> None:
         """A request from the broker actor to one of our clients (oneway, or answered into the void)."""
         conn = self.server.connections.get(conn_id) if self.server else None
@@ -144,11 +217,17 @@ class NetActor(Actor):
 
     def _on_connection_event(self, event: ConnectionEvent, conn: Connection, reason: str | None) -> None:
         if event in (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT):
+            self.heartbeats.pop(conn.id, None)
             self.link.event("conn_closed", conn=conn.id, addr=conn.remote_address)
 
     async def on_control(self, msg: dict) -> None:
-        if msg.get("op") == "peer_up" and msg.get("name") == "hold":
+        if msg.get("op") != "peer_up":
+            return
+        if msg.get("name") == "hold":
             self.pulls.repark_all()
+        elif msg.get("name") == "broker":
+            self._replay_heartbeats()
+            self._want_state()
 
     # ---- periodic -------------------------------------------------------------------------------------------
     def housekeep(self) -> None:
@@ -164,6 +243,7 @@ class NetActor(Actor):
         self.pulls.answer_all()
         await self.sends.drain(DRAIN_TIMEOUT)
         await self.server.stop()
+        self._send_stats(int(time.time() * 1000))          # the last counts, before the broker actor stops
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)

@@ -6,14 +6,11 @@ no broker state, so any number of them serve the same node and a restarted one i
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from smartgo.actors.board import Board
 from smartgo.broker.topics import TopicConfig, read_snapshot
 from smartgo.store import StoreReader
-
-log = logging.getLogger("smartgo.broker.net_view")
 
 
 class NetView:
@@ -25,6 +22,7 @@ class NetView:
         self.flushed = board.scalar("commitlog.flushed")
         self.disk_full = board.scalar("flag.disk_full")
         self.read_only = board.scalar("flag.read_only")
+        self.unreadable = board.scalar("flag.unreadable")
         self._topics_version = board.scalar("broker.topics_version")
         self._commitlog_min = board.scalar("commitlog.min")
         self._seen_min = self._commitlog_min.get()
@@ -41,12 +39,7 @@ class NetView:
 
     def reload_topics(self) -> None:
         version = self._topics_version.get()
-        try:
-            snap = read_snapshot(self.store_path)
-        except (ValueError, KeyError, TypeError) as exc:
-            log.error("topic snapshot unreadable (%s); keeping %d topics", exc, len(self.topics))
-            self._loaded = version
-            return
+        snap = read_snapshot(self.store_path)        # logs and falls back to .bak if it must
         if snap is not None:
             self.topics = snap.topics
         self._loaded = version

@@ -1,7 +1,10 @@
 """GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32) and
 SEARCH_OFFSET_BY_TIMESTAMP (29) in a net actor: per-queue positions from the board and the files.
-
 As in RocketMQ these do not check that the topic exists: an unknown queue is empty (0).
+
+UPDATE_CONSUMER_OFFSET (15) is answered here too: the commit goes to the broker actor, which
+owns the offsets, coalesced with every other commit of the loop iteration into one channel
+record (no round trip per update; a oneway update gets no answer at all).
 """
 
 from __future__ import annotations
@@ -13,12 +16,27 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
 
 if TYPE_CHECKING:
+    from smartgo.broker.channel import BrokerLink
     from smartgo.broker.net_view import NetView
 
 
 class OffsetProcessor:
-    def __init__(self, view: NetView) -> None:
+    def __init__(self, view: NetView, link: BrokerLink) -> None:
         self.view = view
+        self.link = link
+
+    @eager
+    async def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        """UpdateConsumerOffsetRequestHeader: consumerGroup, topic, queueId, commitOffset."""
+        ext = request.ext_fields
+        try:
+            group, topic = ext["consumerGroup"], ext["topic"]
+            queue_id, offset = int(ext["queueId"]), int(ext["commitOffset"])
+        except (KeyError, ValueError, TypeError):     # the slow path only to name the bad field
+            group, topic = request.ext_str("consumerGroup"), request.ext_str("topic")
+            queue_id, offset = request.ext_int("queueId"), request.ext_int("commitOffset")
+        self.link.commit_offset(group, topic, queue_id, offset)
+        return None if request.is_oneway else request.make_response(ResponseCode.SUCCESS)
 
     def _queue(self, request: RemotingCommand) -> tuple[str, int, int]:
         topic = request.ext_str("topic")

@@ -1,11 +1,21 @@
 """PULL_MESSAGE (11) in a net actor, with long polling through the hold actor.
 
+Checks, in PullMessageProcessor's order: the broker may be read (brokerPermission); the
+consumer group exists (created on first sight when groups are auto-created: the broker actor is
+told, the pull goes on with the defaults) and may consume; the topic exists, may be read, has
+the queue; the subscription comes from the request (FLAG_SUBSCRIPTION) or from what the group
+registered by HEART_BEAT - the group state the broker actor publishes to this net actor
+(smartgo.broker.subscriptions) - with SUBSCRIPTION_NOT_EXIST / SUBSCRIPTION_NOT_LATEST when
+that is missing or older than the pull's subVersion. A pull with FLAG_COMMIT_OFFSET commits its
+commitOffset for the group (master only; coalesced per loop iteration on the request channel).
+
 A pull reads the ConsumeQueue and the CommitLog straight from the mapped files, bounded by the
 queue's published max offset and the written position, and answers with the raw records as
 memoryviews (no copy through another actor, none into the socket buffer's way). Response
 codes follow the reference's edge-case table (PullMessageProcessor + GetMessageStatus);
 suggestWhichBrokerId, nextBeginOffset, minOffset and maxOffset are in every answer, the remark
-is the status name.
+is the status name. Each answer counts in the net actor's statistics (messages and bytes per
+group and topic; latency from arrival, or from the last wake-up of a parked pull, to the answer).
 
 A pull with the suspend flag that finds nothing (PULL_NOT_FOUND) is parked: the hold actor gets
 its token, queue, offset and deadline (now + suspendTimeoutMillis) and hands the token back when
@@ -18,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,9 +40,8 @@ from smartgo.store.java_hash import tags_code
 from smartgo.store.reads import GetStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from smartgo.broker.net_actor import NetActor
+    from smartgo.broker.subscriptions import GroupState, RegisteredSub
 
 DEADLINE_GRACE_MS = 2000          # after its deadline a parked pull is answered here, hold or no hold
 RELEASE_EVERY = 64 << 20          # bytes served between drops of the reader's pages from RSS
@@ -60,6 +70,7 @@ class PullHeader:
     suspend_ms: int
     subscription: str | None
     expression_type: str
+    sub_version: int
 
 
 def parse_header(r: RemotingCommand) -> PullHeader:
@@ -67,7 +78,7 @@ def parse_header(r: RemotingCommand) -> PullHeader:
     return PullHeader(r.ext_str("consumerGroup"), r.ext_str("topic"), r.ext_int("queueId"), r.ext_int("queueOffset"),
                       r.ext_int("maxMsgNums"), r.ext_int("sysFlag"), r.ext_int("commitOffset"),
                       r.ext_int("suspendTimeoutMillis"), r.ext_str("subscription", None),
-                      r.ext_str("expressionType", "TAG"))
+                      r.ext_str("expressionType", "TAG"), r.ext_int("subVersion", 0))
 
 
 def tag_codes(expression: str | None) -> frozenset[int] | None:
@@ -89,26 +100,80 @@ class ParkedPull:
 class PullProcessor:
     def __init__(self, net: NetActor) -> None:
         self.view = net.view
+        self.groups = net.groups
+        self.link = net.link
+        self.stats = net.stats
+        self.broker_name = net.config.broker_name
+        self.is_master = net.config.role == "master"
+        self.auto_create_groups = net.config.auto_create_subscription_group == "true"
         self.parks = Batcher(net.park_ring)       # a full ring (hold down): the deadline sweep answers them
         self.parked: dict[int, ParkedPull] = {}
         self._tokens = itertools.count(1)
         self._filters: dict[str, frozenset[int] | None] = {}
         self._served = 0
-        # The control-plane seam: the subscription a consumer group registered with HEART_BEAT
-        # for a topic (expression), used when a pull carries none. Until that issue lands nobody
-        # registers any, and such a pull reads every tag ("*").
-        self.registered_subscription: Callable[[str, str], str | None] = lambda group, topic: None
+        self.seen_groups: set[str] = set()        # unknown groups the broker actor was told of
 
     @eager
     async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        # The offset a pull carries (FLAG_COMMIT_OFFSET, header commitOffset) belongs to the control
-        # plane's offset table (the next issue), which will take it from here over the channel.
-        return self.run(conn, request, parse_header(request), None, True)
+        start = time.perf_counter()
+        response = self.run(conn, request, parse_header(request), None, True)
+        if response is not None:
+            self.stats.pull.observe((time.perf_counter() - start) * 1000.0)
+        return response
+
+    def _check_group(self, h: PullHeader, request: RemotingCommand) -> RemotingCommand | GroupState:
+        if self.view.unreadable.get():
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the broker[{self.broker_name}] pulling message is forbidden")
+        group = self.groups.get(h.group)
+        if not group.configured:
+            if not self.auto_create_groups:
+                return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                             f"subscription group [{h.group}] does not exist")
+            if h.group not in self.seen_groups:
+                self.seen_groups.add(h.group)
+                self.link.event("group_seen", group=h.group)
+        elif not group.consume_enable:
+            return request.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.group}")
+        return group
+
+    def _registered(self, h: PullHeader, group: GroupState,
+                    request: RemotingCommand) -> RemotingCommand | RegisteredSub:
+        """The subscription the group registered for the topic (a pull without FLAG_SUBSCRIPTION)."""
+        if group.model is None:
+            return request.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                         f"the consumer's group info not exist (group {h.group} has no consumer "
+                                         "registered by heartbeat)")
+        if group.model == "BROADCASTING" and not group.broadcast_enable:
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the consumer group[{h.group}] can not consume by broadcast way")
+        sub = group.subs.get(h.topic)
+        if sub is None:
+            return request.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                         f"the consumer's subscription not exist (group {h.group}, topic {h.topic})")
+        if sub.version < h.sub_version:
+            return request.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                         f"the consumer's subscription not latest (registered {sub.version}, "
+                                         f"pull {h.sub_version})")
+        return sub
+
+    def _codes(self, expression: str | None) -> frozenset[int] | None:
+        if expression is None:
+            return None
+        codes = self._filters.get(expression, False)
+        if codes is False:
+            codes = self._filters[expression] = tag_codes(expression)
+            if len(self._filters) > 10_000:
+                self._filters.clear()
+        return codes
 
     def run(self, conn: Connection, request: RemotingCommand, h: PullHeader, deadline: int | None,
             may_suspend: bool) -> RemotingCommand | None:
         """The pull itself; None when it was parked (the answer comes later)."""
         view = self.view
+        group = self._check_group(h, request)
+        if isinstance(group, RemotingCommand):
+            return group
         cfg = view.topic(h.topic)
         if cfg is None:
             return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
@@ -120,16 +185,19 @@ class PullProcessor:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig."
                                          f"readQueueNums:[{cfg.read_queues}] consumer:[{conn.remote_address}]")
-        if h.expression_type != "TAG":
+        if h.sys_flag & PullSysFlag.SUBSCRIPTION:
+            expression_type = h.expression_type
+            codes = self._codes(h.subscription)
+        else:
+            sub = self._registered(h, group, request)
+            if isinstance(sub, RemotingCommand):
+                return sub
+            expression_type, codes = sub.expression_type, sub.codes
+        if expression_type != "TAG":
             return request.make_response(ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to "
-                                         f"filter message by {h.expression_type}")
-        expression = h.subscription if h.sys_flag & PullSysFlag.SUBSCRIPTION else \
-            self.registered_subscription(h.group, h.topic)
-        codes = self._filters.get(expression) if expression is not None else None
-        if expression is not None and expression not in self._filters:
-            codes = self._filters[expression] = tag_codes(expression)
-            if len(self._filters) > 10_000:
-                self._filters.clear()
+                                         f"filter message by {expression_type}")
+        if deadline is None and h.sys_flag & PullSysFlag.COMMIT_OFFSET and self.is_master:
+            self.link.commit_offset(h.group, h.topic, h.queue_id, h.commit_offset)
         reader = view.fresh_reader()
         max_offset = view.max_offset(h.topic, h.queue_id)
         r = reader.get_messages(h.topic, h.queue_id, h.offset, h.max_nums, max_offset, view.written.get(), codes)
@@ -143,7 +211,9 @@ class PullProcessor:
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
                "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
         if code != ResponseCode.SUCCESS:
+            self.stats.pulled(h.group, h.topic, 0, 0)
             return request.make_response(code, r.status.value, ext)
+        self.stats.pulled(h.group, h.topic, len(r.buffers), r.buffer_total_size)
         self._served += r.buffer_total_size
         if self._served >= RELEASE_EVERY:
             self._served = 0
@@ -170,12 +240,14 @@ class PullProcessor:
     def _answer(self, p: ParkedPull, may_suspend: bool) -> None:
         if p.conn.closed:
             return
+        start = time.perf_counter()
         try:
             response = self.run(p.conn, p.request, p.header, p.deadline, may_suspend)
         except Exception as exc:
             response = p.request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if response is not None:
             p.conn.send(response)
+            self.stats.pull.observe((time.perf_counter() - start) * 1000.0)
 
     def repark_all(self) -> None:
         """The hold actor (re)started empty: hand it every pull still parked here."""

@@ -6,7 +6,7 @@
     wake.<net>   hold -> net       one record per hold round: WAKE x n
     arrive       dispatch -> hold  one record per dispatch round: ARRIVAL header + topic, x n
     ctl.<net>    net -> broker     msgpack maps (smartgo.broker.channel)
-    ctlr.<net>   broker -> net     msgpack maps (replies and pushes)
+    ctlr.<net>   broker -> net     msgpack maps (replies, events and pushes)
 
 Every record is built and parsed here, so the two ends of a ring cannot disagree.
 """
@@ -26,7 +26,8 @@ log = logging.getLogger("smartgo.broker.rings")
 
 SEND_RING_CAPACITY = 8 << 20        # a few hundred 32-message batches: absorbs a commit restart's pause
 DONE_RING_CAPACITY = 4 << 20        # 100k completions
-SMALL_RING_CAPACITY = 1 << 20       # park, wake, arrive, ctl, ctlr
+SMALL_RING_CAPACITY = 1 << 20       # park, wake, arrive
+CTL_RING_CAPACITY = 4 << 20         # ctl, ctlr: whole group tables go through them
 
 def monotonic_ms() -> int:
     """CLOCK_MONOTONIC in ms: one clock for every process of the host (park deadlines)."""

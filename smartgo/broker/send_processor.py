@@ -30,12 +30,15 @@ from typing import TYPE_CHECKING
 
 from smartgo.broker.channel import ChannelError
 from smartgo.broker.rings import SEND, STATUS_DISK_FULL, STATUS_OK, Batcher, iter_completions, send_prefix
+from smartgo.broker.schedule_message import delay_property, schedule_rewrite
+from smartgo.broker.settings import delay_levels
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
-from smartgo.store.record import (HEADER, INT16, MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC, TRANSACTION_MASK,
-                                  TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, pack_host, topic_field)
+from smartgo.store.record import (HEADER, INT16, MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC, TRANSACTION_COMMIT_TYPE,
+                                  TRANSACTION_MASK, TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
+                                  TRANSACTION_ROLLBACK_TYPE, pack_host, topic_field)
 from smartgo.store.errors import MessageIllegalError
 
 if TYPE_CHECKING:
@@ -53,6 +56,9 @@ _V1 = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queue
        "flag", "properties", "reconsumeTimes")
 _V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
 _NOT_QUEUED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+_STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
+_DELAYABLE = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+_DELAY_PREFIX = "DELAY\x01"
 _V6_FLAGS = 0x30
 _BATCH_ITEM = struct.Struct(">iiiii")      # batch item: TOTALSIZE, MAGIC (0), BODYCRC (0), FLAG, BODYLEN
 _WAIT_PREFIX = "WAIT\x01"
@@ -117,6 +123,7 @@ class PendingSend:
     queue_offset: int = 0
     end: int = 0
     done: bool = False
+    topic: str = ""                 # as stored (statistics)
 
 
 class SendProcessor:
@@ -126,6 +133,7 @@ class SendProcessor:
         self.view = net.view
         self.ring = net.send_ring
         self.link = net.link
+        self.stats = net.stats
         self.store_host = pack_host(cfg.broker_ip, cfg.listen_port)
         self.host_hex = self.store_host.hex().upper()
         self.cluster = f"CLUSTER\x01{cfg.cluster_name}"
@@ -135,6 +143,7 @@ class SendProcessor:
         self.sync_flush = cfg.flush == "sync"
         self.flush_timeout = cfg.sync_flush_timeout
         self.broker_name = cfg.broker_name
+        self.max_delay_level = len(delay_levels(cfg))
         self.pending: dict[int, PendingSend] = {}
         self._ids = itertools.count(1)
         self._id_base = net.ctx.incarnation << 40          # ids of a restarted net actor never repeat
@@ -182,19 +191,34 @@ class SendProcessor:
         if self.commit_down_since and time.monotonic() - self.commit_down_since > COMMIT_DOWN_BUSY \
                 and not self.watch_commit():
             return request.make_response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK + " (commit actor restarting)")
+        store_queue = queue_id
         try:
+            if _DELAY_PREFIX in h.properties and h.sys_flag & TRANSACTION_MASK in _DELAYABLE:
+                store_queue = self._delay(request, h, queue_id)
             if request.code == RequestCode.SEND_BATCH_MESSAGE:
-                block, sizes, wait = self._encode_batch(conn, request, h, queue_id)
+                block, sizes, wait = self._encode_batch(conn, request, h, store_queue)
             else:
-                block, sizes, wait = self._encode_one(conn, request, h, queue_id)
+                block, sizes, wait = self._encode_one(conn, request, h, store_queue)
         except MessageIllegalError as exc:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         queued = h.sys_flag & TRANSACTION_MASK not in _NOT_QUEUED
         req_id = self._id_base | next(self._ids)
         self.pending[req_id] = PendingSend(conn, request, queue_id, sizes,
-                                           self.sync_flush and wait and not request.is_oneway)
-        self._out.put(send_prefix(req_id, len(sizes), queue_id if queued else -1, h.topic.encode()) + block)
+                                           self.sync_flush and wait and not request.is_oneway, topic=h.topic)
+        self._out.put(send_prefix(req_id, len(sizes), store_queue if queued else -1, h.topic.encode()) + block)
         return None
+
+    def _delay(self, request: RemotingCommand, h: SendHeader, queue_id: int) -> int:
+        """A message with DELAY > 0 is stored in SCHEDULE_TOPIC_XXXX, queue level - 1 (h is
+        rewritten; smartgo.broker.schedule_message). Its reply still names the real queue, with
+        the schedule queue's offset, as RocketMQ's does. A batch cannot be delayed."""
+        delayed = schedule_rewrite(h.properties, h.topic, queue_id, self.max_delay_level)
+        if delayed is None:
+            return queue_id
+        if request.code == RequestCode.SEND_BATCH_MESSAGE:
+            raise MessageIllegalError(f"a batch cannot be delayed (DELAY {delay_property(h.properties)})")
+        h.topic, store_queue, h.properties = delayed
+        return store_queue
 
     async def _missing_topic(self, request: RemotingCommand, h: SendHeader) -> TopicConfig | RemotingCommand:
         """An unknown topic: refuse a bad name, else create it from its default topic (TBW102)."""
@@ -405,11 +429,13 @@ class SendProcessor:
             "msgId": msg_id, "queueId": str(p.queue_id), "queueOffset": str(queue_offset),
             "MSG_REGION": REGION, "TRACE_ON": "true"})
 
-    @staticmethod
-    def _reply(p: PendingSend, response: RemotingCommand) -> None:
+    def _reply(self, p: PendingSend, response: RemotingCommand) -> None:
         p.done = True
         if not p.request.is_oneway:
             p.conn.send(response)
+        if response.code in _STORED:              # statistics: stored messages, and every answer's latency
+            self.stats.stored(p.topic, len(p.sizes), sum(p.sizes))
+        self.stats.send.observe((time.monotonic() - p.born) * 1000.0)
 
     # ---- sync flush --------------------------------------------------------------------------------------------
     def _wait_flush(self, p: PendingSend, phys: int, queue_offset: int, end: int) -> None:

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
-from smartgo.config import NodeConfig
+from smartgo.config import ConfigError, NodeConfig
 from smartgo.store.config import StoreConfig
+from smartgo.store.record import parse_delay_levels
 
 NET_PREFIX = "net-"
+SCHEDULE = "schedule"       # the schedule actor: a producer to commit like a net actor (smartgo.broker.schedule_actor)
 
 
 def net_names(config: NodeConfig) -> list[str]:
     """Actor names of the net actors: net-0 .. net-(N-1)."""
     return [f"{NET_PREFIX}{i}" for i in range(max(1, config.net_actors))]
+
+
+def commit_producers(config: NodeConfig) -> list[str]:
+    """Actors that hand records to the commit actor (send.<name> / done.<name> rings)."""
+    return [*net_names(config), SCHEDULE]
+
+
+def delay_levels(config: NodeConfig) -> tuple[int, ...]:
+    """message_delay_level in ms per level (ConfigError when malformed)."""
+    try:
+        levels = parse_delay_levels(config.message_delay_level)
+    except (KeyError, ValueError, IndexError):
+        levels = ()
+    if not levels or min(levels) < 0:
+        raise ConfigError(f"message_delay_level must be delays like '1s 5s 1m 2h' (units s, m, h, d), got "
+                          f"{config.message_delay_level!r}")
+    return levels
 
 
 def intent_fields(nets: list[str]) -> list[tuple[str, str]]:
@@ -50,6 +69,7 @@ def store_config(config: NodeConfig) -> StoreConfig:
         index_slot_count=config.index_slot_count,
         index_entry_count=config.index_entry_count,
         max_message_size=config.max_message_size,
+        message_delay_level=config.message_delay_level,
         flush_disk_type="SYNC_FLUSH" if config.flush == "sync" else "ASYNC_FLUSH",
         sync_flush_timeout_ms=int(config.sync_flush_timeout * 1000),
         flush_interval_commitlog_ms=int(config.flush_interval * 1000),

@@ -7,15 +7,20 @@ benchmark load generator depend on nothing but the remoting layer.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from smartgo.actors.testing import ROOT, SUPERVISOR, Node, launch_node
-from smartgo.net.codes import PullSysFlag, RequestCode
+from smartgo.net import fastjson
+from smartgo.net.client import BlockingRemotingClient
+from smartgo.net.codes import FLAG_ONEWAY, PullSysFlag, RequestCode
 from smartgo.net.command import RemotingCommand
+from smartgo.store.java_hash import java_hash
 from smartgo.store.record import encode_batch_body, encode_properties
 from smartgo.testing import free_port
 
@@ -62,12 +67,16 @@ def batch_command(topic: str, items: list[tuple[bytes, str]], *, queue_id: int =
 
 
 def pull_command(topic: str, queue_id: int, offset: int, *, max_nums: int = 32, suspend_ms: int | None = None,
-                 subscription: str | None = None, group: str = "test_consumer") -> RemotingCommand:
+                 subscription: str | None = "*", group: str = "test_consumer", commit_offset: int | None = None,
+                 sub_version: int = 0) -> RemotingCommand:
+    """PULL_MESSAGE; with a subscription (default "*") it carries FLAG_SUBSCRIPTION, as a pull
+    consumer's does; subscription=None relies on what the group registered by HEART_BEAT."""
     sys_flag = (PullSysFlag.SUSPEND if suspend_ms is not None else 0) | \
-        (PullSysFlag.SUBSCRIPTION if subscription is not None else 0)
+        (PullSysFlag.SUBSCRIPTION if subscription is not None else 0) | \
+        (PullSysFlag.COMMIT_OFFSET if commit_offset is not None else 0)
     ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-           "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": "0",
-           "suspendTimeoutMillis": str(suspend_ms or 0), "subVersion": "0"}
+           "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset or 0),
+           "suspendTimeoutMillis": str(suspend_ms or 0), "subVersion": str(sub_version)}
     if subscription is not None:
         ext["subscription"] = subscription
         ext["expressionType"] = "TAG"
@@ -77,6 +86,78 @@ def pull_command(topic: str, queue_id: int, offset: int, *, max_nums: int = 32, 
 def offset_command(code: int, topic: str, queue_id: int, **extra: object) -> RemotingCommand:
     return RemotingCommand(code, ext_fields={"topic": topic, "queueId": str(queue_id),
                                              **{k: str(v) for k, v in extra.items()}})
+
+
+def stats_records(store: Path) -> list[dict]:
+    """Every record in a node's stats folder, oldest file first (a torn line raises)."""
+    out = []
+    for path in sorted((store / "stats").glob("*.jsonl")):
+        out += [json.loads(line) for line in path.read_text().splitlines()]
+    return out
+
+
+def subscription_json(topic: str, expression: str = "*", version: int | None = None) -> dict:
+    """SubscriptionData as the Java client writes it (FilterAPI.buildSubscriptionData)."""
+    tags = [] if expression.strip() == "*" else [t.strip() for t in expression.split("||") if t.strip()]
+    return {"classFilterMode": False, "codeSet": [java_hash(t) for t in tags], "expressionType": "TAG",
+            "subString": expression, "subVersion": int(time.time() * 1000) if version is None else version,
+            "tagsSet": tags, "topic": topic}
+
+
+def heartbeat_body(client_id: str, consumers: dict[str, dict[str, str]] | None = None,
+                   producers: tuple[str, ...] = (), model: str = "CLUSTERING", version: int | None = None) -> bytes:
+    """HeartbeatData: consumers = {group: {topic: expression}}."""
+    return fastjson.dumps({
+        "clientID": client_id,
+        "consumerDataSet": [{"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_PASSIVELY",
+                             "groupName": g, "messageModel": model, "unitMode": False,
+                             "subscriptionDataSet": [subscription_json(t, e, version) for t, e in subs.items()]}
+                            for g, subs in (consumers or {}).items()],
+        "producerDataSet": [{"groupName": g} for g in producers]})
+
+
+def group_command(code: int, group: str, **extra: object) -> RemotingCommand:
+    """A request whose header is consumerGroup (+ extra fields)."""
+    return RemotingCommand(code, ext_fields={"consumerGroup": group, **{k: str(v) for k, v in extra.items()}})
+
+
+def update_offset_command(group: str, topic: str, queue_id: int, offset: int, oneway: bool = False) -> RemotingCommand:
+    cmd = group_command(RequestCode.UPDATE_CONSUMER_OFFSET, group, topic=topic, queueId=queue_id, commitOffset=offset)
+    cmd.flag = FLAG_ONEWAY if oneway else 0
+    return cmd
+
+
+class ClientStub:
+    """One client connection to a broker: heartbeats, and the NOTIFY_CONSUMER_IDS_CHANGED it gets."""
+
+    def __init__(self, addr: str, client_id: str) -> None:
+        self.addr = addr
+        self.client_id = client_id
+        self.notified: list[str] = []
+        self._lock = threading.Lock()
+        self.remoting = BlockingRemotingClient(processors={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify})
+
+    async def _notify(self, conn, cmd: RemotingCommand) -> None:
+        with self._lock:
+            self.notified.append((cmd.ext_fields or {}).get("consumerGroup", ""))
+
+    def notifications(self, group: str) -> int:
+        with self._lock:
+            return self.notified.count(group)
+
+    def call(self, cmd: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
+        return self.remoting.invoke(self.addr, cmd, timeout)
+
+    def heartbeat(self, consumers: dict[str, dict[str, str]] | None = None, **kw: object) -> RemotingCommand:
+        return self.call(RemotingCommand(RequestCode.HEART_BEAT,
+                                         body=heartbeat_body(self.client_id, consumers, **kw)))  # type: ignore[arg-type]
+
+    def unregister(self, consumer_group: str) -> RemotingCommand:
+        return self.call(RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
+            "clientID": self.client_id, "consumerGroup": consumer_group}))
+
+    def close(self) -> None:
+        self.remoting.close()
 
 
 # Small files and fast supervision for test nodes (the defaults are 1 GiB CommitLog files and a

@@ -1,20 +1,21 @@
 """The topic table: default topics, the static topics setting, auto-creation, and its snapshot file.
 
-The broker actor owns the table. Every change is written (atomically) to
-<store-dir>/config/topics.json in RocketMQ's TopicConfigSerializeWrapper shape, then its
-dataVersion counter is published on the board (`broker.topics_version`); net actors reload the
-file when the counter moves. One file serves as the snapshot the net actors read, the
-persisted table a restarted node starts from, and the body of REGISTER_BROKER.
+The broker actor owns the table. Every change is written (atomically, the previous copy kept
+as topics.json.bak: smartgo.broker.persist) to <store-dir>/config/topics.json in RocketMQ's
+TopicConfigSerializeWrapper shape, then its dataVersion counter is published on the board
+(`broker.topics_version`); net actors reload the file when the counter moves. One file serves
+as the snapshot the net actors read, the persisted table a restarted node starts from, and the
+body of REGISTER_BROKER.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from smartgo.broker.persist import PersistedFile
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.net import fastjson
 from smartgo.net.codes import PermName
@@ -23,6 +24,7 @@ DEFAULT_TOPIC = "TBW102"                 # the auto-create template (TopicValida
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC = "BenchmarkTest"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_PREFIX = "%RETRY%"
 SNAPSHOT = Path("config") / "topics.json"
 RW = PermName.READ | PermName.WRITE
 # Topics producers may not send to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
@@ -119,11 +121,22 @@ class TopicSnapshot:
         return {"dataVersion": {"counter": self.version, "timestamp": self.timestamp},
                 "topicConfigTable": {n: c.to_json() for n, c in self.topics.items()}}
 
-    def with_topics(self, changed: Iterable[TopicConfig]) -> TopicSnapshot:
+    def with_topics(self, changed: Iterable[TopicConfig] = (), removed: Iterable[str] = ()) -> TopicSnapshot:
+        """The next version: `changed` added or replaced, `removed` gone."""
         topics = dict(self.topics)
         for c in changed:
             topics[c.name] = c
+        for name in removed:
+            topics.pop(name, None)
         return TopicSnapshot(self.version + 1, time.time_ns() // 1_000_000, topics)
+
+    def with_perm(self, broker_perm: int) -> TopicSnapshot:
+        """What a broker whose brokerPermission lacks read or write registers: every topic with
+        the broker's permission (BrokerController.registerBrokerAll)."""
+        if broker_perm & RW == RW:
+            return self
+        return TopicSnapshot(self.version, self.timestamp,
+                             {n: replace(c, perm=broker_perm) for n, c in self.topics.items()})
 
 
 def snapshot_path(store_path: Path) -> Path:
@@ -132,26 +145,22 @@ def snapshot_path(store_path: Path) -> Path:
 
 def write_snapshot(store_path: Path, snap: TopicSnapshot) -> None:
     """Atomic replace: a reader (or a restart) sees the old file or the new one, never half."""
-    path = snapshot_path(store_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(fastjson.dumps(snap.wrapper_json()))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    PersistedFile(snapshot_path(store_path)).save(fastjson.dumps(snap.wrapper_json()))
+
+
+def parse_snapshot(raw: bytes) -> TopicSnapshot:
+    obj = fastjson.loads(raw)
+    version = obj.get("dataVersion", {})
+    table = obj["topicConfigTable"]
+    if not isinstance(table, dict):
+        raise TypeError("topicConfigTable is not an object")
+    topics = {n: replace(TopicConfig.from_json(c), name=n) for n, c in table.items()}
+    return TopicSnapshot(int(version.get("counter", 0)), int(version.get("timestamp", 0)), topics)
 
 
 def read_snapshot(store_path: Path) -> TopicSnapshot | None:
-    """The persisted table, None when there is none (ValueError when it does not parse)."""
-    try:
-        raw = snapshot_path(store_path).read_bytes()
-    except FileNotFoundError:
-        return None
-    obj = fastjson.loads(raw)
-    version = obj.get("dataVersion", {})
-    topics = {n: replace(TopicConfig.from_json(c), name=n) for n, c in obj.get("topicConfigTable", {}).items()}
-    return TopicSnapshot(int(version.get("counter", 0)), int(version.get("timestamp", 0)), topics)
+    """The persisted table (its .bak if the file is corrupt), None when there is none."""
+    return PersistedFile(snapshot_path(store_path)).load(parse_snapshot, "topic table")
 
 
 def auto_created(name: str, template: TopicConfig, requested_queues: int, sys_flag: int = 0) -> TopicConfig:
@@ -159,3 +168,7 @@ def auto_created(name: str, template: TopicConfig, requested_queues: int, sys_fl
     template's perm without INHERIT."""
     queues = max(1, min(requested_queues, template.write_queues))
     return TopicConfig(name, queues, queues, template.perm & ~PermName.INHERIT, sys_flag=sys_flag)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group

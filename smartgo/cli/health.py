@@ -1,6 +1,11 @@
 """`smartgo health`: is this node healthy? Exit status 0 when it is, 1 when not (a container probe).
 
     smartgo health --store-dir DIR [--run-dir DIR] [--json] [--cpu-interval SECONDS]
+    smartgo health --broker HOST:PORT [--json] [--timeout SECONDS]
+
+--store-dir reads the node's board on this machine; --broker asks a broker over the wire
+(GET_BROKER_RUNTIME_INFO, whose smartgoHealth entry is the same report). An unreachable broker,
+or one that does not report its health, is unhealthy (exit 1).
 """
 
 from __future__ import annotations
@@ -12,6 +17,11 @@ from pathlib import Path
 from smartgo.actors.board import Board, BoardError
 from smartgo.actors.health import node_health
 from smartgo.cli.errors import CliError
+from smartgo.net import fastjson
+from smartgo.net.client import BlockingRemotingClient
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.errors import RemotingError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,25 +29,49 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--store-dir", type=Path, metavar="DIR", help="the node's store dir (reads its board)")
+    source.add_argument("--broker", metavar="HOST:PORT", help="a broker's address (asks it over the wire)")
     p.add_argument("--run-dir", type=Path, metavar="DIR", help="the node's run dir if not <store-dir>/run")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--cpu-interval", type=float, default=0.2, metavar="SECONDS",
-                   help="CPU %% is measured over this interval (default: 0.2)")
+                   help="--store-dir: CPU %% is measured over this interval (default: 0.2)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="--broker: request timeout (default: 5)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    report = broker_report(args.broker, args.timeout) if args.broker else board_report(args)
+    print(json.dumps(report) if args.json else render(report))
+    return 0 if report["healthy"] else 1
+
+
+def board_report(args: argparse.Namespace) -> dict:
     path = (args.run_dir or args.store_dir.expanduser() / "run") / "board"
     try:
         board = Board.open(path, writable=False)
     except (BoardError, OSError) as e:
         raise CliError(str(e)) from None
     try:
-        report = node_health(board, cpu_interval=args.cpu_interval)
+        return node_health(board, cpu_interval=args.cpu_interval)
     finally:
         board.close()
-    print(json.dumps(report) if args.json else render(report))
-    return 0 if report["healthy"] else 1
+
+
+def broker_report(addr: str, timeout: float) -> dict:
+    """The health report a broker puts in its runtime info (CPU %% since its previous report)."""
+    client = BlockingRemotingClient(connect_timeout=timeout)
+    try:
+        response = client.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO), timeout)
+    except (RemotingError, OSError) as e:
+        raise CliError(f"broker {addr}: {e}") from None
+    finally:
+        client.close()
+    if response.code != ResponseCode.SUCCESS:
+        raise CliError(f"broker {addr} answered {response.code}: {response.remark}")
+    try:
+        return json.loads(fastjson.loads(response.body_bytes())["table"]["smartgoHealth"])
+    except (ValueError, KeyError, TypeError):
+        raise CliError(f"broker {addr} reports no SmartGo health (not a SmartGo broker?)") from None
 
 
 def _size(n: int | None) -> str:

@@ -63,14 +63,17 @@ class ProcessQueue:
                     self.max_offset = offset
 
     def remove(self, msgs: Iterable[MessageExt]) -> int:
-        """Forget consumed messages; the offset to commit (-1 if there is nothing to commit)."""
+        """Forget consumed messages; the offset to commit (-1 if there is nothing to commit).
+        With nothing left in the cache, every offset below the next pull's is done - consumed, or
+        skipped by the broker's tag filter - so that is the offset (a queue whose last messages
+        were filtered out shows no lag once the rest is consumed)."""
         table = self.msgs
         for msg in msgs:
             if table.pop(msg.queue_offset, None) is not None:
                 self.msg_size -= len(msg.body)
         if table:
             return next(iter(table))
-        return self.max_offset + 1 if self.max_offset >= 0 else -1
+        return max(self.max_offset + 1, self.next_offset) if self.max_offset >= 0 else -1
 
     # -- orderly ----------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-from smartgo.broker.testing import offset_command, pull_command, send_command
+from smartgo.broker.testing import group_command, offset_command, pull_command, send_command
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import decode_records, parse_offset_msg_id
 from smartgo.testing import wait_until
@@ -58,6 +58,9 @@ def test_forced_cleanup_deletes_old_files_and_pulls_below_the_minimum_move(start
     assert again.code == ResponseCode.SUCCESS
     assert decode_records(again.body_bytes())[0].commit_log_offset >= minimum
     assert not (broker.node.store / "consumequeue" / "Old" / "0" / f"{0:020d}").exists()
+    # a new group's first offset query: message 0 is gone, so the client decides (consumeFromWhere)
+    query = broker.call(group_command(RequestCode.QUERY_CONSUMER_OFFSET, "NewGroup", topic="Old", queueId=0))
+    assert query.code == ResponseCode.QUERY_NOT_FOUND
 
 
 def test_sync_flush_acknowledges_only_flushed_sends_and_times_out_without_flush(start_node):

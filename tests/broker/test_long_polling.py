@@ -17,7 +17,7 @@ def dispatched(broker, topic, queue_id, count):
                .ext_fields["offset"] == str(count), message=f"{topic}/{queue_id} at {count}")
 
 
-def parked_pull(broker, topic, queue_id, offset, suspend_ms, subscription=None):
+def parked_pull(broker, topic, queue_id, offset, suspend_ms, subscription="*"):
     """Start a suspended pull on a thread; returns (future, start time)."""
     pool = concurrent.futures.ThreadPoolExecutor(1)
     start = time.monotonic()

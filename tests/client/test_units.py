@@ -227,6 +227,9 @@ def test_process_queue_commit_offsets():
     assert pq.remove([msgs[1]]) == 10  # the oldest is still in flight
     assert pq.remove([msgs[0]]) == 12
     assert pq.remove(msgs[2:]) == 15 and pq.count == 0 and pq.msg_size == 0
+    pq.next_offset = 18                # the pull also scanned 15..17 and the tag filter skipped them
+    pq.put([_msg(15)])
+    assert pq.remove([_msg(16)]) == 15 and pq.remove([_msg(15)]) == 18
 
 
 def test_process_queue_orderly_take_commit_again():

@@ -1,0 +1,259 @@
+"""Admin requests the broker actor serves (RocketMQ's AdminBrokerProcessor): topics
+(UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21,
+GET_TOPIC_STATS_INFO 202), subscription groups (200, 201, DELETE_SUBSCRIPTIONGROUP 207),
+consumer offsets (GET_ALL_CONSUMER_OFFSET 43, GET_CONSUME_STATS 208), GET_BROKER_RUNTIME_INFO
+(28) and the broker config (GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25).
+
+Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats) are written as fastjson writes
+them, with the queue object in key position (facts D); SmartGo's and Java's clients read that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import TYPE_CHECKING
+
+import psutil
+
+from smartgo.actors.health import node_health
+from smartgo.broker.broker_config import check_updates, parse_properties, properties_text
+from smartgo.broker.channel import ClientRef
+from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
+from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics
+from smartgo.net import fastjson
+from smartgo.net.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.store.errors import MessageIllegalError
+from smartgo.store.record import topic_field
+
+if TYPE_CHECKING:
+    from smartgo.broker.broker_actor import BrokerActor
+
+MAX_QUEUES = 1024
+REGISTERED_WAIT = 2.0      # an admin change is answered once the registries have it, or after this
+
+
+def queue_keyed(entries: list[tuple[dict, dict]], **fields: object) -> bytes:
+    """{...fields, "offsetTable": {<MessageQueue object>: value, ...}} as fastjson writes it."""
+    table = b",".join(fastjson.dumps(k) + b":" + fastjson.dumps(v) for k, v in entries)
+    head = b"".join(fastjson.dumps(k) + b":" + fastjson.dumps(v) + b"," for k, v in sorted(fields.items()))
+    return b"{" + head + b'"offsetTable":{' + table + b"}}"
+
+
+class AdminProcessor:
+    def __init__(self, broker: BrokerActor) -> None:
+        self.b = broker
+
+    def table(self) -> dict:
+        return {RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+                RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+                RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+                RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
+                RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
+                RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+                RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+                RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+                RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+                RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+                RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config}
+
+    # ---- topics -------------------------------------------------------------------------------------
+    async def _registered(self, round_done: asyncio.Future) -> None:
+        """Like Java's synchronous registerIncrementBrokerData: a tool that routes right after
+        the answer finds the topic. A registry that is down does not hold the answer past
+        REGISTERED_WAIT (the change stands; the registration retries every register_interval)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(round_done), REGISTERED_WAIT)
+        except asyncio.TimeoutError:
+            self.b.log.warning("topic change answered before every registry confirmed it (%gs)", REGISTERED_WAIT)
+
+    async def update_and_create_topic(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """Create or replace (AdminBrokerProcessor.updateAndCreateTopic)."""
+        topic = request.ext_str("topic")
+        try:
+            topic_field(topic)
+        except MessageIllegalError:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:200]}] contains "
+                                         "illegal characters or is longer than 127, allowing only ^[%|a-zA-Z0-9_-]+$")
+        if topic == DEFAULT_TOPIC:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"The topic[{topic}] is conflict with system reserved words.")
+        cfg = TopicConfig(topic, request.ext_int("readQueueNums"), request.ext_int("writeQueueNums"),
+                          request.ext_int("perm"), request.ext_str("topicFilterType", "SINGLE_TAG"),
+                          request.ext_int("topicSysFlag", 0), request.ext_bool("order", False))
+        if not (0 < cfg.read_queues <= MAX_QUEUES and 0 < cfg.write_queues <= MAX_QUEUES):
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be in "
+                                         f"1..{MAX_QUEUES}, got {cfg.read_queues} and {cfg.write_queues}")
+        if self.b.snapshot.topics.get(topic) != cfg:
+            self.b.log.info("topic %s set by %s: %s", topic, client.addr, cfg)
+            await self._registered(self.b.publish_topics([cfg]))
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def delete_topic(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """The topic's config and its consumer offsets go; its queue files stay until retention
+        removes them (a topic created again under the name continues their offsets)."""
+        topic = request.ext_str("topic")
+        if topic in {c.name for c in default_topics(self.b.config)}:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic of this "
+                                         "broker and cannot be deleted.")
+        self.b.offsets.remove(topic=topic)
+        if topic in self.b.snapshot.topics:
+            self.b.log.info("topic %s deleted by %s", topic, client.addr)
+            await self._registered(self.b.publish_topics([], [topic]))
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(self.b.snapshot.wrapper_json()))
+
+    def _mq(self, topic: str, queue_id: int) -> dict:
+        return {"brokerName": self.b.config.broker_name, "queueId": queue_id, "topic": topic}
+
+    def get_topic_stats_info(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """TopicStatsTable: min and max offset and last store time of every write queue."""
+        topic = request.ext_str("topic")
+        cfg = self.b.snapshot.topics.get(topic)
+        if cfg is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        view = self.b.view
+        reader, written = view.fresh_reader(), view.written.get()
+        entries = []
+        for q in range(cfg.write_queues):
+            max_offset = view.max_offset(topic, q)
+            min_offset = reader.min_offset(topic, q, max_offset) if max_offset else 0
+            last = reader.message_store_time(topic, q, max_offset - 1, max_offset, written) if max_offset else 0
+            entries.append((self._mq(topic, q), {"lastUpdateTimestamp": max(last, 0), "maxOffset": max_offset,
+                                                 "minOffset": min_offset}))
+        return request.make_response(ResponseCode.SUCCESS, body=queue_keyed(entries))
+
+    # ---- subscription groups ----------------------------------------------------------------------------
+    def update_and_create_subscription_group(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        cfg = parse_group_body(request.body_bytes())
+        self.b.log.info("subscription group %s set by %s: %s", cfg.name, client.addr, cfg)
+        self.b.groups.update([cfg])
+        self.b.sync_groups({cfg.name})
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def get_all_subscription_group_config(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=self.b.groups.encode())
+
+    def delete_subscription_group(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        group = request.ext_str("groupName")
+        if group in DEFAULT_GROUPS:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"{group} is a system group and cannot be deleted")
+        if self.b.groups.get(group) is not None:
+            self.b.log.info("subscription group %s deleted by %s", group, client.addr)
+            self.b.groups.update([], (group,))
+            self.b.sync_groups({group})
+        if request.ext_bool("removeOffset", False):
+            self.b.offsets.remove(group=group)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    # ---- offsets ----------------------------------------------------------------------------------------------
+    def get_all_consumer_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=self.b.offsets.encode())
+
+    def get_consume_stats(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """ConsumeStats: per readable queue of the group's topics, the broker's max offset, the
+        group's offset and the store time of the last message it consumed; consumeTps = its pulled
+        messages per second over the last minute."""
+        b = self.b
+        group = request.ext_str("consumerGroup")
+        topic = request.ext_str("topic", "")
+        topics = [topic] if topic else b.offsets.topics_of(group)
+        view = b.view
+        reader, written = view.fresh_reader(), view.written.get()
+        entries, tps, now = [], 0.0, time.monotonic()
+        subscribed = b.clients.consumers.get(group)
+        for t in topics:
+            cfg = b.snapshot.topics.get(t)
+            if cfg is None or (subscribed is not None and subscribed.subscriptions and t not in subscribed.subscriptions):
+                continue
+            for q in range(cfg.read_queues):
+                broker_offset = view.max_offset(t, q)
+                consumer_offset = max(b.offsets.query(group, t, q), 0)
+                last = reader.message_store_time(t, q, consumer_offset - 1, broker_offset, written) \
+                    if consumer_offset > 0 else 0
+                entries.append((self._mq(t, q), {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                                                 "lastTimestamp": max(last, 0)}))
+            tps += b.stats.group_tps(group, t, now)
+        return request.make_response(ResponseCode.SUCCESS, body=queue_keyed(entries, consumeTps=round(tps, 3)))
+
+    # ---- runtime info and config ------------------------------------------------------------------------
+    def get_broker_runtime_info(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS,
+                                     body=fastjson.dumps({"table": self.runtime_info()}))
+
+    def runtime_info(self) -> dict[str, str]:
+        """RocketMQ's runtime keys that clients and tools read (their meaning kept; TPS triples
+        are over 10 s, 1 min and 10 min), the 1-hour TPS, and smartgoHealth: the node's health
+        report (smartgo.actors.health.node_health) as JSON."""
+        b = self.b
+        f = b.board.scalars()
+        now = time.monotonic()
+        book = b.stats
+        t = book.totals
+
+        def tps(name: str) -> str:
+            return " ".join(f"{book.tps(name, s, now):.2f}" for s in (10, 60, 600))
+        found, missed = book.tps("pulls_found", 10, now), book.tps("pulls_missed", 10, now)
+        try:
+            disk = psutil.disk_usage(str(b.config.store_path))
+            capacity = f"Total : {disk.total / (1 << 30):.1f} GiB, Free : {disk.free / (1 << 30):.1f} GiB."
+        except OSError:
+            capacity = "unknown"
+        booted_ms = f["node.started_ns"] // 1_000_000
+        up = max(0, int(time.time() - booted_ms / 1000))
+        consumer_groups, producer_groups, connections = b.clients.counts()
+        health = node_health(b.board, b.cpu_sampler)
+        morning, yesterday = b.day_totals()
+        info = {
+            "brokerVersionDesc": CURRENT_VERSION.name, "brokerVersion": str(int(CURRENT_VERSION)),
+            "msgPutTotalYesterdayMorning": str(yesterday[0]), "msgPutTotalTodayMorning": str(morning[0]),
+            "msgPutTotalTodayNow": str(t["put_msgs"]),
+            "msgGetTotalYesterdayMorning": str(yesterday[1]), "msgGetTotalTodayMorning": str(morning[1]),
+            "msgGetTotalTodayNow": str(t["get_msgs"]),
+            "putTps": tps("put_msgs"), "getTransferedTps": tps("get_msgs"), "getFoundTps": tps("pulls_found"),
+            "getMissTps": tps("pulls_missed"), "getTotalTps": f"{found + missed:.2f}",
+            "putTps1h": f"{book.tps('put_msgs', 3600, now):.2f}",
+            "getTransferedTps1h": f"{book.tps('get_msgs', 3600, now):.2f}",
+            "putMessageTimesTotal": str(t["put_msgs"]), "putMessageSizeTotal": str(t["put_bytes"]),
+            "putMessageAverageSize": f"{t['put_bytes'] / t['put_msgs'] if t['put_msgs'] else 0.0:.1f}",
+            "putMessageEntireTimeMax": str(int(book.send_max_ms)),
+            "getMessageEntireTimeMax": str(int(book.pull_max_ms)),
+            "commitLogMinOffset": str(f["commitlog.min"]), "commitLogMaxOffset": str(f["commitlog.written"]),
+            "commitLogDiskRatio": str(f["disk.used_permille"] / 1000), "consumeQueueDiskRatio":
+                str(f["disk.used_permille"] / 1000), "commitLogDirCapacity": capacity,
+            "dispatchBehindBytes": str(max(0, f["commitlog.written"] - f["commitlog.dispatched"])),
+            "remainHowManyDataToFlush": str(max(0, f["commitlog.written"] - f["commitlog.flushed"])),
+            "earliestMessageTimeStamp": str(b.earliest_message_time()),
+            "bootTimestamp": str(booted_ms),
+            "runtime": f"[ {up // 86400} days, {up % 86400 // 3600} hours, {up % 3600 // 60} minutes, "
+                       f"{up % 60} seconds ]",
+            "startAcceptSendRequestTimeStamp": "0", "pageCacheLockTimeMills": "0",
+            "sendThreadPoolQueueSize": "0", "sendThreadPoolQueueCapacity": "0", "pullThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueCapacity": "0", "queryThreadPoolQueueSize": "0", "queryThreadPoolQueueCapacity": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "queryThreadPoolQueueHeadWaitTimeMills": "0",
+            "brokerPermission": str(b.runtime.config.broker_permission),
+            "consumerGroups": str(consumer_groups), "producerGroups": str(producer_groups),
+            "clientConnections": str(connections),
+            "smartgoHealthy": "true" if health["healthy"] else "false",
+            "smartgoHealth": json.dumps(health, separators=(",", ":")),
+        }
+        return info
+
+    def get_broker_config(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        runtime = self.b.runtime
+        return request.make_response(ResponseCode.SUCCESS, None, {"version": runtime.version_json()},
+                                     properties_text(runtime.config).encode())
+
+    def update_broker_config(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        changes = check_updates(parse_properties(request.body_bytes()))
+        changed = self.b.runtime.update(changes)
+        if changed:
+            self.b.log.info("broker config changed by %s: %s", client.addr, changed)
+            self.b.apply_settings(changed)
+        return request.make_response(ResponseCode.SUCCESS)

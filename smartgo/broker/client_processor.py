@@ -1,0 +1,122 @@
+"""Client requests the broker actor serves (RocketMQ's ClientManageProcessor and
+ConsumerManageProcessor): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP
+(38), QUERY_CONSUMER_OFFSET (14), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) and
+GET_CONSUMER_CONNECTION_LIST (203).
+
+Processors are plain functions (no awaits): the channel runs them in ring order and answers at
+once. A malformed body raises BodyError, which the channel answers SYSTEM_ERROR with the error
+as the remark.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import psutil
+
+from smartgo.broker.channel import ClientRef
+from smartgo.broker.clients import parse_heartbeat
+from smartgo.broker.locks import parse_lock_body, queue_json
+from smartgo.broker.topics import RW, TopicConfig, retry_topic
+from smartgo.net import fastjson
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.store.errors import OffsetGoneError
+
+if TYPE_CHECKING:
+    from smartgo.broker.broker_actor import BrokerActor
+
+IN_MEMORY_RATIO = 0.40                      # accessMessageInMemoryMaxRatio
+_MEMORY = psutil.virtual_memory().total
+
+
+class ClientProcessor:
+    def __init__(self, broker: BrokerActor) -> None:
+        self.b = broker
+
+    def table(self) -> dict:
+        return {RequestCode.HEART_BEAT: self.heart_beat,
+                RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
+                RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+                RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
+                RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
+                RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list}
+
+    def heart_beat(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """Register the connection in its groups; a consumer group gets its config (when groups
+        are created automatically) and, for clustering, its retry topic."""
+        hb = parse_heartbeat(request.body_bytes())
+        b = self.b
+        created, retry_topics = set(), []
+        for data in hb.consumers:
+            cfg, new = b.groups.find_or_create(data.group, b.auto_create_groups)
+            if new:
+                created.add(data.group)
+            retry = retry_topic(data.group)
+            if cfg is not None and data.message_model == "CLUSTERING" and retry not in b.snapshot.topics:
+                retry_topics.append(TopicConfig(retry, cfg.retry_queue_nums, cfg.retry_queue_nums, RW))
+        if retry_topics:
+            b.publish_topics(retry_topics)
+        changes = b.clients.heartbeat(client, hb, request.language, request.version)
+        changes.state |= created
+        b.apply(changes)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        request.ext_str("clientID")                      # required (@CFNotNull), though the connection decides
+        self.b.apply(self.b.clients.unregister(client, request.ext_str("producerGroup", None),
+                                               request.ext_str("consumerGroup", None)))
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def get_consumer_list_by_group(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        group = request.ext_str("consumerGroup")
+        ids = self.b.clients.consumer_ids(group)
+        if not ids:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"consumerIdList": ids}))
+
+    def get_consumer_connection_list(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        group = request.ext_str("consumerGroup")
+        info = self.b.clients.consumers.get(group)
+        if info is None:
+            return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(info.connection_json()))
+
+    def query_consumer_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """The committed offset; for a group that committed none, 0 while the queue's first
+        message is still there and in memory (reference F), else QUERY_NOT_FOUND (the client
+        then applies consumeFromWhere)."""
+        group, topic, queue_id = request.ext_str("consumerGroup"), request.ext_str("topic"), request.ext_int("queueId")
+        offset = self.b.offsets.query(group, topic, queue_id)
+        if offset < 0 and self._starts_at_zero(topic, queue_id):
+            offset = 0
+        if offset < 0:
+            return request.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                         "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return request.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+
+    def _starts_at_zero(self, topic: str, queue_id: int) -> bool:
+        view = self.b.view
+        max_offset = view.max_offset(topic, queue_id)
+        if not max_offset:
+            return True                         # empty: message 0 is not on disk
+        reader = view.fresh_reader()
+        if reader.min_offset(topic, queue_id, max_offset) > 0:
+            return False
+        try:
+            phys = reader.queue(topic, queue_id).entry(0)[0]
+        except (OffsetGoneError, OSError, ValueError):
+            return True
+        return view.written.get() - phys <= _MEMORY * IN_MEMORY_RATIO
+
+    def lock_batch_mq(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        req = parse_lock_body(request.body_bytes(), "LockBatchRequestBody")
+        locked = self.b.locks.try_lock(req.group, req.queues, req.client_id)
+        return request.make_response(ResponseCode.SUCCESS,
+                                     body=fastjson.dumps({"lockOKMQSet": [queue_json(q) for q in locked]}))
+
+    def unlock_batch_mq(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        req = parse_lock_body(request.body_bytes(), "UnlockBatchRequestBody")
+        self.b.locks.unlock(req.group, req.queues, req.client_id)
+        return request.make_response(ResponseCode.SUCCESS)

@@ -1,0 +1,266 @@
+"""Producer and consumer connections (RocketMQ's ConsumerManager, ProducerManager and
+ClientHousekeepingService), kept by the broker actor.
+
+A client connection is a ClientRef (net actor, connection id, address). HEART_BEAT registers it
+in its groups with its HeartbeatData; it leaves a group by UNREGISTER_CLIENT, when its
+connection closes (the net actor reports it), when its net actor dies, or when it sent no
+heartbeat for client_expiry (120 s; scanned every client_scan_interval, 10 s). Each operation
+returns which groups changed membership (their consumers get NOTIFY_CONSUMER_IDS_CHANGED) and
+which groups changed what pulls see (their state is published to the net actors). The clock
+is injectable, so expiry is tested without waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from smartgo.broker.bodies import BodyError, Fields, as_int, parse_body
+from smartgo.broker.channel import ClientRef
+from smartgo.broker.subscriptions import RegisteredSub
+from smartgo.net.codes import LanguageCode
+
+SUB_ALL = "*"
+MODELS = ("CLUSTERING", "BROADCASTING")
+ChannelKey = tuple[str, int]          # (net actor, connection id)
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = SUB_ALL
+    tags_set: list[str] = field(default_factory=list)
+    code_set: list[int] = field(default_factory=list)
+    sub_version: int = 0
+    expression_type: str = "TAG"
+    class_filter_mode: bool = False
+
+    def to_json(self) -> dict:
+        return {"classFilterMode": self.class_filter_mode, "codeSet": self.code_set,
+                "expressionType": self.expression_type, "subString": self.sub_string,
+                "subVersion": self.sub_version, "tagsSet": self.tags_set, "topic": self.topic}
+
+    def registered(self) -> RegisteredSub:
+        """What a pull filters by: every tag for "*" (and class filter mode), else the codes."""
+        reads_all = self.sub_string.strip() == SUB_ALL or not self.sub_string.strip() or self.class_filter_mode
+        return RegisteredSub(None if reads_all else frozenset(self.code_set), self.sub_version,
+                             self.expression_type)
+
+
+@dataclass(slots=True)
+class ConsumerData:
+    group: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: list[SubscriptionData]
+
+
+@dataclass(slots=True)
+class HeartbeatData:
+    client_id: str
+    consumers: list[ConsumerData]
+    producers: list[str]
+
+
+def _subscription(f: Fields) -> SubscriptionData:
+    codes = [as_int(c, f"{f.body}: {f.path}.codeSet[{i}]") for i, c in enumerate(f.array("codeSet", []))]
+    tags = f.array("tagsSet", [])
+    if not all(isinstance(t, str) for t in tags):
+        raise BodyError(f"{f.body}: {f.path}.tagsSet holds a non-string")
+    return SubscriptionData(f.text("topic"), f.text("subString", SUB_ALL), tags, codes, f.integer("subVersion", 0),
+                            f.text("expressionType", "TAG").upper(), f.flag("classFilterMode", False))
+
+
+def parse_heartbeat(raw: bytes | None) -> HeartbeatData:
+    """HeartbeatData JSON (facts D); BodyError names the first bad field."""
+    hb = parse_body(raw, "HeartbeatData")
+    consumers = []
+    for c in hb.objects("consumerDataSet"):
+        model = c.text("messageModel", "CLUSTERING").upper()
+        if model not in MODELS:
+            raise BodyError(f"HeartbeatData: {c.path}.messageModel must be CLUSTERING or BROADCASTING, "
+                            f"got {model!r:.40}")
+        consumers.append(ConsumerData(c.text("groupName"), c.text("consumeType", "CONSUME_PASSIVELY").upper(), model,
+                                      c.text("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET"),
+                                      [_subscription(s) for s in c.objects("subscriptionDataSet")]))
+    producers = [p.text("groupName") for p in hb.objects("producerDataSet")]
+    return HeartbeatData(hb.text("clientID"), consumers, producers)
+
+
+@dataclass(slots=True)
+class ClientChannel:
+    ref: ClientRef
+    client_id: str
+    language: int
+    version: int
+    last_update: float
+
+    def to_json(self) -> dict:
+        """Connection (ConsumerConnection.connectionSet items)."""
+        try:
+            language = LanguageCode(self.language).name
+        except ValueError:
+            language = "OTHER"
+        return {"clientAddr": self.ref.addr, "clientId": self.client_id, "language": language,
+                "version": self.version}
+
+
+@dataclass(slots=True)
+class ConsumerGroupInfo:
+    name: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    channels: dict[ChannelKey, ClientChannel] = field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+
+    def connection_json(self) -> dict:
+        """ConsumerConnection (GET_CONSUMER_CONNECTION_LIST)."""
+        return {"connectionSet": [c.to_json() for c in self.channels.values()],
+                "consumeFromWhere": self.consume_from_where, "consumeType": self.consume_type,
+                "messageModel": self.message_model,
+                "subscriptionTable": {t: s.to_json() for t, s in self.subscriptions.items()}}
+
+    def update_subscriptions(self, subs: list[SubscriptionData]) -> tuple[bool, bool]:
+        """(membership changed: a topic came or went, state changed: also a newer subVersion) -
+        ConsumerGroupInfo.updateSubscription."""
+        topics_changed = state_changed = False
+        wanted = {s.topic for s in subs}
+        for s in subs:
+            old = self.subscriptions.get(s.topic)
+            if old is None:
+                self.subscriptions[s.topic] = s
+                topics_changed = True
+            elif s.sub_version > old.sub_version:
+                self.subscriptions[s.topic] = s
+                state_changed |= old.registered() != s.registered()
+        for topic in [t for t in self.subscriptions if t not in wanted]:
+            del self.subscriptions[topic]
+            topics_changed = True
+        return topics_changed, topics_changed or state_changed
+
+
+@dataclass(slots=True)
+class Changes:
+    notify: set[str] = field(default_factory=set)        # groups whose consumers changed
+    state: set[str] = field(default_factory=set)         # groups whose pull-visible state changed
+
+    def __bool__(self) -> bool:
+        return bool(self.notify or self.state)
+
+
+class ClientTable:
+    def __init__(self, expiry: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.expiry = expiry
+        self.clock = clock
+        self.consumers: dict[str, ConsumerGroupInfo] = {}
+        self.producers: dict[str, dict[ChannelKey, ClientChannel]] = {}
+
+    # ---- registration ---------------------------------------------------------------------------
+    def heartbeat(self, ref: ClientRef, hb: HeartbeatData, language: int, version: int) -> Changes:
+        """ConsumerManager.registerConsumer for each consumer group, registerProducer for each
+        producer group."""
+        now = self.clock()
+        key = (ref.net, ref.conn)
+        changes = Changes()
+        for data in hb.consumers:
+            info = self.consumers.get(data.group)
+            if info is None:
+                info = self.consumers[data.group] = ConsumerGroupInfo(data.group, data.consume_type,
+                                                                      data.message_model, data.consume_from_where)
+                changes.state.add(data.group)
+            if info.message_model != data.message_model:
+                changes.state.add(data.group)
+            info.consume_type, info.message_model = data.consume_type, data.message_model
+            info.consume_from_where = data.consume_from_where
+            if self._touch(info.channels, key, ref, hb.client_id, language, version, now):
+                changes.notify.add(data.group)
+            topics_changed, state_changed = info.update_subscriptions(data.subscriptions)
+            if topics_changed:
+                changes.notify.add(data.group)
+            if state_changed:
+                changes.state.add(data.group)
+        for group in hb.producers:
+            self._touch(self.producers.setdefault(group, {}), key, ref, hb.client_id, language, version, now)
+        return changes
+
+    @staticmethod
+    def _touch(channels: dict[ChannelKey, ClientChannel], key: ChannelKey, ref: ClientRef, client_id: str,
+               language: int, version: int, now: float) -> bool:
+        """Refresh a channel; True when it is new to the group."""
+        ch = channels.get(key)
+        if ch is None:
+            channels[key] = ClientChannel(ref, client_id, language, version, now)
+            return True
+        ch.client_id, ch.last_update = client_id, now
+        return False
+
+    def unregister(self, ref: ClientRef, producer_group: str | None, consumer_group: str | None) -> Changes:
+        """UNREGISTER_CLIENT: the connection leaves the named groups."""
+        key = (ref.net, ref.conn)
+        if producer_group:
+            self._drop_producer(producer_group, lambda k, ch: k == key)
+        if consumer_group and consumer_group in self.consumers:
+            return self._drop_consumers(lambda k, ch: k == key, [consumer_group])
+        return Changes()
+
+    def connection_closed(self, net: str, conn: int) -> Changes:
+        return self._drop_everywhere(lambda k, ch: k == (net, conn))
+
+    def net_gone(self, net: str) -> Changes:
+        """A net actor died or restarted: its connections are gone with it."""
+        return self._drop_everywhere(lambda k, ch: k[0] == net)
+
+    def expire(self) -> Changes:
+        """Channels without a heartbeat for `expiry` seconds (scanNotActiveChannel)."""
+        deadline = self.clock() - self.expiry
+        return self._drop_everywhere(lambda k, ch: ch.last_update < deadline)
+
+    def _drop_everywhere(self, gone: Callable[[ChannelKey, ClientChannel], bool]) -> Changes:
+        for group in list(self.producers):
+            self._drop_producer(group, gone)
+        return self._drop_consumers(gone, list(self.consumers))
+
+    def _drop_producer(self, group: str, gone: Callable[[ChannelKey, ClientChannel], bool]) -> None:
+        channels = self.producers.get(group, {})
+        for k in [k for k, ch in channels.items() if gone(k, ch)]:
+            del channels[k]
+        if not channels:
+            self.producers.pop(group, None)
+
+    def _drop_consumers(self, gone: Callable[[ChannelKey, ClientChannel], bool], groups: list[str]) -> Changes:
+        changes = Changes()
+        for group in groups:
+            info = self.consumers[group]
+            dropped = [k for k, ch in info.channels.items() if gone(k, ch)]
+            if not dropped:
+                continue
+            for k in dropped:
+                del info.channels[k]
+            if info.channels:
+                changes.notify.add(group)
+            else:
+                del self.consumers[group]          # the last one left: the group's subscriptions go too
+                changes.state.add(group)
+        return changes
+
+    # ---- queries ---------------------------------------------------------------------------------
+    def consumer_ids(self, group: str) -> list[str]:
+        info = self.consumers.get(group)
+        return [] if info is None else [ch.client_id for ch in info.channels.values()]
+
+    def consumer_refs(self, group: str) -> list[ClientRef]:
+        info = self.consumers.get(group)
+        return [] if info is None else [ch.ref for ch in info.channels.values()]
+
+    def subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        info = self.consumers.get(group)
+        return None if info is None else info.subscriptions.get(topic)
+
+    def counts(self) -> tuple[int, int, int]:
+        """(consumer groups, producer groups, distinct client connections)."""
+        conns = {k for info in self.consumers.values() for k in info.channels}
+        conns |= {k for chans in self.producers.values() for k in chans}
+        return len(self.consumers), len(self.producers), len(conns)

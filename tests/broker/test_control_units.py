@@ -1,0 +1,298 @@
+"""The control plane's parts in-process: crash-safe files, offsets, groups, heartbeat parsing, the
+client table and locks on an injected clock, statistics windows and files, the broker config,
+and the request channel's coalesced offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from smartgo.actors.testing import ROOT
+from smartgo.broker.bodies import BodyError
+from smartgo.broker.broker_config import check_updates, parse_properties
+from smartgo.broker.channel import BrokerLink, ClientRef
+from smartgo.broker.clients import ClientTable, parse_heartbeat
+from smartgo.broker.groups import DEFAULT_GROUPS, SubscriptionGroups, parse_group_body
+from smartgo.broker.locks import RebalanceLocks
+from smartgo.broker.offsets import ConsumerOffsets
+from smartgo.broker.persist import PersistedFile
+from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook
+from smartgo.broker.stats_files import StatsFiles
+from smartgo.broker.testing import heartbeat_body
+from smartgo.stats_schema import file_hour_ms, file_name
+
+HOUR_MS = 3_600_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# ---- crash-safe files ------------------------------------------------------------------------------
+
+def test_persisted_file_keeps_a_backup_and_falls_back_to_it(tmp_path, caplog):
+    f = PersistedFile(tmp_path / "config" / "x.json")
+    assert f.load(json.loads, "x") is None
+    f.save(b'{"n": 1}')
+    f.save(b'{"n": 2}')
+    assert f.load(json.loads, "x") == {"n": 2} and json.loads(f.bak.read_bytes()) == {"n": 1}
+    f.path.write_bytes(b'{"n": 3')                                   # corrupt (a bad disk, a hand edit)
+    assert f.load(json.loads, "x") == {"n": 1}
+    assert "x.json is corrupt" in caplog.text and "loaded the backup" in caplog.text
+
+
+def test_a_crash_before_the_rename_leaves_the_old_file(tmp_path, monkeypatch):
+    f = PersistedFile(tmp_path / "x.json")
+    f.save(b'{"n": 1}')
+    real = os.replace
+
+    def crash(src, dst):
+        if Path(dst) == f.path:
+            raise KeyboardInterrupt("killed between write and rename")
+        real(src, dst)
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        f.save(b'{"n": 2}')
+    monkeypatch.setattr(os, "replace", real)
+    assert json.loads(f.path.read_bytes()) == {"n": 1}
+    f.save(b'{"n": 3}')                                              # the leftover temp file is no obstacle
+    assert f.load(json.loads, "x") == {"n": 3}
+
+
+@pytest.mark.timeout(60)
+def test_kill_9_while_saving_leaves_the_old_or_the_new_file(tmp_path):
+    """A writer saving as fast as it can is killed at random moments; the file always parses and
+    holds a version the writer wrote (never a mix, never missing)."""
+    path = tmp_path / "x.json"
+    script = (f"from smartgo.broker.persist import PersistedFile\nf = PersistedFile({str(path)!r})\n"
+              "import sys\nn = int(sys.argv[1])\nprint('go', flush=True)\n"
+              "while True:\n    n += 1\n    f.save(('{\"n\": %d, \"pad\": \"%s\"}' % (n, 'x' * 20000)).encode())\n")
+    last = 0
+    rng = random.Random(7)
+    for _ in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", script, str(last)], cwd=ROOT, stdout=subprocess.PIPE)
+        try:
+            assert proc.stdout.readline() == b"go\n"
+            time.sleep(rng.uniform(0.005, 0.05))
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        if path.exists():
+            n = json.loads(path.read_bytes())["n"]
+            assert n >= last
+            last = n
+    assert last > 0
+
+
+# ---- offsets and groups ---------------------------------------------------------------------------------
+
+def test_offsets_round_trip_and_accept_fastjson_integer_keys(tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "consumerOffset.json").write_bytes(b'{"offsetTable":{"T@G":{0:12,1:7},"%RETRY%G@G":{0:1}}}')
+    offsets = ConsumerOffsets.load(tmp_path)
+    assert offsets.query("G", "T", 1) == 7 and offsets.query("G", "%RETRY%G", 0) == 1 and offsets.query("G", "T", 2) == -1
+    offsets.commit("G", "T", 2, 5)
+    assert offsets.persist() and not offsets.persist()              # written once, then clean
+    assert json.loads((tmp_path / "config" / "consumerOffset.json").read_bytes())["offsetTable"]["T@G"] == \
+        {"0": 12, "1": 7, "2": 5}
+    assert offsets.topics_of("G") == ["%RETRY%G", "T"] and offsets.remove(topic="T") == 1
+    assert ConsumerOffsets.load(tmp_path).query("G", "T", 0) == 12  # not persisted since
+
+
+def test_subscription_groups(tmp_path):
+    groups = SubscriptionGroups.load(tmp_path)
+    assert set(DEFAULT_GROUPS) <= set(groups.table)
+    assert groups.find_or_create("G", auto_create=False) == (None, False)
+    assert groups.find_or_create("CID_RMQ_SYS_X", auto_create=False)[1] is True   # system groups always
+    cfg, created = groups.find_or_create("G", auto_create=True)
+    assert created and cfg.retry_max_times == 16 and groups.find_or_create("G", True) == (cfg, False)
+    groups.update([parse_group_body(b'{"groupName":"H","consumeEnable":"false","retryQueueNums":3}')])
+    again = SubscriptionGroups.load(tmp_path)
+    assert again.get("H").consume_enable is False and again.get("H").retry_queue_nums == 3
+    assert again.version == groups.version
+    for body, problem in [(b'{"consumeEnable":true}', "groupName is missing"),
+                          (b'{"groupName":"G","retryQueueNums":"x"}', "retryQueueNums is not an integer"),
+                          (b'{"groupName":"G","retryQueueNums":0}', "retryQueueNums must be in 1..1024"),
+                          (b"[1]", "the body is not an object")]:
+        with pytest.raises(ValueError, match=problem):
+            parse_group_body(body)
+
+
+# ---- clients and locks on an injected clock ----------------------------------------------------------
+
+def ref(conn: int, net: str = "net-0") -> ClientRef:
+    return ClientRef(net, conn, f"127.0.0.1:{40000 + conn}")
+
+
+def hb(client: str, subs: dict[str, str], version: int = 1, group: str = "G", model: str = "CLUSTERING"):
+    return parse_heartbeat(heartbeat_body(client, {group: subs}, model=model, version=version))
+
+
+def test_client_table_membership_state_and_expiry():
+    clock = Clock()
+    t = ClientTable(expiry=120.0, clock=clock)
+    c = t.heartbeat(ref(1), hb("a", {"T": "A"}), 0, 409)
+    assert c.notify == {"G"} and c.state == {"G"}                      # new group, new member
+    assert not t.heartbeat(ref(1), hb("a", {"T": "A"}), 0, 409)       # the same again: nothing
+    c = t.heartbeat(ref(2), hb("b", {"T": "A"}), 0, 409)
+    assert c.notify == {"G"} and not c.state                          # a member joined; pulls see the same
+    c = t.heartbeat(ref(2), hb("b", {"T": "B"}, version=2), 0, 409)
+    assert not c.notify and c.state == {"G"}                          # a newer expression: state only
+    assert t.subscription("G", "T").sub_string == "B"
+    c = t.heartbeat(ref(2), hb("b", {"T": "B", "U": "*"}, version=3), 0, 409)
+    assert c.notify == {"G"}                                          # a topic came
+    clock.now += 100
+    t.heartbeat(ref(2), hb("b", {"T": "B", "U": "*"}, version=3), 0, 409)
+    clock.now += 30                                                   # a: 130 s silent, b: 30 s
+    c = t.expire()
+    assert c.notify == {"G"} and t.consumer_ids("G") == ["b"]
+    c = t.connection_closed("net-0", 2)
+    assert not c.notify and c.state == {"G"} and "G" not in t.consumers   # the last one: the group goes
+    t.heartbeat(ref(3, "net-1"), hb("x", {"T": "*"}), 0, 409)
+    t.heartbeat(ref(4, "net-0"), hb("y", {"T": "*"}), 0, 409)
+    assert t.net_gone("net-1").notify == {"G"} and t.consumer_ids("G") == ["y"]
+    assert t.unregister(ref(4), None, "G").state == {"G"} and t.counts() == (0, 0, 0)
+
+
+def test_heartbeat_parsing_accepts_what_clients_send():
+    body = (b'{"clientID":"c@1","consumerDataSet":[{"groupName":"G","messageModel":"Clustering",'
+            b'"subscriptionDataSet":[{"topic":"T","subString":"A","codeSet":["65"],"subVersion":"7"}]}],'
+            b'"producerDataSet":[{"groupName":"PG"}]}')
+    data = parse_heartbeat(body)
+    sub = data.consumers[0].subscriptions[0]
+    assert data.consumers[0].message_model == "CLUSTERING" and sub.code_set == [65] and sub.sub_version == 7
+    assert sub.registered().codes == frozenset({65}) and data.producers == ["PG"]
+    assert parse_heartbeat(heartbeat_body("c", {"G": {"T": "*"}})).consumers[0].subscriptions[0].registered().codes is None
+    with pytest.raises(BodyError, match=r"producerDataSet\[0\].groupName is missing"):
+        parse_heartbeat(b'{"clientID":"c","producerDataSet":[{}]}')
+
+
+def test_queue_locks_expire_after_the_lease():
+    clock = Clock()
+    locks = RebalanceLocks(lease=60.0, clock=clock)
+    q = [("T", "b", 0), ("T", "b", 1)]
+    assert locks.try_lock("G", q, "a") == q
+    assert locks.try_lock("G", q, "b") == []
+    clock.now += 59
+    assert locks.try_lock("G", q[:1], "a") == q[:1]                   # a renews queue 0 only
+    clock.now += 2
+    assert locks.try_lock("G", q, "b") == q[1:]                       # queue 1's lease ran out
+    locks.unlock("G", q, "a")
+    assert locks.try_lock("G", q, "b") == q
+
+
+# ---- statistics -------------------------------------------------------------------------------------------
+
+def test_latency_histogram_buckets_and_percentiles():
+    h = LatencyHistogram()
+    for ms in [0.1] * 50 + [0.3] * 40 + [2.0] * 9 + [6000.0]:
+        h.observe(ms)
+    rec = h.record_json()
+    counts = dict((b, n) for b, n in rec["buckets"])
+    assert counts[0.1] == 50 and counts[0.5] == 40 and counts[2.5] == 9 and counts[None] == 1
+    assert rec["count"] == 100 and rec["max_ms"] == 6000.0
+    assert 0.1 <= rec["p50_ms"] <= 0.105 and 0.3 <= rec["p90_ms"] <= 0.315 and 2.0 <= rec["p99_ms"] <= 2.1
+    merged = LatencyHistogram()
+    merged.add_wire(h.to_wire())
+    merged.add_wire(h.to_wire())
+    assert merged.count == 200 and merged.record_json()["p50_ms"] == rec["p50_ms"]
+
+
+def test_stats_book_windows_totals_and_late_deltas():
+    w = 60_000
+    t0 = 1_795_000_020_000 // w * w
+    book = StatsBook(60, t0 + 1000)
+    net = NetStats()
+    net.stored("T", 3, 300)
+    net.pulled("G", "T", 2, 200)
+    net.pulled("G", "T", 0, 0)
+    book.add(t0 + w, net.take())                        # stamped exactly on the window's end: that window
+    assert net.take() is None
+    net.stored("T", 1, 100)
+    book.add(t0 + w + 1000, net.take())                 # the next window
+    assert book.due(t0 + w + 1000, 1500) == [] and book.due(t0 + w + 1500, 1500) == [t0 + w]
+    rec = book.close(t0 + w).record(60, {"broker": "b"}, [])
+    assert rec["ts"] == t0 + w and rec["totals"]["put_msgs"] == 3 and rec["totals"]["get_msgs"] == 2
+    assert rec["topics"] == [{"topic": "T", "put_msgs": 3, "put_bytes": 300, "put_tps": 0.05}]
+    net.stored("T", 5, 500)
+    book.add(t0 + w, net.take())                        # late for its window (written): the open one takes it
+    assert book.close(t0 + 2 * w).record(60, {}, [])["totals"]["put_msgs"] == 6
+    assert book.totals["put_msgs"] == 9 and book.totals["pulls_found"] == 1 and book.totals["pulls_missed"] == 1
+    restarted = StatsBook(60, t0 + w + 5, not_before_ms=t0 + 2 * w)   # the last record written ended there
+    assert restarted.open_end(t0 + w + 5) == t0 + 3 * w
+
+
+def test_stats_rates():
+    book = StatsBook(60, 0)
+    for second in range(20):
+        book.totals["put_msgs"] += 10
+        book.sample(float(second))
+    assert book.tps("put_msgs", 10, 19.0) == pytest.approx(10.0)
+    assert book.tps("put_msgs", 3600, 19.0) == pytest.approx(190 / 19)      # since the oldest sample
+
+
+def test_stats_files_hour_boundary_rotation_and_restart(tmp_path):
+    hour = 1_795_000_000_000 // HOUR_MS * HOUR_MS
+    assert file_name(hour) == file_name(hour - 60_000) != file_name(hour + 60_000)   # 14:00 closes the 13 file
+    assert file_hour_ms(file_name(hour)) == hour - HOUR_MS
+    files = StatsFiles(tmp_path, max_bytes=2_000)
+    for i in range(1, 5):
+        files.append({"ts": hour + i * HOUR_MS, "pad": "x" * 700})
+    assert [file_hour_ms(p.name) for p in files.files()] == [hour + 2 * HOUR_MS, hour + 3 * HOUR_MS]
+    assert files.last_ts() == hour + 4 * HOUR_MS
+    with open(files.files()[-1], "a") as f:
+        f.write('{"ts": 17950')                             # torn by a crash
+    assert files.last_ts() == hour + 4 * HOUR_MS
+
+
+# ---- broker config --------------------------------------------------------------------------------------
+
+def test_broker_config_properties():
+    props = parse_properties(b"# comment\n! also\nbrokerPermission = 4\nauto_create_topic: false\n\n")
+    assert props == {"brokerPermission": "4", "auto_create_topic": "false"}
+    assert check_updates(props) == {"broker_permission": 4, "auto_create_topic": "false"}
+    with pytest.raises(BodyError, match="listen_port cannot change"):
+        check_updates({"listen_port": "1"})
+
+
+# ---- the request channel -------------------------------------------------------------------------------
+
+class FakeRing:
+    def __init__(self) -> None:
+        self.batches: list[list[bytes]] = []
+        self.path = Path("fake.ring")
+
+    def try_write(self, batch: list[bytes]) -> int:
+        self.batches.append(list(batch))
+        return len(batch)
+
+
+def test_offset_commits_coalesce_into_one_record_ahead_of_later_records():
+    async def main() -> list[list[dict]]:
+        ring = FakeRing()
+        link = BrokerLink(ring, lambda conn, cmd: None)           # type: ignore[arg-type]
+        for offset in range(1000):
+            link.commit_offset("G", "T", offset % 2, offset)
+        link.event("conn_closed", conn=1, addr="a")
+        link.commit_offset("G", "T", 0, 5000)
+        await asyncio.sleep(0)
+        return [[msgpack.unpackb(r) for r in batch] for batch in ring.batches]
+    batches = asyncio.run(main())
+    assert len(batches) == 1
+    first, closed, last = batches[0]
+    assert first["op"] == "offsets" and sorted(map(tuple, first["a"]["o"])) == [("G", "T", 0, 998), ("G", "T", 1, 999)]
+    assert closed["op"] == "conn_closed" and last["a"]["o"] == [["G", "T", 0, 5000]]

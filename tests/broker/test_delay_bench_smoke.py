@@ -1,0 +1,26 @@
+"""The delay benchmark's --quick run works end to end and reports every figure it promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(120)
+def test_bench_delay_quick():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_delay.py"), "--quick", "--json"],
+                         capture_output=True, text=True, timeout=110, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["quick"] is True and r["messages"] == 300
+    assert r["errors"] == 0 and r["missing"] == 0 and r["early"] == 0
+    for kind in ("store", "e2e"):
+        f = r["levels"]["1s"][kind]
+        assert 0 <= f["min_ms"] <= f["p50_ms"] <= f["p99_ms"] <= f["max_ms"] < 1000, (kind, f)
+    assert r["schedule_cpu_us_per_msg"] > 0 and isinstance(r["pass"], bool)
