@@ -1,0 +1,183 @@
+"""Compatibility fixtures: a real broker node and ali-ons (a third-party RocketMQ 4.x client,
+pure JavaScript, from the npm registry) driven through small Node scripts in node/.
+
+The ali-ons install is pinned by node/package-lock.json and made with `npm ci` the first time a
+session needs it. Missing node or npm, or an unreachable npm registry, FAIL the tests with a clear
+message: CI has both, and a compatibility suite that silently skips proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from smartgo.actors.testing import Node
+from smartgo.broker.testing import start_broker
+from smartgo.client import AsyncProducer, AsyncPullConsumer, Message, MessageExt, PullStatus, SendResult
+from smartgo.net.loop import run
+from smartgo.testing import wait_until
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+#: The exact client release under test (package.json pins it too; a mismatch reinstalls).
+ALI_ONS_VERSION = "3.12.0"
+NPM_CI_TIMEOUT = 300
+
+
+def _installed_version() -> str | None:
+    try:
+        return json.loads((NODE_DIR / "node_modules" / "ali-ons" / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.fixture(scope="session")
+def ali_ons() -> Path:
+    """node_modules with the pinned ali-ons, installed by `npm ci` when missing."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail("the compatibility tests need Node.js (>= 16) and npm on PATH to run ali-ons; "
+                    "install them (e.g. apt-get install nodejs npm)", pytrace=False)
+    if _installed_version() != ALI_ONS_VERSION:
+        try:
+            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
+                                  capture_output=True, text=True, timeout=NPM_CI_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`npm ci` in {NODE_DIR} took over {NPM_CI_TIMEOUT}s: is the npm registry reachable?",
+                        pytrace=False)
+        if done.returncode != 0 or _installed_version() != ALI_ONS_VERSION:
+            pytest.fail(f"`npm ci` in {NODE_DIR} could not install ali-ons {ALI_ONS_VERSION} (exit "
+                        f"{done.returncode}); is the npm registry reachable?\n{done.stderr[-3000:]}", pytrace=False)
+    return NODE_DIR
+
+
+@dataclass
+class Cluster:
+    node: Node
+
+    @property
+    def broker(self) -> str:
+        return f"127.0.0.1:{self.node.port}"
+
+    @property
+    def registry(self) -> str:
+        return f"127.0.0.1:{self.node.registry_port}"
+
+
+def _routed(registry: str, topic: str) -> bool:
+    async def ask() -> bool:
+        from smartgo.client import AsyncAdmin, NoRouteError
+        async with AsyncAdmin(registry) as admin:
+            try:
+                await admin.topic_route(topic)
+                return True
+            except NoRouteError:
+                return False
+    return run(ask())
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, ali_ons: Path) -> Cluster:
+    """One master node with its embedded registry (supervisor.py) for the whole folder; tests use
+    their own topics and groups."""
+    node = start_broker(tmp_path_factory.mktemp("compat") / "node")
+    try:
+        c = Cluster(node)
+        wait_until(lambda: _routed(c.registry, "TBW102"), timeout=30, interval=0.2,
+                   message="the broker's registration")
+        yield c
+    finally:
+        node.reap()
+
+
+class OnsError(AssertionError):
+    pass
+
+
+def ons(script: str, spec: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+    """Run node/<script>.js with the JSON spec; its one JSON document from stdout. A script that
+    failed (fatal error, non-zero exit, no JSON) raises OnsError with its stderr."""
+    spec = {"deadlineMs": int(timeout * 1000) - 2000, **spec}
+    env = {**os.environ, "NODE_NO_WARNINGS": "1"}
+    try:
+        done = subprocess.run(["node", f"{script}.js", json.dumps(spec)], cwd=NODE_DIR, capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise OnsError(f"ali-ons {script} did not finish in {timeout}s; stderr:\n{exc.stderr}") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise OnsError(f"ali-ons {script} printed no JSON (exit {done.returncode}); stderr:\n{done.stderr[-4000:]}"
+                       ) from None
+    if done.returncode != 0 or "fatal" in result:
+        raise OnsError(f"ali-ons {script} failed: {result.get('fatal')}\nrequests: {summary(result)}\n"
+                       f"stderr:\n{done.stderr[-4000:]}")
+    return result
+
+
+def summary(result: dict[str, Any]) -> list[str]:
+    """The requests a script made, one `code -> answer (remark)` line each, for failure messages."""
+    return [f"{c['code']} -> {c['resp']}" + (f" ({c['remark']})" if c.get("remark") else "")
+            for c in result.get("calls", [])]
+
+
+def arun(coro: Any) -> Any:
+    return run(coro)
+
+
+# -- shared steps ------------------------------------------------------------------------------------
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(cluster: Cluster, topic: str, queues: int = 4) -> dict:
+    """UPDATE_AND_CREATE_TOPIC through ali-ons (its own request, numbers and booleans in extFields),
+    then the route as ali-ons parsed it. ali-ons cannot send to a topic the registry does not know
+    (it never falls back to TBW102), so every test creates its topic first.
+
+    The route is polled: SmartGo answers the create before its registration round reaches the
+    registry (Java's registerIncrementBrokerData waits for it), see docs/COMPATIBILITY.md."""
+    out = ons("api", {"nameSrv": cluster.registry, "ops": [
+        {"op": "createTopic", "broker": cluster.broker, "topic": topic, "queues": queues},
+        {"op": "route", "topic": topic, "untilOk": True}]})
+    created, route = out["results"]
+    assert created["ok"], created
+    assert route["ok"], route
+    return route["value"]
+
+
+def python_send(cluster: Cluster, topic: str, n: int, big_every: int = 0) -> list[tuple[Message, SendResult]]:
+    """n messages from SmartGo's Python producer: tags A, B, C in turn, a key and a property each;
+    every big_every-th body is ~6-8 KiB (compressed on the wire)."""
+    async def main():
+        async with AsyncProducer("PG_COMPAT_PY", cluster.registry) as p:
+            out = []
+            for i in range(n):
+                body = (f"py-{i}-".encode() * 1000) if big_every and i % big_every == 0 else f"py-{i}".encode()
+                msg = Message(topic, body, tags="ABC"[i % 3], keys=[f"py-key-{i}"], properties={"idx": str(i)})
+                out.append((msg, await p.send(msg)))
+            return out
+    return arun(main())
+
+
+def python_read(cluster: Cluster, topic: str, expression: str = "*") -> list[MessageExt]:
+    """Every message of the topic matching expression, through SmartGo's Python PullConsumer."""
+    async def main():
+        async with AsyncPullConsumer("COMPAT_PY_PULL", cluster.registry) as pc:
+            out = []
+            for q in await pc.fetch_queues(topic):
+                offset = 0
+                while (r := await pc.pull(q, expression, offset, 32)).status is PullStatus.FOUND:
+                    out += r.messages
+                    offset = r.next_begin_offset
+            return out
+    return arun(main())
