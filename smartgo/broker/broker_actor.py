@@ -125,7 +125,9 @@ class BrokerActor(Actor):
                       len(self.groups.table), len(self.offsets.table), ";".join(self.registrar.registries))
 
     def _processors(self) -> dict:
-        return {**ClientProcessor(self).table(), **AdminProcessor(self).table(),
+        clients = ClientProcessor(self)
+        self.channel.calls["send_back_target"] = clients.send_back_target
+        return {**clients.table(), **AdminProcessor(self).table(),
                 RequestCode.GET_ALL_DELAY_OFFSET:                   # the schedule actor's persisted progress
                     lambda client, request: get_all_delay_offset(self.config.store_path, request)}
 

@@ -1,7 +1,8 @@
 """Client requests the broker actor serves (RocketMQ's ClientManageProcessor and
 ConsumerManageProcessor): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP
 (38), QUERY_CONSUMER_OFFSET (14), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) and
-GET_CONSUMER_CONNECTION_LIST (203).
+GET_CONSUMER_CONNECTION_LIST (203); and the call `send_back_target`, the group half of
+CONSUMER_SEND_MSG_BACK (36), which a net actor serves (send_back_processor.py).
 
 Processors are plain functions (no awaits): the channel runs them in ring order and answers at
 once. A malformed body raises BodyError, which the channel answers SYSTEM_ERROR with the error
@@ -10,14 +11,15 @@ as the remark.
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 import psutil
 
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.clients import parse_heartbeat
+from smartgo.broker.clients import Changes, parse_heartbeat
 from smartgo.broker.locks import parse_lock_body, queue_json
-from smartgo.broker.topics import RW, TopicConfig, retry_topic
+from smartgo.broker.topics import DLQ_QUEUES, RW, TopicConfig, dlq_topic, retry_topic
 from smartgo.net import fastjson
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -62,6 +64,35 @@ class ClientProcessor:
         changes.state |= created
         b.apply(changes)
         return request.make_response(ResponseCode.SUCCESS)
+
+    def send_back_target(self, net: str, args: dict) -> dict:
+        """Where a message a consumer sends back goes (asyncConsumerSendMsgBack): its group's retry
+        topic on a random retry queue, delayed by `delay` (0: 3 + reconsume times), or - past the
+        group's retryMaxTimes, or the request's max when given, or with a negative delay - the
+        group's DLQ, %DLQ%<group>, with one queue. Either topic is created on demand.
+        {"topic", "queue_id", "delay" (0 for the DLQ), "config"}, or {"error": [code, remark]}."""
+        b = self.b
+        group = args["group"]
+        cfg, new = b.groups.find_or_create(group, b.auto_create_groups)
+        if cfg is None:
+            return {"error": [int(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST), f"subscription group not exist, {group}"]}
+        if new:
+            b.apply(Changes(state={group}))
+        reconsume, delay = args["reconsume"], args["delay"]
+        limit = cfg.retry_max_times if args["max"] is None else args["max"]
+        if reconsume >= limit or delay < 0:
+            topic, queues, queue_id, delay = dlq_topic(group), DLQ_QUEUES, 0, 0
+        else:
+            topic, queues = retry_topic(group), cfg.retry_queue_nums
+            queue_id, delay = random.randrange(queues), delay or 3 + reconsume
+        config = b.snapshot.topics.get(topic)
+        if config is None:
+            config = TopicConfig(topic, queues, queues, RW)
+            b.log.info("created %s for consumer group %s (send-back from %s)", topic, group, net)
+            b.publish_topics([config])
+        if not config.writable:
+            return {"error": [int(ResponseCode.NO_PERMISSION), f"the topic[{topic}] sending message is forbidden"]}
+        return {"topic": topic, "queue_id": queue_id % config.queue_limit, "delay": delay, "config": config.to_json()}
 
     def unregister_client(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         request.ext_str("clientID")                      # required (@CFNotNull), though the connection decides

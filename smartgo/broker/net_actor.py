@@ -39,6 +39,7 @@ from smartgo.broker.pull_processor import PullProcessor
 from smartgo.broker.query_processor import QueryProcessor
 from smartgo.broker.rings import (CTL_RING_CAPACITY, DONE_RING_CAPACITY, SEND_RING_CAPACITY, SMALL_RING_CAPACITY,
                                   monotonic_ms)
+from smartgo.broker.send_back_processor import SendBackProcessor
 from smartgo.broker.send_processor import SendProcessor
 from smartgo.broker.settings import store_config, vip_port
 from smartgo.broker.stats import FLUSH_INTERVAL, NetStats
@@ -100,6 +101,7 @@ class NetActor(Actor):
             RequestCode.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_msg_storetime,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+            RequestCode.CONSUMER_SEND_MSG_BACK: SendBackProcessor(self).process,
         }
         for code in FORWARDED_CODES:
             processors[code] = self._forward

@@ -1,4 +1,5 @@
-"""Delayed messages as records (sans-IO): the send path's rewrite and the schedule actor's re-publish.
+"""Records the broker rewrites (sans-IO): the send path's delay rewrite, the schedule actor's
+re-publish, and the copy a consumer's send-back stores (send_back_record).
 
 Storing (CommitLog.asyncPutMessage): a non-transactional or commit message with DELAY > 0 is
 stored in SCHEDULE_TOPIC_XXXX, queue level - 1, with the level capped at the table's maximum
@@ -81,6 +82,7 @@ class _Layout(NamedTuple):
     """Where the variable parts of a record are (hosts may be IPv6 in foreign stores)."""
     total: int
     store_ts: int       # position of STORETIMESTAMP
+    body_len_at: int    # position of BODYLEN (RECONSUMETIMES is 12 bytes before)
     body_end: int       # BODY ends here; TOPICLEN follows
     props: int          # PROPERTIES start
 
@@ -104,7 +106,7 @@ def _layout(rec) -> _Layout:
     props = body_end + 1 + rec[body_end]
     if props + 2 > total or INT16.unpack_from(rec, props)[0] != total - props - 2:
         raise ScheduleRecordError("bad topic or properties length")
-    return _Layout(total, store_ts, body_end, props + 2)
+    return _Layout(total, store_ts, body_len_at, body_end, props + 2)
 
 
 class Republished(NamedTuple):
@@ -128,14 +130,52 @@ def republish(rec: memoryview | bytes) -> Republished:
         raise ScheduleRecordError(f"bad REAL_TOPIC/REAL_QID: {exc}") from None
     if not 0 <= queue_id < 1 << 31:
         raise ScheduleRecordError(f"bad REAL_QID {queue_id}")
-    new_props = _DELAY_SEGMENT(b"", props).lstrip(b"\x02")
+    return Republished(topic, queue_id, _rebuild(rec, lay, tfield, queue_id, _DELAY_SEGMENT(b"", props).lstrip(b"\x02")))
+
+
+def _rebuild(rec, lay: _Layout, tfield: bytes, queue_id: int, props: bytes, reconsume_times: int | None = None) -> bytes:
+    """The record with a new topic, queue and properties (and reconsume times), queue offset,
+    physical offset and store time zeroed for the commit actor to patch."""
     head = bytearray(rec[:lay.store_ts + 8])        # through STORETIMESTAMP: the fields patched here
-    SIZE_MAGIC.pack_into(head, 0, lay.body_end + len(tfield) + 2 + len(new_props), MESSAGE_MAGIC)
+    SIZE_MAGIC.pack_into(head, 0, lay.body_end + len(tfield) + 2 + len(props), MESSAGE_MAGIC)
     INT32.pack_into(head, 12, queue_id)
     head[POS_QUEUEOFFSET:POS_SYSFLAG] = bytes(POS_SYSFLAG - POS_QUEUEOFFSET)
     INT64.pack_into(head, lay.store_ts, 0)
-    data = b"".join((head, rec[lay.store_ts + 8:lay.body_end], tfield, INT16.pack(len(new_props)), new_props))
-    return Republished(topic, queue_id, data)
+    middle = rec[lay.store_ts + 8:lay.body_end]
+    if reconsume_times is not None:                  # RECONSUMETIMES follows the store host
+        middle = bytearray(middle)
+        INT32.pack_into(middle, lay.body_len_at - 12 - lay.store_ts - 8, reconsume_times)
+    return b"".join((head, middle, tfield, INT16.pack(len(props)), props))
+
+
+class SentBack(NamedTuple):
+    """What CONSUMER_SEND_MSG_BACK needs of the original record."""
+    topic: str
+    reconsume_times: int
+    properties: str
+
+
+def sent_back_fields(rec: memoryview | bytes) -> SentBack:
+    lay = _layout(rec)
+    tlen = rec[lay.body_end]
+    topic = bytes(rec[lay.body_end + 1:lay.body_end + 1 + tlen]).decode("utf-8", "replace")
+    props = bytes(rec[lay.props:lay.total]).decode("utf-8", "replace")
+    return SentBack(topic, INT32.unpack_from(rec, lay.body_len_at - 12)[0], props)
+
+
+def send_back_record(rec: memoryview | bytes, topic: str, queue_id: int, properties: str, reconsume_times: int) -> bytes:
+    """The record CONSUMER_SEND_MSG_BACK stores (SendMessageProcessor.asyncConsumerSendMsgBack):
+    body, flag, sys flag, born time and host of the original; a new topic, queue, properties
+    and reconsume times."""
+    lay = _layout(rec)
+    try:
+        tfield = topic_field(topic)
+    except MessageIllegalError as exc:
+        raise ScheduleRecordError(f"bad topic {topic!r}: {exc}") from None
+    props = properties.encode()
+    if len(props) > 32767:
+        raise ScheduleRecordError(f"the properties would be {len(props)} bytes, over the 32767-byte limit")
+    return _rebuild(rec, lay, tfield, queue_id, props, reconsume_times)
 
 
 def copy_signature(rec: memoryview | bytes) -> bytes:

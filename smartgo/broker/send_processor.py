@@ -202,11 +202,17 @@ class SendProcessor:
         except MessageIllegalError as exc:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         queued = h.sys_flag & TRANSACTION_MASK not in _NOT_QUEUED
+        self.store(conn, request, h.topic, queue_id, store_queue if queued else -1, block, sizes, wait)
+        return None
+
+    def store(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int, store_queue: int,
+              block: bytes, sizes: list[int], wait: bool) -> None:
+        """Hand encoded records to the commit actor; the request is answered on their completion
+        (store_queue -1: not put in a ConsumeQueue)."""
         req_id = self._id_base | next(self._ids)
         self.pending[req_id] = PendingSend(conn, request, queue_id, sizes,
-                                           self.sync_flush and wait and not request.is_oneway, topic=h.topic)
-        self._out.put(send_prefix(req_id, len(sizes), store_queue if queued else -1, h.topic.encode()) + block)
-        return None
+                                           self.sync_flush and wait and not request.is_oneway, topic=topic)
+        self._out.put(send_prefix(req_id, len(sizes), store_queue, topic.encode()) + block)
 
     def _delay(self, request: RemotingCommand, h: SendHeader, queue_id: int) -> int:
         """A message with DELAY > 0 is stored in SCHEDULE_TOPIC_XXXX, queue level - 1 (h is

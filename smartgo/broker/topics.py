@@ -25,6 +25,8 @@ SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC = "BenchmarkTest"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+DLQ_QUEUES = 1                           # MixAll.DLQ_NUMS_PER_GROUP
 SNAPSHOT = Path("config") / "topics.json"
 RW = PermName.READ | PermName.WRITE
 # Topics producers may not send to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
@@ -172,3 +174,7 @@ def auto_created(name: str, template: TopicConfig, requested_queues: int, sys_fl
 
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group

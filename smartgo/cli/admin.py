@@ -9,6 +9,8 @@
     smartgo admin query-key --topic T --key K | query-id --id ID [--topic T]
     smartgo admin query-offset --topic T --queue N --offset N [--broker-name B]
     smartgo admin broker-runtime --broker ADDR | broker-config --broker ADDR
+    smartgo admin dlq-list --group G [--max 32] [--offset 0]
+    smartgo admin dlq-resend --group G (--id ID [--id ID ...] | --all) [--topic T]
 """
 
 from __future__ import annotations
@@ -88,6 +90,20 @@ _command("broker-runtime", "a broker's runtime info (GET_BROKER_RUNTIME_INFO)")(
     lambda c: c.add_argument("--broker", "-b", required=True, metavar="HOST:PORT"))
 _command("broker-config", "a broker's configuration (GET_BROKER_CONFIG)")(
     lambda c: c.add_argument("--broker", "-b", required=True, metavar="HOST:PORT"))
+
+_command("dlq-list", "browse a consumer group's dead-letter queue (%DLQ%<group>)")(
+    lambda c: (_group(c), c.add_argument("--max", type=int, default=32), c.add_argument("--offset", type=int, default=0)))
+
+
+@_command("dlq-resend", "send dead-letter messages again to their original topic")
+def _dlq_resend(c: argparse.ArgumentParser) -> None:
+    _group(c)
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", "-i", action="append", dest="msg_ids", metavar="ID",
+                       help="a DLQ message's offsetMsgId or UNIQ_KEY (repeatable)")
+    which.add_argument("--all", action="store_true", help="every message of the DLQ (up to --max)")
+    c.add_argument("--max", type=int, default=1024)
+    c.add_argument("--topic", "-t", help="send to this topic instead of the original one (RETRY_TOPIC)")
 
 
 def _when(ms: int) -> str:
@@ -192,6 +208,19 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
             _messages(args, await admin.query_by_id(args.msg_id, args.topic))
         elif cmd == "query-offset":
             _messages(args, [await admin.query_by_offset(args.topic, args.queue, args.offset, args.broker_name)])
+        elif cmd == "dlq-list":
+            _messages(args, await admin.dlq_messages(args.group, args.max, args.offset))
+        elif cmd == "dlq-resend":
+            sent = await admin.dlq_resend(args.group, None if args.all else args.msg_ids, to_topic=args.topic,
+                                          max_num=args.max)
+            if args.json:
+                emit({"group": args.group, "resent": [{"dlq_msg_id": m.msg_id, "topic": args.topic or
+                                                       m.properties.get("RETRY_TOPIC"), "offset_msg_id": new}
+                                                      for m, new in sent]})
+            else:
+                for m, new in sent:
+                    print(f"{m.msg_id} -> {args.topic or m.properties.get('RETRY_TOPIC')} {new}")
+                print(f"{len(sent)} message(s) resent")
         elif cmd in ("broker-runtime", "broker-config"):
             kv = await (admin.broker_runtime_info if cmd == "broker-runtime" else admin.broker_config)(args.broker)
             emit(kv) if args.json else print(table(sorted(kv.items()), ("KEY", "VALUE")))

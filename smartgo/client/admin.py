@@ -13,7 +13,8 @@ from smartgo.client.bodies import ConsumeStats, QueueProgress, QueueStatus
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientError, NoRouteError
 from smartgo.client.instance import ClientInstance
-from smartgo.client.message import MessageQueue, check_topic, inflate_body
+from smartgo.client.message import RESERVED_PROPERTIES, Message, MessageQueue, Prop, check_topic, inflate_body
+from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import BrokerData, TopicRouteData
 from smartgo.client.subscription import SubscriptionData
@@ -25,6 +26,10 @@ from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError
 from smartgo.store.record import MessageExt, iter_records, parse_offset_msg_id
 
 LONG_MAX = (1 << 63) - 1
+DLQ_PREFIX = "%DLQ%"
+DLQ_RESEND_GROUP = "TOOLS_DLQ_RESEND"
+#: Properties a DLQ message carries that a resent copy must not: the SDK's own and the broker's.
+_NOT_RESENT = RESERVED_PROPERTIES | {"CLUSTER", Prop.CONSUME_START_TIME, "MSG_REGION", "TRACE_ON"}
 
 
 @dataclass(slots=True)
@@ -302,6 +307,57 @@ class AsyncAdmin:
                 return msg
         raise ClientError(f"no message at offset {offset} of {mq} ({result.status.name}; the queue holds "
                           f"{result.min_offset}..{result.max_offset - 1})")
+
+    async def dlq_messages(self, group: str, max_num: int = 32, offset: int = 0) -> list[MessageExt]:
+        """Messages a consumer group gave up on (%DLQ%<group>, every broker), oldest first, from
+        `offset` of each broker's queue."""
+        topic = DLQ_PREFIX + group
+        try:
+            route = await self.topic_route(topic)
+        except NoRouteError:
+            return []                                   # nothing ever went to this group's DLQ
+        self.instance.remember_route(topic, route)
+        out: list[MessageExt] = []
+        sub = SubscriptionData.build(topic)
+        for name in sorted(b.broker_name for b in route.broker_datas):
+            for queue_id in range(max((q.read_queue_nums for q in route.queue_datas if q.broker_name == name),
+                                      default=0)):
+                at = offset
+                while len(out) < max_num:
+                    result = await pull(self.instance, api.TOOLS_CONSUMER_GROUP, MessageQueue(topic, name, queue_id),
+                                        sub, at, min(32, max_num - len(out)), pull_sys_flag(False, False, True),
+                                        0, 0, 10.0, MASTER_ID)
+                    if not result.messages:
+                        break
+                    out += result.messages
+                    at = result.next_begin_offset
+        return out[:max_num]
+
+    async def dlq_resend(self, group: str, msg_ids: Iterable[str] | None = None, *, to_topic: str | None = None,
+                         max_num: int = 1024) -> list[tuple[MessageExt, str]]:
+        """Send DLQ messages again - those whose offsetMsgId or UNIQ_KEY is in msg_ids, or every
+        one (up to max_num) when msg_ids is None - to their original topic (RETRY_TOPIC) or
+        to_topic: same body, tags, keys, UNIQ_KEY and user properties, reconsume count from 0.
+        The resent message gets a new UNIQ_KEY (the old one stays in the DLQ copy). Returns
+        (DLQ message, new offsetMsgId) pairs; the DLQ keeps its copies."""
+        wanted = None if msg_ids is None else set(msg_ids)
+        picked = [m for m in await self.dlq_messages(group, max_num if wanted is None else LONG_MAX)
+                  if wanted is None or m.msg_id in wanted or m.uniq_key in wanted]
+        if wanted is not None:
+            missing = wanted - {m.msg_id for m in picked} - {m.uniq_key for m in picked}
+            if missing:
+                raise ClientError(f"not in {DLQ_PREFIX}{group}: {', '.join(sorted(missing))}")
+        out = []
+        async with AsyncProducer(DLQ_RESEND_GROUP, self.config.registry, send_timeout=self.config.timeout) as producer:
+            for m in picked:
+                topic = to_topic or m.properties.get(Prop.RETRY_TOPIC)
+                if not topic:
+                    raise ClientError(f"{m.msg_id} has no RETRY_TOPIC property: give the topic to send it to")
+                msg = Message(topic, m.body, tags=m.tags, keys=m.keys, flag=m.flag,
+                              properties={k: v for k, v in m.properties.items() if k not in _NOT_RESENT})
+                result = await producer.send(msg)
+                out.append((m, result.offset_msg_id))
+        return out
 
     async def broker_health(self, addr: str) -> dict:
         """Runtime info plus a verdict: reachable, answering and (when it reports them) its actors."""

@@ -128,7 +128,7 @@ def kill9(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-ACTORS = ["commit", "net-0", "dispatch", "flush", "hold", "cleanup", "broker", "net-1"]
+ACTORS = ["commit", "net-0", "dispatch", "flush", "hold", "cleanup", "broker", "schedule", "net-1"]
 
 
 @pytest.mark.timeout(180)

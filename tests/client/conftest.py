@@ -186,8 +186,9 @@ SMALL_STORE = ["--commitlog-file-size", str(64 * 1024 * 1024), "--consume-queue-
 class RealCluster:
     """A registry process and a master broker (supervisor.py --role master) on free loopback ports."""
 
-    def __init__(self, root: Path, topics: str = "") -> None:
+    def __init__(self, root: Path, topics: str = "", extra_args: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.extra_args = extra_args
         self.registry_port, self.broker_port = free_ports(2)
         self.registry = f"127.0.0.1:{self.registry_port}"
         self.broker = f"127.0.0.1:{self.broker_port}"
@@ -205,6 +206,7 @@ class RealCluster:
                 "--registry", self.registry, "--net-actors", "1", *SMALL_STORE]
         if self.topics:
             args += ["--topics", self.topics]
+        args += self.extra_args
         self.procs.append(subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=log, start_new_session=True))
         try:
             wait_for_port(self.broker_port, timeout=60)
