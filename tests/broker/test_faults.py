@@ -145,7 +145,7 @@ def test_kill_9_of_each_actor_under_load_loses_and_duplicates_nothing(start_node
                     broker.addr, pull_command("SELF_TEST_TOPIC", 0, 0, suspend_ms=3000), 15)))
                 parked_result: list = []
                 parked.start()
-                time.sleep(0.2)
+                wait_until(lambda: broker.board("hold.watching") == 1, message="the pull parked")
             kill9(before["pid"])
             broker.node.wait_healthy(check=lambda r, n=name, p=before["pid"]: next(
                 a for a in r["actors"] if a["name"] == n)["pid"] not in (0, p))

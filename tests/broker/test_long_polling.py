@@ -32,7 +32,7 @@ def test_a_parked_pull_is_answered_right_after_a_send(broker):
     assert broker.call(send_command(topic, b"first")).code == 0
     dispatched(broker, topic, 0, 1)
     fut, _ = parked_pull(broker, topic, 0, 1, 10_000)
-    time.sleep(0.3)                                            # the pull is parked by now
+    wait_until(lambda: broker.board("hold.watching") == 1, message="the pull parked")
     assert not fut.done()
     sent_at = time.monotonic()
     assert broker.call(send_command(topic, b"second")).code == 0
@@ -61,7 +61,7 @@ def test_a_parked_pull_ignores_other_queues_and_many_wait_at_once(broker):
         assert broker.call(send_command(topic, b"seed", queue_id=q)).code == 0
         dispatched(broker, topic, q, 1)
     futs = [parked_pull(broker, topic, 0, 1, 8000)[0] for _ in range(3)]
-    time.sleep(0.3)
+    wait_until(lambda: broker.board("hold.watching") == 1, message="the pulls parked")
     assert broker.call(send_command(topic, b"elsewhere", queue_id=1)).code == 0
     time.sleep(0.3)
     assert not any(f.done() for f in futs)                     # queue 1's arrival does not wake queue 0
