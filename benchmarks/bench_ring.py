@@ -17,7 +17,6 @@ Targets (issue 5): >= 1,000,000 records/s; wake-up p99 <= 300 us.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing
 import os

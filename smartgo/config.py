@@ -115,6 +115,9 @@ class NodeConfig:
     message_delay_level: str = setting("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
                                        "delay of each DELAY level 1..N (messageDelayLevel; units s, m, h, d)",
                                        metavar="LEVELS")
+    store_reply_message: str = setting("true", "store request-reply replies in <cluster>_REPLY_TOPIC as well as "
+                                               "pushing them to the requester (storeReplyMessageEnable)",
+                                       choices=("true", "false"))
     schedule_fault_file: str = setting("", "testing: a file '<step> kill|stop' makes the schedule actor SIGKILL or "
                                            "SIGSTOP itself at that step (handover, landed, persist); removed when it "
                                            "fires", metavar="FILE")

@@ -7,9 +7,13 @@ them without sys.path tricks.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -75,3 +79,13 @@ def wait_for_port(port: int, host: str = LOOPBACK, timeout: float = 15.0) -> Non
         except OSError:
             return False
     wait_until(accepting, timeout=timeout, interval=0.05, message=f"{host}:{port} to accept")
+
+
+def run_benchmark(script: str, *args: str, timeout: float = 170.0) -> dict:
+    """`benchmarks/<script> --quick --json [args]` from the checkout: its figures (the JSON object
+    on the last line). For the benchmark smoke tests: a benchmark that breaks fails the suite."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--json", *args],
+                         capture_output=True, text=True, timeout=timeout, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

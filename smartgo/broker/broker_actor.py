@@ -17,10 +17,10 @@ per request:
 - brokerPermission: board flags `flag.read_only` and `flag.unreadable`.
 
 Requests reach it through the request channel (smartgo.broker.channel): whole remoting
-requests whose code is in FORWARDED_CODES (client_processor.py, admin_processor.py), the call
-create_topic, and events from the net actors (offsets, stats, conn_closed, want_state,
-group_seen). To serve a new code: give it a processor in `_processors()` and add it to
-FORWARDED_CODES.
+requests whose code is in FORWARDED_CODES (client_processor.py, admin_processor.py), the calls
+create_topic and push_reply (request-reply: reply_processor.py), and events from the net actors
+(offsets, stats, conn_closed, want_state, group_seen). To serve a new code: give it a processor
+in `_processors()` and add it to FORWARDED_CODES.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from smartgo.broker.locks import RebalanceLocks
 from smartgo.broker.net_view import NetView
 from smartgo.broker.offsets import ConsumerOffsets
 from smartgo.broker.registration import BrokerIdentity, Registrar
+from smartgo.broker.reply_processor import push_reply
 from smartgo.broker.rings import CTL_RING_CAPACITY
 from smartgo.broker.schedule_offsets import get_all_delay_offset
 from smartgo.broker.settings import broker_addr, ha_addr, registry_addrs, store_config
@@ -112,6 +113,7 @@ class BrokerActor(Actor):
             {net: self.ring(f"ctl.{net}", CONSUMER, CTL_RING_CAPACITY) for net in self.nets},
             {net: self.ring(f"ctlr.{net}", PRODUCER, CTL_RING_CAPACITY) for net in self.nets})
         self.channel.calls["create_topic"] = self.create_topic
+        self.channel.calls["push_reply"] = lambda net, args: push_reply(self, net, args)
         self.channel.events.update({"offsets": self._on_offsets, "stats": self._on_stats,
                                     "conn_closed": self._on_conn_closed, "want_state": self._on_want_state,
                                     "group_seen": self._on_group_seen})

@@ -157,6 +157,7 @@ class ClientTable:
         self.clock = clock
         self.consumers: dict[str, ConsumerGroupInfo] = {}
         self.producers: dict[str, dict[ChannelKey, ClientChannel]] = {}
+        self._producer_ids: dict[str, tuple[str, ChannelKey]] = {}    # client id -> (group, channel): a hint
 
     # ---- registration ---------------------------------------------------------------------------
     def heartbeat(self, ref: ClientRef, hb: HeartbeatData, language: int, version: int) -> Changes:
@@ -184,6 +185,7 @@ class ClientTable:
                 changes.state.add(data.group)
         for group in hb.producers:
             self._touch(self.producers.setdefault(group, {}), key, ref, hb.client_id, language, version, now)
+            self._producer_ids[hb.client_id] = (group, key)
         return changes
 
     @staticmethod
@@ -226,7 +228,9 @@ class ClientTable:
     def _drop_producer(self, group: str, gone: Callable[[ChannelKey, ClientChannel], bool]) -> None:
         channels = self.producers.get(group, {})
         for k in [k for k, ch in channels.items() if gone(k, ch)]:
-            del channels[k]
+            ch = channels.pop(k)
+            if self._producer_ids.get(ch.client_id) == (group, k):
+                del self._producer_ids[ch.client_id]
         if not channels:
             self.producers.pop(group, None)
 
@@ -254,6 +258,21 @@ class ClientTable:
     def consumer_refs(self, group: str) -> list[ClientRef]:
         info = self.consumers.get(group)
         return [] if info is None else [ch.ref for ch in info.channels.values()]
+
+    def producer_ref(self, client_id: str) -> ClientRef | None:
+        """A connection of the producer client `client_id` (ProducerManager.findChannel: where a
+        request-reply reply goes). The index is a hint, checked, with a scan when it misses."""
+        hint = self._producer_ids.get(client_id)
+        if hint is not None:
+            ch = self.producers.get(hint[0], {}).get(hint[1])
+            if ch is not None and ch.client_id == client_id:
+                return ch.ref
+        for group, channels in self.producers.items():
+            for key, ch in channels.items():
+                if ch.client_id == client_id:
+                    self._producer_ids[client_id] = (group, key)
+                    return ch.ref
+        return None
 
     def subscription(self, group: str, topic: str) -> SubscriptionData | None:
         info = self.consumers.get(group)

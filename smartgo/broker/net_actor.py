@@ -39,6 +39,7 @@ from smartgo.broker.pull_processor import PullProcessor
 from smartgo.broker.query_processor import QueryProcessor
 from smartgo.broker.rings import (CTL_RING_CAPACITY, DONE_RING_CAPACITY, SEND_RING_CAPACITY, SMALL_RING_CAPACITY,
                                   monotonic_ms)
+from smartgo.broker.reply_processor import ReplyProcessor
 from smartgo.broker.send_back_processor import SendBackProcessor
 from smartgo.broker.send_processor import SendProcessor
 from smartgo.broker.settings import store_config, vip_port
@@ -88,11 +89,14 @@ class NetActor(Actor):
         self.sends = SendProcessor(self)
         self.pulls = PullProcessor(self)
         queries = QueryProcessor(self.view, store.default_query_max_num)
+        replies = ReplyProcessor(self)
         offsets = OffsetProcessor(self.view, self.link)
         processors = {
             RequestCode.SEND_MESSAGE: self.sends.process,
             RequestCode.SEND_MESSAGE_V2: self.sends.process,
             RequestCode.SEND_BATCH_MESSAGE: self.sends.process,
+            RequestCode.SEND_REPLY_MESSAGE: replies.process,
+            RequestCode.SEND_REPLY_MESSAGE_V2: replies.process,
             RequestCode.PULL_MESSAGE: self.pulls.process,
             RequestCode.QUERY_MESSAGE: queries.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message_by_id,

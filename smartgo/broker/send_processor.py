@@ -55,8 +55,9 @@ BUSY_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
 _V1 = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
        "flag", "properties", "reconsumeTimes")
 _V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+_V1_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE})     # the others: V2 names
 _NOT_QUEUED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-_STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
+STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
 _DELAYABLE = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _DELAY_PREFIX = "DELAY\x01"
 _V6_FLAGS = 0x30
@@ -79,9 +80,9 @@ class SendHeader:
 
 
 def parse_header(request: RemotingCommand) -> SendHeader:
-    """SendMessageRequestHeader (V1 names for code 10, V2 one-letter names for 310 and 320);
-    a missing required field is HeaderFieldError "the custom field <name> is null"."""
-    names = _V1 if request.code == RequestCode.SEND_MESSAGE else _V2
+    """SendMessageRequestHeader (V1 names for codes 10 and 324, V2 one-letter names for 310, 320
+    and 325); a missing required field is HeaderFieldError "the custom field <name> is null"."""
+    names = _V1 if request.code in _V1_CODES else _V2
     ext = request.ext_fields
     try:
         return SendHeader(ext[names[0]], ext[names[1]], ext[names[2]], int(ext[names[3]]), int(ext[names[4]]),
@@ -124,6 +125,7 @@ class PendingSend:
     end: int = 0
     done: bool = False
     topic: str = ""                 # as stored (statistics)
+    answer: asyncio.Future | None = None    # gets the response instead of the connection
 
 
 class SendProcessor:
@@ -163,27 +165,48 @@ class SendProcessor:
     @eager
     async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         h = parse_header(request)
-        view = self.view
-        if view.read_only.get():
+        queue_id = self.check(conn, request, h)
+        if queue_id is None:
+            queue_id = await self.check_created(conn, request, h)
+        if type(queue_id) is not int:
+            return queue_id
+        return self.put(conn, request, h, queue_id)
+
+    def check(self, conn: Connection, request: RemotingCommand, h: SendHeader,
+              cfg: TopicConfig | None = None) -> int | RemotingCommand | None:
+        """msgCheck (AbstractSendMessageProcessor): the queue id the message goes to, or the
+        refusal; None for a topic this broker does not have (check_created creates it)."""
+        if self.view.read_only.get():
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the broker[{self.broker_name}] sending message is forbidden")
         if h.topic in NOT_ALLOWED_SEND:
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"Sending message to topic[{h.topic}] is forbidden.")
-        cfg = view.topic(h.topic)
         if cfg is None:
-            cfg = await self._missing_topic(request, h)
-            if isinstance(cfg, RemotingCommand):
-                return cfg
+            cfg = self.view.topic(h.topic)
+            if cfg is None:
+                return None
         if not cfg.writable:
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{h.topic}] sending message is forbidden")
         queue_id = h.queue_id
         if queue_id < 0:
-            queue_id = random.randrange(max(cfg.write_queues, 1))
-        elif queue_id >= cfg.queue_limit:
+            return random.randrange(max(cfg.write_queues, 1))
+        if queue_id >= cfg.queue_limit:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, "
                                          f"{cfg} Producer: {conn.remote_address}")
+        return queue_id
+
+    async def check_created(self, conn: Connection, request: RemotingCommand, h: SendHeader) -> int | RemotingCommand:
+        """check() of a topic this broker does not have: created from its default topic (TBW102) first."""
+        cfg = await self._missing_topic(request, h)
+        return cfg if isinstance(cfg, RemotingCommand) else self.check(conn, request, h, cfg)
+
+    def put(self, conn: Connection, request: RemotingCommand, h: SendHeader, queue_id: int,
+            answer: asyncio.Future | None = None) -> RemotingCommand | None:
+        """Encode and store a checked message (h is rewritten for a delayed one). None: answered
+        on completion, on the connection or, given `answer`, as that future's result."""
+        view = self.view
         if view.disk_full.get():
             return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                          "service not available now: the broker's disk is full; sends are refused "
@@ -202,16 +225,17 @@ class SendProcessor:
         except MessageIllegalError as exc:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         queued = h.sys_flag & TRANSACTION_MASK not in _NOT_QUEUED
-        self.store(conn, request, h.topic, queue_id, store_queue if queued else -1, block, sizes, wait)
+        self.store(conn, request, h.topic, queue_id, store_queue if queued else -1, block, sizes, wait, answer)
         return None
 
     def store(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int, store_queue: int,
-              block: bytes, sizes: list[int], wait: bool) -> None:
+              block: bytes, sizes: list[int], wait: bool, answer: asyncio.Future | None = None) -> None:
         """Hand encoded records to the commit actor; the request is answered on their completion
-        (store_queue -1: not put in a ConsumeQueue)."""
+        (store_queue -1: not put in a ConsumeQueue), or `answer` gets the response."""
         req_id = self._id_base | next(self._ids)
         self.pending[req_id] = PendingSend(conn, request, queue_id, sizes,
-                                           self.sync_flush and wait and not request.is_oneway, topic=topic)
+                                           self.sync_flush and wait and not request.is_oneway, topic=topic,
+                                           answer=answer)
         self._out.put(send_prefix(req_id, len(sizes), store_queue, topic.encode()) + block)
 
     def _delay(self, request: RemotingCommand, h: SendHeader, queue_id: int) -> int:
@@ -437,9 +461,12 @@ class SendProcessor:
 
     def _reply(self, p: PendingSend, response: RemotingCommand) -> None:
         p.done = True
-        if not p.request.is_oneway:
+        if p.answer is not None:
+            if not p.answer.done():
+                p.answer.set_result(response)
+        elif not p.request.is_oneway:
             p.conn.send(response)
-        if response.code in _STORED:              # statistics: stored messages, and every answer's latency
+        if response.code in STORED:              # statistics: stored messages, and every answer's latency
             self.stats.stored(p.topic, len(p.sizes), sum(p.sizes))
         self.stats.send.observe((time.monotonic() - p.born) * 1000.0)
 

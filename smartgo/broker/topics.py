@@ -24,6 +24,7 @@ DEFAULT_TOPIC = "TBW102"                 # the auto-create template (TopicValida
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC = "BenchmarkTest"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"      # "_" + MixAll.REPLY_TOPIC_POSTFIX
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 DLQ_QUEUES = 1                           # MixAll.DLQ_NUMS_PER_GROUP
@@ -105,7 +106,8 @@ def default_topics(config: NodeConfig) -> list[TopicConfig]:
               TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
               TopicConfig(config.cluster_name, 16, 16, RW | PermName.INHERIT),
               TopicConfig(config.broker_name, 1, 1, RW | PermName.INHERIT),
-              TopicConfig(OFFSET_MOVED_EVENT, 1, 1)]
+              TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
+              TopicConfig(reply_topic(config.cluster_name), 1, 1)]     # request-reply (MixAll.getReplyTopic)
     if config.auto_create_topic == "true":
         q = config.default_topic_queues
         topics.append(TopicConfig(DEFAULT_TOPIC, q, q, RW | PermName.INHERIT))
@@ -170,6 +172,10 @@ def auto_created(name: str, template: TopicConfig, requested_queues: int, sys_fl
     template's perm without INHERIT."""
     queues = max(1, min(requested_queues, template.write_queues))
     return TopicConfig(name, queues, queues, template.perm & ~PermName.INHERIT, sys_flag=sys_flag)
+
+
+def reply_topic(cluster: str) -> str:
+    return cluster + REPLY_TOPIC_SUFFIX
 
 
 def retry_topic(group: str) -> str:

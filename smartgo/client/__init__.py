@@ -6,11 +6,14 @@ Blocking API (a private event loop thread per client)::
 
     with Producer("PG", "127.0.0.1:9876") as producer:
         result = producer.send(Message("TopicTest", b"hello", tags="TagA", keys="order-1"))
+        reply = producer.request(Message("RpcTopic", b"ping"), timeout=3.0)   # request-reply
 
     consumer = PushConsumer("CG", "127.0.0.1:9876")
     consumer.subscribe("TopicTest", "TagA || TagB")
     consumer.set_listener(lambda msg: ConsumeResult.SUCCESS)
     consumer.start()
+
+A consumer answers a request in its listener with `producer.send(create_reply_message(msg, body))`.
 
 asyncio API: AsyncProducer, AsyncPushConsumer, AsyncPullConsumer, AsyncAdmin (same methods,
 awaited; `async with`). See docs/CLIENT.md.
@@ -21,9 +24,9 @@ from smartgo.client.allocate import allocate_averagely, allocate_by_circle, allo
 from smartgo.client.blocking import Admin, Producer, PullConsumer, PushConsumer
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import (BrokerError, ClientError, ClientStateError, MessageError, NoRouteError,
-                                   RegistryUnavailableError, SendTimeoutError)
+                                   RegistryUnavailableError, RequestTimeoutError, SendTimeoutError)
 from smartgo.client.message import (ConsumeFromWhere, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
-                                    PullResult, PullStatus, SendResult, SendStatus)
+                                    PullResult, PullStatus, SendResult, SendStatus, create_reply_message, reply_topic)
 from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull_consumer import AsyncPullConsumer
 from smartgo.client.push_consumer import AsyncPushConsumer
@@ -32,6 +35,7 @@ from smartgo.client.route import select_by_hash, select_random
 __all__ = ["Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "BrokerError",
            "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere", "ConsumeResult",
            "Message", "MessageError", "MessageExt", "MessageModel", "MessageQueue", "NoRouteError", "Producer",
-           "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "RegistryUnavailableError", "SendResult",
-           "SendStatus", "SendTimeoutError", "allocate_averagely", "allocate_by_circle",
-           "allocate_consistent_hash", "select_by_hash", "select_random"]
+           "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "RegistryUnavailableError",
+           "RequestTimeoutError", "SendResult", "SendStatus", "SendTimeoutError", "allocate_averagely",
+           "allocate_by_circle", "allocate_consistent_hash", "create_reply_message", "reply_topic", "select_by_hash",
+           "select_random"]

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from smartgo.client.errors import BrokerError
-from smartgo.client.message import MessageQueue, PullStatus, SendResult, SendStatus
+from smartgo.client.message import MessageQueue, Prop, PullStatus, SendResult, SendStatus, inflate_body
 from smartgo.net import fastjson
 from smartgo.net.codes import RequestCode as RC
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
+from smartgo.store.record import MessageExt, decode_properties
 
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -73,10 +74,15 @@ V2_TO_V1 = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defau
             "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch"}
 
 
-def send_request(fields: dict[str, str], body: bytes, batch: bool = False, v1: bool = False) -> RemotingCommand:
+def send_request(fields: dict[str, str], body: bytes, batch: bool = False, v1: bool = False,
+                 reply: bool = False) -> RemotingCommand:
+    """SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE; SEND_REPLY_MESSAGE_V2 for a reply (MSG_TYPE "reply");
+    v1: SEND_MESSAGE or SEND_REPLY_MESSAGE with the long field names."""
     if v1:
-        return RemotingCommand(RC.SEND_MESSAGE, ext_fields={V2_TO_V1[k]: v for k, v in fields.items()}, body=body)
-    return RemotingCommand(RC.SEND_BATCH_MESSAGE if batch else RC.SEND_MESSAGE_V2, ext_fields=fields, body=body)
+        return RemotingCommand(RC.SEND_REPLY_MESSAGE if reply else RC.SEND_MESSAGE,
+                               ext_fields={V2_TO_V1[k]: v for k, v in fields.items()}, body=body)
+    code = RC.SEND_BATCH_MESSAGE if batch else RC.SEND_REPLY_MESSAGE_V2 if reply else RC.SEND_MESSAGE_V2
+    return RemotingCommand(code, ext_fields=fields, body=body)
 
 
 def decode_send(resp: RemotingCommand, mq: MessageQueue, uniq_id: str, addr: str) -> SendResult:
@@ -93,6 +99,29 @@ def decode_send(resp: RemotingCommand, mq: MessageQueue, uniq_id: str, addr: str
     return SendResult(status, uniq_id, ext.get("msgId", ""), MessageQueue(mq.topic, mq.broker_name, queue_id),
                       queue_offset, ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"),
                       ext.get("TRACE_ON", "true") != "false")
+
+
+def decode_reply(cmd: RemotingCommand, arrive_ms: int) -> MessageExt:
+    """PUSH_REPLY_MESSAGE_TO_CLIENT as the reply message (ClientRemotingProcessor
+    .receiveReplyMessage): ReplyMessageRequestHeader and the body, inflated, ARRIVE_TIME added.
+    ValueError when a number does not parse."""
+    ext = cmd.ext_fields or {}
+    props = decode_properties(ext.get("properties") or "")
+    props[Prop.ARRIVE_TIME] = str(arrive_ms)
+    msg = MessageExt(ext.get("topic", ""), int(ext.get("queueId") or 0), 0, 0, int(ext.get("sysFlag") or 0),
+                     int(ext.get("flag") or 0), int(ext.get("bornTimestamp") or 0),
+                     _socket_address(ext.get("bornHost")), int(ext.get("storeTimestamp") or 0),
+                     _socket_address(ext.get("storeHost")), int(ext.get("reconsumeTimes") or 0), 0,
+                     cmd.body_bytes(), props)
+    inflate_body(msg)
+    return msg
+
+
+def _socket_address(text: str | None) -> tuple[str, int]:
+    """Java's InetSocketAddress.toString() ("/10.0.0.1:10911", "host/10.0.0.1:10911") or
+    "host:port" -> (host, port)."""
+    host, _, port = (text or "").rpartition(":")
+    return host.rpartition("/")[2], int(port or 0)
 
 
 # -- pull and offsets ------------------------------------------------------------------------------

@@ -126,6 +126,7 @@ class Producer(_Facade):
     send_orderly = _blocking("send_orderly", AsyncProducer)
     send_to_queue = _blocking("send_to_queue", AsyncProducer)
     send_oneway = _blocking("send_oneway", AsyncProducer)
+    request = _blocking("request", AsyncProducer)
     fetch_publish_queues = _blocking("fetch_publish_queues", AsyncProducer)
 
     def send_async(self, msg: Message, callback: SendCallback | None = None,
@@ -199,6 +200,6 @@ class Admin(_Facade):
 for _name in ("cluster_info", "broker_runtime_info", "broker_config", "create_topic", "delete_topic", "topic_list",
               "topic_route", "topic_status", "create_subscription_group", "consumer_progress", "consumer_connections",
               "query_by_key", "query_by_unique_key", "view_message", "query_by_id", "query_by_offset",
-              "broker_health"):
+              "broker_health", "dlq_messages", "dlq_resend"):
     setattr(Admin, _name, _blocking(_name, AsyncAdmin))
 del _name

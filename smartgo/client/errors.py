@@ -48,3 +48,7 @@ class SendTimeoutError(ClientError, TimeoutError):
 
 class MessageError(ClientError, ValueError):
     """A message the client refuses before sending (bad topic, empty or oversize body)."""
+
+
+class RequestTimeoutError(ClientError, TimeoutError):
+    """A request (request-reply) was sent but its reply did not come within the timeout."""

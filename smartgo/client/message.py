@@ -14,7 +14,8 @@ from smartgo.client.errors import MessageError
 from smartgo.store.record import COMPRESSED_FLAG, MessageExt
 
 __all__ = ["Message", "MessageExt", "MessageQueue", "SendStatus", "SendResult", "PullStatus",
-           "PullResult", "ConsumeResult", "MessageModel", "ConsumeFromWhere", "Prop"]
+           "PullResult", "ConsumeResult", "MessageModel", "ConsumeFromWhere", "Prop", "create_reply_message",
+           "reply_topic"]
 
 
 class Prop:
@@ -39,6 +40,9 @@ class Prop:
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
     TTL = "TTL"
     MSG_TYPE = "MSG_TYPE"
+    CLUSTER = "CLUSTER"
+    ARRIVE_TIME = "ARRIVE_TIME"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
 
 
 #: Properties the SDK manages itself; user properties may not use these names.
@@ -53,6 +57,8 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 COMPRESS_OVER = 4096
 #: Java's Deflater level for message bodies (compressLevel default 5).
 COMPRESS_LEVEL = 5
+#: MSG_TYPE of a reply (MixAll.REPLY_MESSAGE_FLAG): the producer sends it as SEND_REPLY_MESSAGE.
+REPLY_MESSAGE_FLAG = "reply"
 
 
 def check_topic(topic: str) -> None:
@@ -191,6 +197,25 @@ class ConsumeFromWhere(str, enum.Enum):
     CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
     CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+def reply_topic(cluster: str) -> str:
+    """Where replies go (MixAll.getReplyTopic): every broker of the cluster has it."""
+    return f"{cluster}_REPLY_TOPIC"
+
+
+def create_reply_message(request: MessageExt, body: bytes) -> Message:
+    """The reply to a received request message (MessageUtil.createReplyMessage): to its
+    cluster's reply topic, with its CORRELATION_ID, REPLY_TO_CLIENT and TTL; send it with any
+    producer, which uses SEND_REPLY_MESSAGE for it."""
+    props = request.properties
+    cluster = props.get(Prop.CLUSTER)
+    if not cluster:
+        raise MessageError(f"create reply message fail, requestMessage error, property[{Prop.CLUSTER}] is null "
+                           "(only a message received from a broker can be replied to)")
+    wanted = {Prop.MSG_TYPE: REPLY_MESSAGE_FLAG, Prop.CORRELATION_ID: props.get(Prop.CORRELATION_ID),
+              Prop.REPLY_TO_CLIENT: props.get(Prop.REPLY_TO_CLIENT), Prop.TTL: props.get(Prop.TTL)}
+    return Message(reply_topic(cluster), body, properties={k: v for k, v in wanted.items() if v is not None})
 
 
 def compress_body(body: bytes) -> bytes:

@@ -10,25 +10,28 @@ driven state machine (_Send), so a send costs no coroutine or task of its own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+import uuid
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from smartgo.client import api
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import (BrokerError, ClientError, ClientStateError, MessageError, NoRouteError,
-                                   SendTimeoutError)
+                                   RequestTimeoutError, SendTimeoutError)
 from smartgo.client.fault import LatencyFaultTolerance
 from smartgo.client.instance import ClientInstance, MemberClient
-from smartgo.client.message import (COMPRESS_OVER, MAX_MESSAGE_SIZE, Message, MessageQueue, Prop, SendResult,
-                                    compress_body)
+from smartgo.client.message import (COMPRESS_OVER, MAX_MESSAGE_SIZE, REPLY_MESSAGE_FLAG, Message, MessageQueue,
+                                    Prop, SendResult, compress_body)
 from smartgo.client.route import QueueSelector, TopicPublishInfo, TopicRouteData, select_by_hash
 from smartgo.client.uniq_id import UniqIdGenerator
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import ConnectionClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
-from smartgo.store.record import COMPRESSED_FLAG, encode_batch_body, encode_properties
+from smartgo.store.record import COMPRESSED_FLAG, MessageExt, encode_batch_body, encode_properties
 
 log = logging.getLogger("smartgo.client.producer")
 
@@ -59,6 +62,7 @@ class _Prepared:
     flag: int
     msg_id: str
     batch: bool = False
+    reply: bool = False             # MSG_TYPE "reply": sent as SEND_REPLY_MESSAGE_V2
 
 
 class AsyncProducer(MemberClient):
@@ -84,6 +88,9 @@ class AsyncProducer(MemberClient):
         self._publish: dict[str, TopicPublishInfo] = {}
         self._lookups: dict[str, asyncio.Future[TopicPublishInfo]] = {}
         self._ids = uniq_ids()
+        self._requests: dict[str, asyncio.Future[MessageExt]] = {}      # CORRELATION_ID -> its reply
+        self._request_topics: set[str] = set()
+        self.instance.reply_handler = self._on_reply
 
     # -- membership -----------------------------------------------------------------------------
 
@@ -154,7 +161,8 @@ class AsyncProducer(MemberClient):
         if len(body) >= self.compress_over:
             body = compress_body(body)
             sys_flag |= COMPRESSED_FLAG
-        return _Prepared(msg.topic, body, encode_properties(props).decode("utf-8"), sys_flag, msg.flag, msg_id)
+        return _Prepared(msg.topic, body, encode_properties(props).decode("utf-8"), sys_flag, msg.flag, msg_id,
+                         reply=props.get(Prop.MSG_TYPE) == REPLY_MESSAGE_FLAG)
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
         if not msgs:
@@ -181,7 +189,7 @@ class AsyncProducer(MemberClient):
         fields = api.send_fields(self.group, prep.topic, mq.queue_id, prep.sys_flag, int(time.time() * 1000),
                                  prep.flag, prep.properties, batch=prep.batch, default_topic=self.create_topic_key,
                                  default_queue_nums=self.default_topic_queue_nums)
-        return api.send_request(fields, prep.body, prep.batch)
+        return api.send_request(fields, prep.body, prep.batch, reply=prep.reply)
 
     def _check_running(self) -> None:
         if not self.instance.started or self.instance.closed:
@@ -226,6 +234,58 @@ class AsyncProducer(MemberClient):
         mq = info.select(None, self.fault)
         addr = await self.instance.master_addr(mq.broker_name, prep.topic)
         await self.instance.invoke_oneway(addr, self._command(prep, mq))
+
+    # -- request-reply ----------------------------------------------------------------------------
+
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send msg and wait for its reply (request-reply, RocketMQ 4.6+): a consumer answers it
+        with create_reply_message and a producer; the broker pushes the reply to this client.
+        The message goes out with CORRELATION_ID, REPLY_TO_CLIENT and TTL; timeout (seconds)
+        covers the send and the wait. A failed send raises its error; no reply in time raises
+        RequestTimeoutError (a reply after that is dropped with a log line)."""
+        self._check_running()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        correlation_id = str(uuid.uuid4())
+        request = dataclasses.replace(msg, properties={
+            **msg.properties, Prop.CORRELATION_ID: correlation_id, Prop.REPLY_TO_CLIENT: self.client_id,
+            Prop.TTL: str(int(timeout * 1000))})
+        if msg.topic not in self._request_topics:
+            # prepareSendRequest: the brokers must know this client's connection before a reply comes
+            await self.publish_info(msg.topic)
+            await self.instance.heartbeat_all()
+            self._request_topics.add(msg.topic)
+        reply: asyncio.Future[MessageExt] = loop.create_future()
+        self._requests[correlation_id] = reply
+        try:
+            sent = self.send_async(request, None, max(deadline - loop.time(), 0.001))
+            sent.add_done_callback(lambda f: f.exception() is None or reply.done()
+                                   or reply.set_exception(f.exception()))
+            await asyncio.wait((reply,), timeout=max(deadline - loop.time(), 0))
+            if reply.done():
+                return reply.result()
+            state = "was sent" if sent.done() else "is still being sent"
+            raise RequestTimeoutError(f"request {correlation_id} to topic {msg.topic} {state}, but no reply came "
+                                      f"within {timeout:g} s")
+        finally:
+            del self._requests[correlation_id]
+
+    async def _on_reply(self, cmd: RemotingCommand) -> RemotingCommand:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: the reply goes to the request waiting for its CORRELATION_ID."""
+        try:
+            msg = api.decode_reply(cmd, int(time.time() * 1000))
+        except (ValueError, zlib.error) as exc:
+            log.warning("%s: a reply push does not decode: %s", self.client_id, exc)
+            return cmd.make_response(R.SYSTEM_ERROR, "process reply message fail")
+        correlation_id = msg.properties.get(Prop.CORRELATION_ID)
+        waiting = self._requests.get(correlation_id)
+        if waiting is None or waiting.done():
+            log.warning("%s: receive reply message, but not matched any request (late, after its timeout?), "
+                        "CorrelationId: %s, reply from host: %s:%d; dropped", self.client_id, correlation_id,
+                        *msg.born_host)
+        else:
+            waiting.set_result(msg)
+        return cmd.make_response(R.SUCCESS)
 
 
 class _Send:

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from smartgo.actors.testing import ROOT
-
-
-def run_bench(name: str) -> dict:
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--quick", "--json"], capture_output=True,
-                         text=True, timeout=100, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+from smartgo.testing import run_benchmark
 
 
 @pytest.mark.timeout(120)
 def test_bench_ring_quick():
-    r = run_bench("bench_ring.py")
+    r = run_benchmark("bench_ring.py", timeout=100)
     assert r["records_per_s"] > 0 and r["mb_per_s"] > 0
     assert set(r["scaling_records_per_s"]) == {"1", "2", "4"}
     for tag in ("pinned", "unpinned"):
@@ -29,6 +18,6 @@ def test_bench_ring_quick():
 
 @pytest.mark.timeout(120)
 def test_bench_restart_quick():
-    r = run_bench("bench_restart.py")
+    r = run_benchmark("bench_restart.py", timeout=100)
     fs = r["restart"]["forkserver"]
     assert 0 < fs["min_s"] <= fs["median_s"] <= fs["max_s"] and fs["kills"] == 2

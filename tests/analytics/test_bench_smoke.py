@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from smartgo.testing import run_benchmark
 
 
 @pytest.mark.timeout(200)
 def test_bench_analytics_quick_json(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_analytics.py"), "--quick", "--json",
-                          "--dir", str(tmp_path)], capture_output=True, text=True, timeout=190)
-    assert out.returncode == 0, out.stderr[-3000:]
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures = run_benchmark("bench_analytics.py", "--dir", str(tmp_path), timeout=190)
     for key in ("scan_msgs_per_s", "scan_cold_msgs_per_s", "scan_cpu_us_per_msg", "scan_worker_cpu_us_per_msg",
                 "scan_jvm_cpu_us_per_msg", "scan_narrow_msgs_per_s", "scan_groupby_msgs_per_s", "spark_start_s"):
         assert figures[key] > 0, key

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from smartgo.testing import run_benchmark
 
 
 @pytest.mark.timeout(180)
 def test_bench_control_quick():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_control.py"), "--quick", "--json"],
-                         capture_output=True, text=True, timeout=170, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = run_benchmark("bench_control.py", timeout=170)
     assert r["quick"] is True
     for scenario in ("heartbeat", "heartbeat_max", "offsets", "offsets_sync", "route"):
         assert r[scenario].get("errors", 0) == 0, r[scenario]

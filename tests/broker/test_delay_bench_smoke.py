@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from smartgo.testing import run_benchmark
 
 
 @pytest.mark.timeout(120)
 def test_bench_delay_quick():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_delay.py"), "--quick", "--json"],
-                         capture_output=True, text=True, timeout=110, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = run_benchmark("bench_delay.py", timeout=110)
     assert r["quick"] is True and r["messages"] == 300
     assert r["errors"] == 0 and r["missing"] == 0 and r["early"] == 0
     for kind in ("store", "e2e"):

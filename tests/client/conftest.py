@@ -9,7 +9,7 @@ import asyncio
 import inspect
 import json
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -227,6 +227,12 @@ class RealCluster:
                     return False
         return run(ask())
 
+    def __enter__(self) -> RealCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             if proc.poll() is None:
@@ -245,8 +251,5 @@ class RealCluster:
 
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory):
-    cluster = RealCluster(tmp_path_factory.mktemp("cluster")).start()
-    try:
+    with RealCluster(tmp_path_factory.mktemp("cluster")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()

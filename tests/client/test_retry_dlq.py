@@ -23,11 +23,8 @@ MAX_RECONSUME = 2          # deliveries: 1 + 2 retries, then the DLQ
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     # the delay levels a send-back with level 0 uses: 3 + reconsume times -> 1 s, 2 s (then the DLQ)
-    c = RealCluster(tmp_path_factory.mktemp("retry"), extra_args=("--message-delay-level", "1s 1s 1s 2s 3s")).start()
-    try:
+    with RealCluster(tmp_path_factory.mktemp("retry"), extra_args=("--message-delay-level", "1s 1s 1s 2s 3s")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def smartgo(cluster: RealCluster, *argv: str) -> dict:

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from smartgo.testing import run_benchmark
 
 
 @pytest.mark.timeout(120)
 def test_bench_store_quick_json(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_store.py"), "--quick", "--json",
-                          "--dir", str(tmp_path)], capture_output=True, text=True, timeout=110, check=True)
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures = run_benchmark("bench_store.py", "--dir", str(tmp_path), timeout=110)
     for key in ("append_batch32_128B_msgs_per_s", "append_single_4KiB_mb_per_s", "encode_us_per_record_128B",
                 "read_msgs_per_s", "dispatch_msgs_per_s", "dispatch_keys_msgs_per_s", "recovery_normal_s",
                 "recovery_abnormal_s", "recovery_rebuild_s", "rss_peak_mb"):

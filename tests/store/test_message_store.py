@@ -7,7 +7,6 @@ import errno
 import multiprocessing as mp
 import os
 import time
-import time
 
 import pytest
 
