@@ -37,7 +37,7 @@ TARGETS = {"append_batch32_128B_msgs_per_s": 400_000, "read_msgs_per_s": 500_000
            "recovery_normal_s": 3.0, "recovery_abnormal_s": 6.0}
 
 
-def records(n: int, body_len: int, keys: bool = False, start: int = 0) -> list[list[bytes]]:
+def records(n: int, body_len: int, keys: bool = False, start: int = 0, queues: int = QUEUES) -> list[list[bytes]]:
     """n encoded records, grouped per queue in runs of 32 (so batches of 32 share a queue)."""
     body = b"b" * body_len
     out = []
@@ -45,13 +45,13 @@ def records(n: int, body_len: int, keys: bool = False, start: int = 0) -> list[l
         props = {"TAGS": "TagA", "UNIQ_KEY": f"0A0000019C40{os.getpid() & 0xFFFF:04X}{i:016X}", "WAIT": "true"}
         if keys:
             props["KEYS"] = f"order-{i}"
-        out.append(encode_record(TOPIC, (i // 32) % QUEUES, body, encode_properties(props), born_timestamp=1,
+        out.append(encode_record(TOPIC, (i // 32) % queues, body, encode_properties(props), born_timestamp=1,
                                  born_host=HOST, store_host=STORE_HOST))
     return out
 
 
-def queue_of(i: int) -> tuple[str, int]:
-    return (TOPIC, (i // 32) % QUEUES)
+def queue_of(i: int, queues: int = QUEUES) -> tuple[str, int]:
+    return (TOPIC, (i // 32) % queues)
 
 
 def config_for(path: Path, quick: bool) -> StoreConfig:
@@ -100,11 +100,11 @@ def bench_append(base: Path, quick: bool, recs: list[bytes], mode: str) -> float
     return dt
 
 
-def build_log(cfg: StoreConfig, n: int, body_len: int, keys: bool) -> int:
+def build_log(cfg: StoreConfig, n: int, body_len: int, keys: bool, queues: int = QUEUES) -> int:
     w = CommitLogWriter(cfg.commitlog_dir, cfg.commitlog_file_size, 0, {}, release_interval=cfg.release_interval_bytes)
     for start in range(0, n, 32_768):
-        recs = records(min(32_768, n - start), body_len, keys, start)
-        w.append([Block(b"".join(recs[i:i + 32]), queue_of(start + i), len(recs[i:i + 32]))
+        recs = records(min(32_768, n - start), body_len, keys, start, queues)
+        w.append([Block(b"".join(recs[i:i + 32]), queue_of(start + i, queues), len(recs[i:i + 32]))
                   for i in range(0, len(recs), 32)])
     written = w.wrote_position
     w.close()
@@ -152,6 +152,18 @@ def bench_dispatch_and_read(base: Path, quick: bool, n: int, keys: bool) -> tupl
     reader.close()
     shutil.rmtree(cfg.store_path)
     return dt_dispatch, dt_read, cpu
+
+
+def bench_dispatch_wide(base: Path, quick: bool, queues: int) -> float:
+    """Seconds to dispatch 32 messages into each of `queues` new queues: every queue's first
+    ConsumeQueue file is created and first written in the round (a 1,024-queue topic's first
+    traffic; this once stalled dispatch for seconds)."""
+    cfg = config_for(base / "dispatch-wide", quick)
+    n = 32 * queues
+    written = build_log(cfg, n, 128, False, queues)
+    dt = timed(lambda: dispatch_all(cfg, written))
+    shutil.rmtree(cfg.store_path)
+    return dt
 
 
 def bench_recovery(base: Path, quick: bool, n: int, repeat: int) -> dict[str, list[float]]:
@@ -255,6 +267,10 @@ def main() -> int:
             res[f"dispatch{suffix}_cpu_msgs_per_s"] = n / statistics.median(r[2] for r in runs)
             if not keys:
                 res["read_msgs_per_s"] = n / statistics.median(r[1] for r in runs)
+        wide = 64 if quick else 1024
+        res["dispatch_new_queues"] = wide
+        res["dispatch_new_queues_msgs_per_s"] = 32 * wide / statistics.median(
+            bench_dispatch_wide(base, quick, wide) for _ in range(repeat))
         rec = bench_recovery(base, quick, n_rec, repeat)
         res["recovery_normal_s"] = statistics.median(rec["normal"])
         res["recovery_abnormal_s"] = statistics.median(rec["abnormal"])

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     cmds = p.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND", required=True)
     for name, (help_text, configure) in _COMMANDS.items():
-        c = cmds.add_parser(name, help=help_text, description=help_text)
+        c = cmds.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
         add_common(c)
         configure(c)
     p.set_defaults(handler=guarded(run))

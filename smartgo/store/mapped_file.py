@@ -37,19 +37,29 @@ def segment_starts(directory: Path) -> list[int]:
     return sorted(int(n) for n in names if len(n) == NAME_WIDTH and n.isdigit())
 
 
-def _reserve(fd: int, size: int, path: str) -> None:
+def _reserve(fd: int, size: int, path: str, new: bool = False) -> None:
     """Give the file real blocks now, so a full disk is an error here rather than a SIGBUS
-    on a later store through the mapping."""
+    on a later store through the mapping.
+
+    A new file's first page is then written with zeros through write(2): on ext4 the first
+    store through a mapping into a freshly fallocated file otherwise costs 2-12 ms
+    (unwritten-extent conversion under the journal), which stalled dispatch for seconds when a
+    1,024-queue topic first got messages; written here it costs ~0.1 ms.
+    """
     try:
-        os.posix_fallocate(fd, 0, size)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            log.warning("posix_fallocate unsupported for %s (%s); the file stays sparse", path, exc)
+            os.ftruncate(fd, size)
+        if new:
+            os.pwrite(fd, bytes(min(size, PAGE_SIZE)), 0)
     except OSError as exc:
         if exc.errno in _DISK_FULL_ERRNOS:
             raise DiskFullError(path, size, exc) from exc
-        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
-            log.warning("posix_fallocate unsupported for %s (%s); the file stays sparse", path, exc)
-            os.ftruncate(fd, size)
-        else:
-            raise
+        raise
 
 
 def create_segment(path: Path, size: int) -> None:
@@ -58,7 +68,7 @@ def create_segment(path: Path, size: int) -> None:
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _reserve(fd, size, str(path))
+        _reserve(fd, size, str(path), new=True)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)

@@ -3,12 +3,13 @@ output parses, human output reads, and failures are one line with a non-zero sta
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 
 import pytest
 
-from smartgo.cli.main import main
+from smartgo.cli.main import build_parser, main
 from smartgo.net.codes import RequestCode, ResponseCode
 
 from .conftest import pull_response, response
@@ -113,3 +114,24 @@ def test_bench_produce_json(cluster, capsys):
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[-1]["type"] == "summary" and lines[-1]["total"] > 0 and lines[-1]["total"] % 4 == 0
     assert any(line["type"] == "interval" for line in lines[:-1])
+
+
+def _subparsers(parser) -> list:
+    """Every (sub)parser under parser, depth first."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found.extend(_subparsers(child))
+    return found
+
+
+def test_every_command_help_renders():
+    """`--help` %-formats help strings: a stray % (as in %DLQ%) crashed `smartgo admin --help`."""
+    parsers = _subparsers(build_parser())
+    assert len(parsers) > 20
+    for p in parsers:
+        text = p.format_help()
+        assert p.prog in text
+    admin = next(p for p in parsers if p.prog == "smartgo admin")
+    assert "(%DLQ%<group>)" in " ".join(admin.format_help().split())

@@ -200,3 +200,19 @@ def test_released_pages_keep_their_data(config):
     assert bodies == [b"q" * 500] * 30
     w.close()
     reader.close()
+
+
+def test_disk_full_on_a_sparse_filesystem_is_caught_at_creation(config, monkeypatch):
+    """Without fallocate the file stays sparse; the zeroed first page still meets ENOSPC at
+    creation (a clear error, no half-made file) rather than as a SIGBUS on the first store."""
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    def no_space(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    monkeypatch.setattr(os, "pwrite", no_space)
+    with pytest.raises(DiskFullError):
+        writer(config)
+    assert [n for n in os.listdir(config.commitlog_dir) if not n.startswith(".")] == []
+
