@@ -112,7 +112,7 @@ async def batch_worker(a: dict, ready, go) -> dict:
 
 async def sync_worker(a: dict, ready, go) -> dict:
     """`producers` synchronous producers, one connection each: send, wait, send."""
-    clients = [RemotingClient() for _ in range(a["producers"])]
+    clients = [RemotingClient(busy_poll_us=a["busy_poll_us"]) for _ in range(a["producers"])]
     conns = [await c.connection(a["addr"]) for c in clients]
     latencies: list[float] = []
     stats = {"msgs": 0, "errors": 0}
@@ -309,7 +309,8 @@ def scenario_batch(workdir: Path, seconds: float, extra: dict, depth: int) -> di
 
 def scenario_sync(workdir: Path, seconds: float, extra: dict, producers: int = 16, processes: int = 2) -> dict:
     with broker_node(workdir, extra) as (node, addr):
-        jobs = [("sync", {"addr": addr, "seconds": seconds, "producers": producers // processes})
+        jobs = [("sync", {"addr": addr, "seconds": seconds, "producers": producers // processes,
+                          "busy_poll_us": extra.get("net_busy_poll_us", 0)})
                 for _ in range(processes)]
         results, cpu = run_workers(jobs, node)
     msgs = sum(r["msgs"] for r in results)
@@ -384,6 +385,8 @@ def main() -> None:
     ap.add_argument("--profile", metavar="DIR", help="write cProfile stats of the net and commit actors to DIR")
     ap.add_argument("--batch-depth", type=int, default=32, help="batch requests in flight on the one connection "
                                                                   "(an async producer's window; 8 is latency-bound)")
+    ap.add_argument("--busy-poll-us", type=int, default=0, help="busy-poll window of the net actors and of the sync "
+                                                                 "producers (smartgo.net.busy_poll; 0: off)")
     args = ap.parse_args()
     quick = args.quick
     runs = 1 if quick else args.runs
@@ -392,6 +395,8 @@ def main() -> None:
     if quick:
         only -= {"rss", "syncflush", "scaling"}
     extra: dict = {"net_actors": args.net_actors} if args.net_actors else {}
+    if args.busy_poll_us:
+        extra["net_busy_poll_us"] = args.busy_poll_us
     if args.profile:
         os.environ["SMARTGO_PROFILE_DIR"] = str(Path(args.profile).resolve())
     results: dict = {"quick": quick, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}

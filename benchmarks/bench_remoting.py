@@ -4,13 +4,15 @@ Figures (medians of --runs runs):
   header_<type>_us       encode + decode of a typical SEND_MESSAGE_V2 request header
   sync_<type>_per_s      sequential round trips on one connection (await each response)
   sync_pinned_json_per_s the same with client and server pinned to one CPU (no cross-CPU wake-up)
+  sync_busy_poll_json_per_s  the same unpinned, both sides busy-polling (--busy-poll-us, smartgo.net.busy_poll)
+  sync_json_cpu_us, sync_busy_poll_json_cpu_us  client + server CPU per round trip (the price of polling)
   pipelined_<type>_per_s requests/s on one connection with `--window` requests in flight
   conn16_<type>_per_s    16 connections, each doing sequential round trips concurrently
   pipelined_<type>_{client,server}_cpu_us  CPU time per pipelined request on each side
                          (robust to a busy machine: 1e6 / the larger is the rate with a core each)
 <type> is json (what foreign clients use) or msgpack (SmartGo peers after negotiation).
 
-    .venv/bin/python benchmarks/bench_remoting.py [--runs 5] [--json] [--quick] [--loop uvloop|asyncio]
+    .venv/bin/python benchmarks/bench_remoting.py [--runs 5] [--json] [--quick] [--loop uvloop|asyncio] [--busy-poll-us 100]
 """
 
 from __future__ import annotations
@@ -63,15 +65,15 @@ def header_us(stype: int, n: int) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-async def _client(addr: str, stype: int) -> RemotingClient:
-    client = RemotingClient(serialize_type=stype, announce=stype != SerializeType.JSON)
+async def _client(addr: str, stype: int, busy_poll_us: int = 0) -> RemotingClient:
+    client = RemotingClient(serialize_type=stype, announce=stype != SerializeType.JSON, busy_poll_us=busy_poll_us)
     await client.invoke(addr, send_request())   # dial + negotiate
     await client.invoke(addr, send_request())
     return client
 
 
-async def sync_rate(addr: str, stype: int, n: int) -> float:
-    client = await _client(addr, stype)
+async def sync_rate(addr: str, stype: int, n: int, busy_poll_us: int = 0) -> float:
+    client = await _client(addr, stype, busy_poll_us)
     conn = await client.connection(addr)
     start = time.perf_counter()
     for _ in range(n):
@@ -127,8 +129,9 @@ async def multi_conn_rate(addr: str, stype: int, n_per_conn: int, conns: int) ->
     return n_per_conn * conns / elapsed
 
 
-def start_server(port: int, loop_name: str, cpu: int | None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "smartgo.net.echo", "--port", str(port), "--loop", loop_name]
+def start_server(port: int, loop_name: str, cpu: int | None, busy_poll_us: int = 0) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "smartgo.net.echo", "--port", str(port), "--loop", loop_name,
+           "--busy-poll-us", str(busy_poll_us)]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -139,6 +142,15 @@ def start_server(port: int, loop_name: str, cpu: int | None) -> subprocess.Popen
         proc.wait()
         raise
     return proc
+
+
+def sync_with_cpu(addr: str, server: subprocess.Popen, n: int, busy_poll_us: int,
+                  prefer_uvloop: bool) -> tuple[float, float]:
+    """Sync JSON round trips/s and client + server CPU µs per round trip."""
+    proc = psutil.Process(server.pid)
+    before = time.process_time() + sum(proc.cpu_times()[:2])
+    rate = run(sync_rate(addr, SerializeType.JSON, n, busy_poll_us), prefer_uvloop=prefer_uvloop)
+    return rate, (time.process_time() + sum(proc.cpu_times()[:2]) - before) / n * 1e6
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -157,6 +169,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--window", type=int, default=256, help="requests in flight when pipelining")
+    parser.add_argument("--busy-poll-us", type=int, default=100,
+                        help="busy-poll window of both sides for sync_busy_poll_* (default 100)")
     args = parser.parse_args()
     prefer_uvloop = args.loop == "uvloop"
 
@@ -191,6 +205,16 @@ def main() -> None:
                        run(multi_conn_rate(addr, stype, n_conn, 16), prefer_uvloop=prefer_uvloop))
         finally:
             stop_server(server)
+        for name, poll_us in (("sync_json", 0), ("sync_busy_poll_json", args.busy_poll_us)):
+            port = free_port()
+            server = start_server(port, args.loop, None, poll_us)
+            try:
+                rate, cpu_us = sync_with_cpu(f"127.0.0.1:{port}", server, n_sync, poll_us, prefer_uvloop)
+                if poll_us:
+                    record(f"{name}_per_s", rate)
+                record(f"{name}_cpu_us", cpu_us)
+            finally:
+                stop_server(server)
         cpu = min(all_cpus)
         port = free_port()
         server = start_server(port, args.loop, cpu)
@@ -203,7 +227,7 @@ def main() -> None:
             stop_server(server)
 
     figures: dict[str, object] = {name: round(statistics.median(v), 2) for name, v in samples.items()}
-    figures.update(runs=runs, loop=args.loop, window=args.window, quick=args.quick)
+    figures.update(runs=runs, loop=args.loop, window=args.window, busy_poll_us=args.busy_poll_us, quick=args.quick)
     for name, value in figures.items():
         print(f"{name:28s} {value}")
     if args.json:

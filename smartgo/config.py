@@ -60,6 +60,9 @@ class NodeConfig:
                                           "(RocketMQ brokerIP1); set it for a multi-machine deployment", metavar="IP")
     net_actors: int = setting(1, "number of net actors (connection/codec processes) of a broker; 1 is the "
                                  "best on 2 cores (docs/BENCHMARKS.md), about half the cores beyond that")
+    net_busy_poll_us: int = setting(0, "microseconds a net actor keeps polling after I/O before it sleeps "
+                                       "(smartgo.net.busy_poll): fewer wake-ups for synchronous clients at the "
+                                       "price of spinning; 0 = off")
     # ---- broker (master)
     vip_port: int = setting(-1, "second port with the same service, for old clients' VIP channel; "
                                 "default listen_port - 2 (10909); 0 = off")

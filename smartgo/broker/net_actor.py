@@ -114,7 +114,7 @@ class NetActor(Actor):
         ports = [cfg.listen_port] + ([vip_port(cfg)] if vip_port(cfg) else [])
         self.server = RemotingServer(cfg.listen_host, ports, processors, reuse_port=True,
                                      max_frame=max(16 << 20, cfg.max_message_size + (1 << 20)),
-                                     listeners=[self._on_connection_event])
+                                     listeners=[self._on_connection_event], busy_poll_us=cfg.net_busy_poll_us)
         self._pump = self.spawn(self._run_pump(), "pump", through_stop=True)   # stop() drains through it
         self._want_state()
         try:

@@ -20,11 +20,15 @@ import sys
 import time
 from array import array
 
-from smartgo.cli._common import add_common, client_options, emit, guarded
+from smartgo.cli._common import add_common, client_options as common_options, emit, guarded
 from smartgo.cli.errors import CliError
 from smartgo.client import AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, Message, PullStatus
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
+
+
+def client_options(args: argparse.Namespace) -> dict:
+    return {**common_options(args), "busy_poll_us": args.busy_poll_us}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             c.add_argument("--group", "-g", default=f"benchmark_consumer_{os.getpid()}")
         if kind == "consume":
             c.add_argument("--pull", action="store_true", help="pull consumer over every queue from its min offset")
+        c.add_argument("--busy-poll-us", type=int, default=0, metavar="US",
+                       help="keep the client's loop polling this long after each request (0: off; docs/CLIENT.md)")
     p.set_defaults(handler=guarded(run))
 
 

@@ -107,7 +107,8 @@ class ClientInstance:
                       RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._push_reply}
         self._remoting = RemotingClient(
             processors, connect_timeout=self.config.timeout,
-            serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON)
+            serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
+            busy_poll_us=self.config.busy_poll_us)
         self.started = True
 
     def every(self, interval: float, job: Callable[[], Awaitable[object]], name: str, first: float | None = None) -> None:

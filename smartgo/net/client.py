@@ -40,7 +40,7 @@ class RemotingClient(Endpoint):
                  max_frame: int = DEFAULT_MAX_FRAME, connect_timeout: float = 3.0,
                  serialize_type: int = SerializeType.MSGPACK, compress_threshold: int = 0,
                  announce: bool = True, idle_timeout: float | None = None,
-                 scan_interval: float = 0.1) -> None:
+                 scan_interval: float = 0.1, busy_poll_us: int = 0) -> None:
         """processors serve requests the server sends on our connections (e.g. the broker's
         NOTIFY_CONSUMER_IDS_CHANGED). serialize_type MSGPACK is used only once the server has shown
         it is SmartGo (JSON until then, and always towards RocketMQ's own servers); announce=False
@@ -51,7 +51,8 @@ class RemotingClient(Endpoint):
             idle_timeout=idle_timeout, compress_threshold=compress_threshold,
             serialize_type=serialize_type if announce or serialize_type != SerializeType.MSGPACK
             else SerializeType.JSON,
-            announce=announce, pause_reading_on_backpressure=False)
+            announce=announce, pause_reading_on_backpressure=False,
+            busy_poll_us=busy_poll_us)
         super().__init__(options, scan_interval)
         self.connect_timeout = connect_timeout
         self._by_address: dict[str, Connection] = {}

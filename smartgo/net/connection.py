@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from smartgo.net.busy_poll import poller_for
 from smartgo.net.codes import (FLAG_ONEWAY, FLAG_RESPONSE, FLAG_SMARTGO, ResponseCode,
                                SerializeType)
 from smartgo.net.command import RemotingCommand
@@ -84,6 +85,8 @@ class EndpointOptions:
     announce: bool = False
     #: Pause reading while the transport's write buffer is over its high-water mark (servers).
     pause_reading_on_backpressure: bool = True
+    #: Keep the loop polling this long after a read or a sent request (smartgo.net.busy_poll; 0: off).
+    busy_poll_us: int = 0
 
 
 class Endpoint:
@@ -177,6 +180,8 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future] = []
         self._close_reason: str | None = None
         self._closed = self._loop.create_future()
+        poller = poller_for(opts.busy_poll_us, self._loop)
+        self._kick = poller.kick if poller is not None else None
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address}>"
@@ -247,6 +252,8 @@ class Connection(asyncio.Protocol):
         except BaseException:
             del self._pending[opaque]
             raise
+        if self._kick is not None:
+            self._kick()              # the answer may come back before a sleep would end
 
     def _closed_error(self) -> ConnectionClosedError:
         return ConnectionClosedError(f"{self} is closed ({self._close_reason or 'lost'})")
@@ -312,6 +319,8 @@ class Connection(asyncio.Protocol):
             self._receiving = False
         if self._out:  # replies of eager processors: one write for the whole batch
             self._flush()
+        if self._kick is not None:
+            self._kick()
 
     def eof_received(self) -> bool:
         return False

@@ -3,7 +3,7 @@
 It answers SEND_MESSAGE_V2 the way a broker does (msgId, queueId, queueOffset, MSG_REGION,
 TRACE_ON) without storing anything, and echoes any other code 0..999 back with its body.
 
-    python -m smartgo.net.echo --port N [--host H] [--max-frame BYTES] [--loop uvloop|asyncio]
+    python -m smartgo.net.echo --port N [--host H] [--max-frame BYTES] [--loop uvloop|asyncio] [--busy-poll-us N]
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ class EchoProcessors:
                                      body=request.body)
 
 
-def make_server(host: str, port: int, max_frame: int = DEFAULT_MAX_FRAME) -> RemotingServer:
+def make_server(host: str, port: int, max_frame: int = DEFAULT_MAX_FRAME, busy_poll_us: int = 0) -> RemotingServer:
     processors = EchoProcessors()
     return RemotingServer(host, [port], {RequestCode.SEND_MESSAGE_V2: processors.send},
-                          default_processor=processors.echo, max_frame=max_frame)
+                          default_processor=processors.echo, max_frame=max_frame, busy_poll_us=busy_poll_us)
 
 
-async def serve(host: str, port: int, max_frame: int) -> None:
-    server = make_server(host, port, max_frame)
+async def serve(host: str, port: int, max_frame: int, busy_poll_us: int = 0) -> None:
+    server = make_server(host, port, max_frame, busy_poll_us)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -70,11 +70,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-frame", type=int, default=DEFAULT_MAX_FRAME)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--cpu", type=int, help="pin the process to this CPU")
+    parser.add_argument("--busy-poll-us", type=int, default=0, help="busy-poll window (smartgo.net.busy_poll)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    run(serve(args.host, args.port, args.max_frame), prefer_uvloop=args.loop == "uvloop")
+    run(serve(args.host, args.port, args.max_frame, args.busy_poll_us), prefer_uvloop=args.loop == "uvloop")
 
 
 if __name__ == "__main__":

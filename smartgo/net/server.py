@@ -22,7 +22,7 @@ class RemotingServer(Endpoint):
                  idle_timeout: float | None = 120.0, max_frame: int = DEFAULT_MAX_FRAME,
                  listeners: Iterable[Listener] = (), max_inflight: int = 4096,
                  compress_threshold: int = 0, serialize_type: int = SerializeType.MSGPACK,
-                 scan_interval: float = 0.1, backlog: int = 1024) -> None:
+                 scan_interval: float = 0.1, backlog: int = 1024, busy_poll_us: int = 0) -> None:
         """ports may contain 0 (the kernel picks; see `ports` after start). `processors` is kept by
         reference, so codes registered later (register()) are served too. serialize_type is the
         header type of requests this server sends to clients that announced themselves as SmartGo."""
@@ -30,7 +30,8 @@ class RemotingServer(Endpoint):
             processors=processors if processors is not None else {},
             default_processor=default_processor, listeners=tuple(listeners), max_frame=max_frame,
             max_inflight=max_inflight, idle_timeout=idle_timeout, compress_threshold=compress_threshold,
-            serialize_type=serialize_type, announce=False, pause_reading_on_backpressure=True)
+            serialize_type=serialize_type, announce=False, pause_reading_on_backpressure=True,
+            busy_poll_us=busy_poll_us)
         super().__init__(options, scan_interval)
         self.host = host
         self._requested_ports = list(ports)

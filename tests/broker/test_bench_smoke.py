@@ -9,7 +9,7 @@ from smartgo.testing import run_benchmark
 
 @pytest.mark.timeout(180)
 def test_bench_broker_quick():
-    r = run_benchmark("bench_broker.py", timeout=170)
+    r = run_benchmark("bench_broker.py", "--busy-poll-us", "100", timeout=170)   # net actors and producers poll
     assert r["quick"] is True
     for scenario in ("batch", "sync", "pull", "wake"):
         assert r[scenario]["errors" if scenario != "wake" else "samples"] == (0 if scenario != "wake" else 30), r

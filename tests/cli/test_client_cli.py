@@ -109,7 +109,8 @@ def test_bench_produce_json(cluster, capsys):
     broker.handlers[RequestCode.SEND_MESSAGE_V2] = broker.send_ok()
     broker.handlers[RequestCode.SEND_BATCH_MESSAGE] = broker.send_ok()
     status, out, err = run_cli(capsys, "bench", "produce", "-n", registry, "--topic", "T", "--duration", "1.2",
-                               "--interval", "0.5", "--concurrency", "2", "--batch", "4", "--json")
+                               "--interval", "0.5", "--concurrency", "2", "--batch", "4", "--json",
+                               "--busy-poll-us", "100")
     assert status == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[-1]["type"] == "summary" and lines[-1]["total"] > 0 and lines[-1]["total"] % 4 == 0

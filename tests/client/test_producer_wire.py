@@ -9,6 +9,7 @@ import zlib
 import pytest
 
 from smartgo.client import AsyncProducer, BrokerError, Message, NoRouteError, SendStatus, SendTimeoutError
+from smartgo.net.busy_poll import poller_for
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import COMPRESSED_FLAG, decode_batch_body, decode_properties
 
@@ -65,6 +66,23 @@ def test_compression_over_4k(tmp):
     small, big = arun(main())
     assert int(small.ext_fields["f"]) & COMPRESSED_FLAG == 0 and small.body == b"a" * 4095
     assert int(big.ext_fields["f"]) & COMPRESSED_FLAG and zlib.decompress(big.body) == b"b" * 4096
+
+
+def test_busy_poll_option_reaches_the_connection(tmp):
+    """busy_poll_us= on a client: its loop polls after each request (the poller turned), and
+    sends work as usual."""
+    async def main():
+        broker = FakeBroker(topics={"T": 1})
+        async with fake_cluster(tmp, [broker]) as (registry, _):
+            broker.handlers[RequestCode.SEND_MESSAGE_V2] = broker.send_ok()
+            assert poller_for(0) is None
+            async with AsyncProducer("PG", registry, busy_poll_us=300) as p:
+                results = [await p.send(Message("T", b"x%d" % i)) for i in range(20)]
+            poller = poller_for(1)                # this loop's poller (widen-only: stays 300 µs)
+            return results, poller.window_ns, poller.turns
+    results, window_ns, turns = arun(main())
+    assert [r.status for r in results] == [SendStatus.SEND_OK] * 20
+    assert window_ns == 300_000 and turns > 0
 
 
 def test_batch_is_one_request(tmp):
