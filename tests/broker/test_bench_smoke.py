@@ -17,3 +17,11 @@ def test_bench_broker_quick():
     assert r["pull"]["msgs"] == 20_000                     # the whole backlog came back
     assert 0 < r["wake"]["p50_ms"] <= r["wake"]["p99_ms"]
     assert set(r["pass"]) >= {"batch_msgs_s", "sync_msgs_s", "pull_msgs_s", "wake_p99_ms"}
+
+
+@pytest.mark.timeout(120)
+def test_bench_broker_raw_producers_quick():
+    r = run_benchmark("bench_broker.py", "--only", "sync", "--raw-producers", timeout=110)
+    assert r["raw_producers"] is True and "batch" not in r
+    assert r["sync"]["errors"] == 0 and r["sync"]["msgs_s"] > 0
+    assert 0 < r["sync"]["p50_ms"] <= r["sync"]["p99_ms"]
