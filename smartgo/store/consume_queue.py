@@ -12,9 +12,9 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from smartgo.store.config import CQ_UNIT, round_up_to_unit
+from smartgo.store.config import CQ_UNIT, PAGE_SIZE, round_up_to_unit
 from smartgo.store.errors import OffsetGoneError
-from smartgo.store.mapped_file import MappedFile, MappedFileQueue
+from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, zero_fill
 
 log = logging.getLogger("smartgo.store.consume_queue")
 
@@ -73,6 +73,7 @@ class ConsumeQueueWriter:
         self.max_phys_end = 0  # commitLogOffset + size of the last entry
         self._file: MappedFile | None = None
         self._start = 0
+        self._warm_end = 0      # bytes before this (in the current file) are written already
         self._find_end()
 
     def _entries_in(self, start: int) -> int:
@@ -106,6 +107,8 @@ class ConsumeQueueWriter:
         ENTRY.pack_into(mf.mm, rel, phys, size, tags_code)
         self.max_offset = queue_offset + 1
         self.max_phys_end = phys + size
+        if rel + CQ_UNIT + WARM_AHEAD // 2 > self._warm_end:
+            self._keep_warm(rel + CQ_UNIT)
         return True
 
     def put_entries(self, queue_offset: int, entries) -> bool:
@@ -126,7 +129,19 @@ class ConsumeQueueWriter:
         phys, size, _ = ENTRY.unpack_from(mv, len(mv) - CQ_UNIT)
         self.max_offset = pos // CQ_UNIT
         self.max_phys_end = phys + size
+        rel = pos - self._start
+        if rel + WARM_AHEAD // 2 > self._warm_end:
+            self._keep_warm(rel)
         return True
+
+    def _keep_warm(self, end: int) -> None:
+        """Write zeros over the next WARM_AHEAD bytes of the current file past `end` (its
+        written size) before stores through the mapping reach them (zero_fill says why)."""
+        start = max(self._warm_end, -(-end // PAGE_SIZE) * PAGE_SIZE)
+        stop = min(start + WARM_AHEAD, self._file.size)
+        if start < stop:
+            zero_fill(self._file.path, start, stop)
+        self._warm_end = max(stop, end)
 
     def _at(self, pos: int) -> tuple[MappedFile, int]:
         """The file holding byte pos (mapped, created if new) and pos within it."""
@@ -137,6 +152,7 @@ class ConsumeQueueWriter:
                 self.files.forget(mf.start)
             mf = self._file = self.files.get(pos, create=True)
             self._start = mf.start
+            self._warm_end = 0
             rel = pos - self._start
         return mf, rel
 
