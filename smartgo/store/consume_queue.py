@@ -12,9 +12,9 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from smartgo.store.config import CQ_UNIT, PAGE_SIZE, round_up_to_unit
+from smartgo.store.config import CQ_UNIT, round_up_to_unit
 from smartgo.store.errors import OffsetGoneError
-from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, zero_fill
+from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, keep_warm
 
 log = logging.getLogger("smartgo.store.consume_queue")
 
@@ -108,7 +108,7 @@ class ConsumeQueueWriter:
         self.max_offset = queue_offset + 1
         self.max_phys_end = phys + size
         if rel + CQ_UNIT + WARM_AHEAD // 2 > self._warm_end:
-            self._keep_warm(rel + CQ_UNIT)
+            self._warm_end = keep_warm(mf, rel + CQ_UNIT, self._warm_end)
         return True
 
     def put_entries(self, queue_offset: int, entries) -> bool:
@@ -131,17 +131,8 @@ class ConsumeQueueWriter:
         self.max_phys_end = phys + size
         rel = pos - self._start
         if rel + WARM_AHEAD // 2 > self._warm_end:
-            self._keep_warm(rel)
+            self._warm_end = keep_warm(self._file, rel, self._warm_end)   # zero_fill says why
         return True
-
-    def _keep_warm(self, end: int) -> None:
-        """Write zeros over the next WARM_AHEAD bytes of the current file past `end` (its
-        written size) before stores through the mapping reach them (zero_fill says why)."""
-        start = max(self._warm_end, -(-end // PAGE_SIZE) * PAGE_SIZE)
-        stop = min(start + WARM_AHEAD, self._file.size)
-        if start < stop:
-            zero_fill(self._file.path, start, stop)
-        self._warm_end = max(stop, end)
 
     def _at(self, pos: int) -> tuple[MappedFile, int]:
         """The file holding byte pos (mapped, created if new) and pos within it."""

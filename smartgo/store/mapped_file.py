@@ -88,6 +88,16 @@ def zero_fill(path: Path | str, start: int, end: int) -> None:
         raise
 
 
+def keep_warm(mf: MappedFile, end: int, warm_end: int) -> int:
+    """zero_fill the WARM_AHEAD bytes of mf after `end` (its stored size; bytes before
+    warm_end are written already). Returns the new warm_end."""
+    start = max(warm_end, -(-end // PAGE_SIZE) * PAGE_SIZE)
+    stop = min(start + WARM_AHEAD, mf.size)
+    if start < stop:
+        zero_fill(mf.path, start, stop)
+    return max(stop, end)
+
+
 def create_segment(path: Path, size: int, written: int = WARM_AHEAD) -> None:
     """Create a fully reserved file atomically (temp name, then rename): a reader never
     sees it short. Its first `written` bytes are written with zeros (zero_fill)."""

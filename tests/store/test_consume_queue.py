@@ -143,14 +143,14 @@ def test_zero_fill_ahead_never_touches_written_entries(tmp_path, monkeypatch):
     """The writer keeps the bytes ahead of it written with zeros (ext4 makes a first store through
     the mapping slow otherwise): every fill starts at a page boundary past the last entry, stays
     in the current file, and the entries read back intact across files, put and put_entries alike."""
-    from smartgo.store import consume_queue
+    from smartgo.store import mapped_file
     from smartgo.store.mapped_file import WARM_AHEAD, zero_fill
     fills = []
 
     def recording(path, start, stop):
         fills.append((os.path.basename(path), start, stop, cq.max_offset * 20 % file_size))
         zero_fill(path, start, stop)
-    monkeypatch.setattr(consume_queue, "zero_fill", recording)
+    monkeypatch.setattr(mapped_file, "zero_fill", recording)
     file_size = 300_000                                  # 15,000 entries a file
     cq = ConsumeQueueWriter(tmp_path, "T", 0, file_size)
     n = 0
