@@ -16,6 +16,7 @@ from smartgo.actors.ring import CONSUMER, PRODUCER, Ring
 from smartgo.actors.spec import ActorSpec
 from smartgo.config import NodeConfig
 from smartgo.net.loop import run as run_loop
+from smartgo.testing import async_wait_until
 
 
 class Probe(Actor):
@@ -75,13 +76,13 @@ def test_lifecycle_heartbeat_and_mailbox_depth(harness, tmp_path):
 
     async def main() -> int:
         task = asyncio.ensure_future(actor.run())
-        await asyncio.sleep(0.2)
+        await async_wait_until(lambda: board.read_slot(0).state == ActorState.RUNNING and actor.ticks > 3,
+                               timeout=10, message="the actor running and ticking")
         producer = Ring.attach(tmp_path / "run" / "rings" / "probe-in.ring", PRODUCER, 4096)
         producer.try_write([b"x" * 100])
-        await asyncio.sleep(0.1)
-        view = board.read_slot(0)
+        view = await async_wait_until(lambda: (v := board.read_slot(0)).mailbox_depth and v, timeout=10,
+                                      message="the mailbox depth published")
         assert view.state == ActorState.RUNNING and view.mailbox_depth == 100 + 16 + 4
-        assert actor.ticks > 3
         actor.request_stop()
         status = await task
         producer.close()
@@ -117,7 +118,8 @@ def test_the_actor_stops_itself_when_the_supervisor_goes(harness):
 
     async def main() -> int:
         task = asyncio.ensure_future(actor.run())
-        await asyncio.sleep(0.1)
+        await async_wait_until(lambda: board.read_slot(0).state == ActorState.RUNNING, timeout=10,
+                               message="the actor running")
         parent.close()                                  # EOF on the down pipe
         return await asyncio.wait_for(task, 10)
 

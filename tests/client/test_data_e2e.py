@@ -4,7 +4,6 @@ Nothing here needs the broker's control plane (heartbeats, groups, offsets)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import uuid
 import pytest
 
 from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPullConsumer, Message, PullStatus, SendStatus
+from smartgo.testing import async_wait_until
 
 from .conftest import ROOT, arun
 
@@ -103,8 +103,9 @@ def test_queries(real_cluster):
         async with AsyncProducer("PG", real_cluster.registry) as p:
             r = await p.send(Message(topic, b"find me", tags="Q", keys=["order-42", "user-7"]))
         async with AsyncAdmin(real_cluster.registry) as admin:
-            await asyncio.sleep(0.5)  # the index is built by the dispatch actor
-            by_key = await admin.query_by_key(topic, "user-7")
+            # the dispatch actor builds the index asynchronously: poll with a deadline
+            by_key = await async_wait_until(lambda: admin.query_by_key(topic, "user-7"), timeout=10,
+                                            message="the key to be indexed")
             by_uniq = await admin.query_by_id(r.msg_id, topic)
             by_offset_id = await admin.query_by_id(r.offset_msg_id)
             by_position = await admin.query_by_offset(topic, r.queue.queue_id, r.queue_offset)
