@@ -81,6 +81,15 @@ def wait_for_port(port: int, host: str = LOOPBACK, timeout: float = 15.0) -> Non
     wait_until(accepting, timeout=timeout, interval=0.05, message=f"{host}:{port} to accept")
 
 
+def steady_disk_usage(path: Path, ratio: float = 0.1) -> str:
+    """A `disk_usage_file` holding `ratio`, for test nodes: the host's disk must not decide a
+    test. Over disk_force_clean_ratio (85 %) the cleanup actor deletes the oldest CommitLog files,
+    which once failed the kill -9 test on a CI disk that others had filled."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{ratio}\n")
+    return str(path)
+
+
 def run_benchmark(script: str, *args: str, timeout: float = 170.0) -> dict:
     """`benchmarks/<script> --quick --json [args]` from the checkout: its figures (the JSON object
     on the last line). For the benchmark smoke tests: a benchmark that breaks fails the suite."""

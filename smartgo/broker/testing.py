@@ -22,7 +22,7 @@ from smartgo.net.codes import FLAG_ONEWAY, PullSysFlag, RequestCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import encode_batch_body, encode_properties
-from smartgo.testing import free_port
+from smartgo.testing import free_port, steady_disk_usage
 
 _uniq = itertools.count(1)
 _PREFIX = os.urandom(8).hex().upper()
@@ -178,8 +178,9 @@ def start_broker(base: Path, settings: dict | None = None, wait: bool = True) ->
     """A master node with an embedded registry on free ports; `node.port` is the broker's port and
     `node.registry_port` the registry's."""
     registry_port = free_port()
-    node = launch_node(base, {**SMALL_NODE, "embedded_registry_port": registry_port, **(settings or {})},
-                       role="master", wait=wait)
+    usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
+    node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "embedded_registry_port": registry_port,
+                              **(settings or {})}, role="master", wait=wait)
     node.registry_port = registry_port       # type: ignore[attr-defined]
     return node
 

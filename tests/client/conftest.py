@@ -175,7 +175,7 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from smartgo.testing import free_ports, wait_for_port, wait_until  # noqa: E402
+from smartgo.testing import free_ports, steady_disk_usage, wait_for_port, wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small files so a test store stays small (the broker's defaults are 1 GiB CommitLog files).
@@ -203,7 +203,8 @@ class RealCluster:
         wait_for_port(self.registry_port)
         args = [sys.executable, "supervisor.py", "--role", "master", "--store-dir", str(self.root / "broker"),
                 "--listen-host", "127.0.0.1", "--listen-port", str(self.broker_port), "--vip-port", "0",
-                "--registry", self.registry, "--net-actors", "1", *SMALL_STORE]
+                "--registry", self.registry, "--net-actors", "1", *SMALL_STORE,
+                "--disk-usage-file", steady_disk_usage(self.root / "disk_usage")]
         if self.topics:
             args += ["--topics", self.topics]
         args += self.extra_args
