@@ -15,4 +15,5 @@ def test_bench_delay_quick():
     for kind in ("store", "e2e"):
         f = r["levels"]["1s"][kind]
         assert 0 <= f["min_ms"] <= f["p50_ms"] <= f["p99_ms"] <= f["max_ms"] < 1000, (kind, f)
-    assert r["schedule_cpu_us_per_msg"] > 0 and isinstance(r["pass"], bool)
+    # CPU times tick every 10 ms: 300 quick messages may cost the schedule actor less than a tick
+    assert 0 <= r["schedule_cpu_us_per_msg"] < 10_000 and isinstance(r["pass"], bool)
