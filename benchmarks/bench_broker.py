@@ -385,8 +385,8 @@ def scenario_batch(workdir: Path, seconds: float, extra: dict, depth: int) -> di
             "loadgen_cpu_s": round(r["cpu_s"], 2), "cpu_s": _rounded(cpu)}
 
 
-def scenario_sync(workdir: Path, seconds: float, extra: dict, worker: str = "sync", producers: int = 16,
-                  processes: int = 2) -> dict:
+def scenario_sync(workdir: Path, seconds: float, extra: dict, worker: str = "sync", processes: int = 1,
+                  producers: int = 16) -> dict:
     with broker_node(workdir, extra) as (node, addr):
         jobs = [(worker, {"addr": addr, "seconds": seconds, "producers": producers // processes,
                           "busy_poll_us": extra.get("net_busy_poll_us", 0)})
@@ -466,6 +466,9 @@ def main() -> None:
                                                                   "(an async producer's window; 8 is latency-bound)")
     ap.add_argument("--busy-poll-us", type=int, default=0, help="busy-poll window of the net actors and of the sync "
                                                                  "producers (smartgo.net.busy_poll; 0: off)")
+    ap.add_argument("--sync-processes", type=int, default=1,
+                    help="load generator processes sharing the 16 sync producers (1 measured best on 2 cores: "
+                         "each process adds its own loop's wake-ups)")
     ap.add_argument("--raw-producers", action="store_true",
                     help="sync scenarios: producers on raw connections with pre-encoded frames instead of "
                          "RemotingClient (less load-generator CPU on the shared cores)")
@@ -482,7 +485,7 @@ def main() -> None:
         extra["net_busy_poll_us"] = args.busy_poll_us
     if args.profile:
         os.environ["SMARTGO_PROFILE_DIR"] = str(Path(args.profile).resolve())
-    results: dict = {"quick": quick, "raw_producers": args.raw_producers,
+    results: dict = {"quick": quick, "raw_producers": args.raw_producers, "sync_processes": args.sync_processes,
                      "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory(prefix="bench_broker_") as tmp:
         work = Path(tmp)
@@ -494,16 +497,18 @@ def main() -> None:
         if "batch" in only:
             repeat("batch", lambda: scenario_batch(work, seconds, extra, args.batch_depth))
         if "sync" in only:
-            repeat("sync", lambda: scenario_sync(work, seconds, extra, sync_kind))
+            repeat("sync", lambda: scenario_sync(work, seconds, extra, sync_kind, args.sync_processes))
         if "syncflush" in only:
-            repeat("syncflush", lambda: scenario_sync(work, seconds, {**extra, "flush": "sync"}, sync_kind))
+            repeat("syncflush", lambda: scenario_sync(work, seconds, {**extra, "flush": "sync"}, sync_kind,
+                                                          args.sync_processes))
         if "pull" in only:
             repeat("pull", lambda: scenario_pull(work, 20_000 if quick else 1_000_000, extra))
         if "wake" in only:
             repeat("wake", lambda: scenario_wake(work, 30 if quick else 300, extra))
         if "scaling" in only:
             for n in ((1, 2) if quick else (1, 2, 4)):
-                repeat(f"scaling_net{n}", lambda n=n: scenario_sync(work, seconds, {"net_actors": n}, sync_kind))
+                repeat(f"scaling_net{n}", lambda n=n: scenario_sync(work, seconds, {"net_actors": n}, sync_kind,
+                                                                         args.sync_processes))
         if "rss" in only:
             repeat("rss", lambda: scenario_rss(work, 5 << 30, 1 << 30, extra))
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]

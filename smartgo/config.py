@@ -127,6 +127,10 @@ class NodeConfig:
     # ---- supervision
     start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "
                                               "clean preloaded server) or spawn", choices=("forkserver", "spawn"))
+    actor_sched_policy: str = setting("batch", "Linux scheduling policy of the actor processes: batch "
+                                                "(SCHED_BATCH: a woken actor does not preempt the one running, so "
+                                                "on a busy machine batches grow and context switches drop) or other "
+                                                "(the default policy)", choices=("batch", "other"))
     heartbeat_interval: float = setting(0.2, "seconds between an actor's heartbeats on the board")
     heartbeat_deadline: float = setting(5.0, "an actor whose heartbeat is older than this (s) is killed and "
                                              "restarted; an actor spec may set its own")

@@ -233,12 +233,37 @@ def _child_setup(config: dict, down: Any, up: Any) -> tuple[NodeConfig, ChildEnd
     return cfg, control
 
 
+def name_process(name: str) -> None:
+    """Show the actor's name in ps, top and /proc/PID/comm (Linux; 15 bytes), so an operator can
+    tell the forked actors apart without asking the supervisor."""
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(name[:15])
+    except OSError:
+        pass
+
+
+def set_sched_policy(policy: str) -> None:
+    """SCHED_BATCH (policy "batch") for this process where the OS has it. The actors hand work to
+    each other through doorbells; under the default policy every ring preempts the ringer, so on
+    a machine with fewer cores than busy actors they take turns a few messages at a time. A batch
+    task's wake-up waits for the running one to block or use its slice: fewer switches, larger
+    batches (docs/BENCHMARKS.md, the sync scenario)."""
+    if policy == "batch" and hasattr(os, "SCHED_BATCH"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError as exc:
+            log.warning("SCHED_BATCH refused (%s): the default policy stays", exc)
+
+
 def actor_main(spec: dict, config: dict, slot: int, incarnation: int, down: Any, up: Any) -> None:
     """Entry point of an actor process (the target the supervisor spawns)."""
     cfg, control = _child_setup(config, down, up)
     status = 1
     try:
         actor_spec = ActorSpec.from_dict(spec)
+        name_process(f"sg-{actor_spec.name}")
+        set_sched_policy(cfg.actor_sched_policy)
         board = Board.open(cfg.board_path)
         cls = import_object(actor_spec.cls)
         loop = new_event_loop()

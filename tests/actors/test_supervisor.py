@@ -39,6 +39,14 @@ def test_kill_9_restarts_the_actor_and_the_registry_serves_again(start_node):
     assert f"registry[{again['pid']}]" in log          # the actor's own records, tagged, in the node log
 
 
+def test_actors_are_named_in_ps_and_run_under_the_configured_policy(start_node):
+    batch = start_node().actor("registry")["pid"]
+    assert Path(f"/proc/{batch}/comm").read_text().strip() == "sg-registry"     # ps, top: which actor is which
+    assert os.sched_getscheduler(batch) == os.SCHED_BATCH                       # actor_sched_policy = batch
+    other = start_node({"actor_sched_policy": "other"}).actor("registry")["pid"]
+    assert os.sched_getscheduler(other) == os.SCHED_OTHER
+
+
 def test_a_hung_actor_is_killed_and_restarted(start_node):
     node = start_node({"actor": [{"name": "hang", "cls": "smartgo.actors.testing_actors:HangingActor",
                                   "heartbeat_deadline": 1.0, "kwargs": {"hang_after": 0.3}}]})

@@ -18,12 +18,14 @@ class FakeTransport(asyncio.Transport):
         super().__init__()
         self.calls: list[str] = []
         self.written = bytearray()
+        self.writes = 0
         self.closing = False
 
     def get_extra_info(self, name: str, default: object = None) -> object:
         return ("127.0.0.1", 4242)
 
     def writelines(self, buffers) -> None:
+        self.writes += 1
         self.written += b"".join(bytes(b) for b in buffers)
 
     def pause_reading(self) -> None:
@@ -67,6 +69,24 @@ def test_a_client_keeps_reading_and_drain_waits(arun) -> None:
         assert not drained.done()
         conn.resume_writing()
         await asyncio.wait_for(drained, 1)
+    arun(main())
+
+
+def test_connections_of_one_loop_share_the_end_of_iteration_flush(arun) -> None:
+    async def main() -> None:
+        pairs = [_connect(server_side=True) for _ in range(3)]
+        for conn, _ in pairs:
+            for code in (20, 21, 22):
+                conn.send(RemotingCommand(code, flag=FLAG_RESPONSE))
+        assert [t.writes for _, t in pairs] == [1, 1, 1]               # each first reply at once
+        gatherer = pairs[0][0]._gatherer
+        assert all(c._gatherer is gatherer for c, _ in pairs) and len(gatherer._conns) == 3
+        await asyncio.sleep(0)                                          # one callback flushes all three
+        assert [t.writes for _, t in pairs] == [2, 2, 2] and not gatherer._conns
+        for _, t in pairs:
+            assert [c.code for c in FrameDecoder().feed(bytes(t.written))] == [20, 21, 22]
+        pairs[0][0].send(RemotingCommand(23, flag=FLAG_RESPONSE))       # a new iteration: at once again
+        assert pairs[0][1].writes == 3
     arun(main())
 
 
