@@ -11,7 +11,9 @@ Scenarios (128-byte bodies, loopback, async flush unless noted):
   rss        total RSS of all actors with a 5 GB backlog (a consumer reads the oldest 1 GB)   target <= 400 MB
 
 Every figure is the median of --runs runs (each on a fresh node). The machine is shared (2 vCPU):
-the load average is reported with the results. --json: the last line is one JSON object.
+the load average is reported with the results, and with each scenario its host_probe_ms (the
+CPU time of a fixed pure-Python workload, sampled during the runs: higher is a slower host; see
+HostProbe). --json: the last line is one JSON object.
 --profile DIR: cProfile the net and commit actors during the batch and sync scenarios.
 """
 
@@ -24,8 +26,10 @@ import multiprocessing
 import os
 import resource
 import statistics
+import struct
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -434,6 +438,56 @@ def scenario_rss(workdir: Path, backlog_bytes: int, read_bytes: int, extra: dict
             "per_actor_mb": {k: round(v / 2**20, 1) for k, v in per_actor.items()}}
 
 
+_PROBE = struct.Struct(">qiiq")
+
+
+class HostProbe:
+    """How fast this VM's CPUs run during a scenario: a thread times a fixed pure-Python workload
+    (calls, dict lookups, struct packing and joins, as on the send path) in its own CPU time every
+    `every` seconds; `ms` is the median. On this shared VM the same loop takes 5.6 to 11.3 ms from
+    one second to the next with nothing else of ours running, and the broker's CPU per message
+    moves with it; the probe tells such moments apart so that series can be compared by host
+    speed. It costs ~2 % of one core."""
+
+    def __init__(self, every: float = 0.25) -> None:
+        self.every = every
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="host-probe", daemon=True)
+
+    @staticmethod
+    def once() -> float:
+        d = {i: i for i in range(64)}
+        pack, join = _PROBE.pack, b"".join
+        t0 = time.thread_time()
+        for i in range(20_000):
+            join((pack(i, d.get(i & 63, 0), i & 7, i << 3), b"x"))
+        return (time.thread_time() - t0) * 1000
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.samples.append(self.once())
+
+    @property
+    def ms(self) -> float:
+        return round(statistics.median(self.samples), 3) if self.samples else 0.0
+
+    def __enter__(self) -> HostProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def probed(fn) -> dict:
+    """fn()'s figures plus host_probe_ms, the host speed while it ran."""
+    with HostProbe() as probe:
+        figures = fn()
+    return {**figures, "host_probe_ms": probe.ms}
+
+
 def _cpu_per_msg(cpu: dict[str, float], msgs: int) -> float:
     return sum(cpu.values()) / max(msgs, 1) * 1e6
 
@@ -491,7 +545,7 @@ def main() -> None:
         work = Path(tmp)
 
         def repeat(name: str, fn) -> None:
-            results[name] = median_of([fn() for _ in range(runs)])
+            results[name] = median_of([probed(fn) for _ in range(runs)])
             print(f"{name}: {results[name]}", file=sys.stderr)
 
         if "batch" in only:

@@ -17,6 +17,7 @@ def test_bench_broker_quick():
     assert r["pull"]["msgs"] == 20_000                     # the whole backlog came back
     assert 0 < r["wake"]["p50_ms"] <= r["wake"]["p99_ms"]
     assert set(r["pass"]) >= {"batch_msgs_s", "sync_msgs_s", "pull_msgs_s", "wake_p99_ms"}
+    assert all(r[s]["host_probe_ms"] > 0 for s in ("batch", "sync", "pull", "wake")), r   # sampled during each run
 
 
 @pytest.mark.timeout(120)
