@@ -94,7 +94,11 @@ def test_push_consumer_requests_and_send_back(tmp):
             await c.start()
             await async_wait_until(lambda: len(got) >= 5, 10, message="messages")
             await async_wait_until(lambda: broker.of(RequestCode.CONSUMER_SEND_MSG_BACK), 5, message="send back")
-            await asyncio.sleep(0.2)
+
+            def offset_committed_on_a_pull() -> bool:     # committed offsets ride on later pulls
+                return any(p.ext_fields["topic"] == "T" and int(p.ext_fields["sysFlag"]) & PullSysFlag.COMMIT_OFFSET
+                           and int(p.ext_fields["commitOffset"]) > 0 for p in broker.of(RequestCode.PULL_MESSAGE))
+            await async_wait_until(offset_committed_on_a_pull, 10, message="a pull committing an offset")
             cid = c.client_id
             await c.close()
             return broker, q, got, cid

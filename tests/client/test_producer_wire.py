@@ -12,6 +12,7 @@ from smartgo.client import AsyncProducer, BrokerError, Message, NoRouteError, Se
 from smartgo.net.busy_poll import poller_for
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import COMPRESSED_FLAG, decode_batch_body, decode_properties
+from smartgo.testing import async_wait_until
 
 from .conftest import FakeBroker, arun, fake_cluster
 
@@ -227,8 +228,10 @@ def test_async_callback_and_oneway(tmp):
                 futs = [p.send_async(Message("T", b"x"), lambda r, e: seen.append((r, e))) for _ in range(50)]
                 results = await asyncio.gather(*futs)
                 await p.send_oneway(Message("T", b"one-way"))
-                await asyncio.sleep(0.2)
-            oneway = [r for r in broker.of(310) if r.body == b"one-way"]
+
+                def oneway_arrived():
+                    return [r for r in broker.of(310) if r.body == b"one-way"]
+                oneway = await async_wait_until(oneway_arrived, 5, message="the one-way send")
             return results, seen, oneway
     results, seen, oneway = arun(main())
     assert len(results) == 50 and len(seen) == 50 and all(e is None for _, e in seen)
