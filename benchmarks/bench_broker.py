@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import os
 import resource
+import shutil
 import statistics
 import struct
 import sys
@@ -326,6 +327,8 @@ def actor_cpu(node: Node) -> dict[str, float]:
 
 @contextmanager
 def broker_node(workdir: Path, settings: dict | None = None):
+    """A fresh node on its own store, removed when the node is gone: a full run starts ~20 nodes,
+    and their stores together (5 GB for rss alone) must not push the disk towards the watermarks."""
     base = Path(tempfile.mkdtemp(dir=workdir))
     node = start_broker(base / "node", {**NODE, **(settings or {})})
     try:
@@ -333,6 +336,7 @@ def broker_node(workdir: Path, settings: dict | None = None):
         node.stop()
     finally:
         node.reap()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def percentile(sorted_values: list[float], p: float) -> float:

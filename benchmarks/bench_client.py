@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -196,6 +197,7 @@ def main() -> None:
         run(serve_stub(args.serve_stub, args.stub_registry, args.backlog))
         return
     procs = []
+    tmp = None
     try:
         registry = args.registry
         if registry is None:
@@ -217,6 +219,8 @@ def main() -> None:
         for p in procs:
             p.kill()
             p.wait(10)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     result = {k: round(statistics.median(r[k] for r in runs), 2) for k in runs[0]}
     result.update({"runs": len(runs), "messages_per_mode": n, "consume_messages": consume_n,
                    "broker": "stub" if args.registry is None else args.registry})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -90,11 +91,13 @@ def steady_disk_usage(path: Path, ratio: float = 0.1) -> str:
     return str(path)
 
 
-def run_benchmark(script: str, *args: str, timeout: float = 170.0) -> dict:
+def run_benchmark(script: str, *args: str, timeout: float = 170.0, tmpdir: Path | None = None) -> dict:
     """`benchmarks/<script> --quick --json [args]` from the checkout: its figures (the JSON object
-    on the last line). For the benchmark smoke tests: a benchmark that breaks fails the suite."""
+    on the last line). For the benchmark smoke tests: a benchmark that breaks fails the suite.
+    tmpdir: the benchmark's TMPDIR (to check that it leaves nothing behind)."""
     root = Path(__file__).resolve().parents[1]
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     out = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--json", *args],
-                         capture_output=True, text=True, timeout=timeout, cwd=root)
+                         capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -21,8 +21,9 @@ def test_bench_broker_quick():
 
 
 @pytest.mark.timeout(120)
-def test_bench_broker_raw_producers_quick():
-    r = run_benchmark("bench_broker.py", "--only", "sync", "--raw-producers", timeout=110)
+def test_bench_broker_raw_producers_quick(tmp_path):
+    r = run_benchmark("bench_broker.py", "--only", "sync", "--raw-producers", timeout=110, tmpdir=tmp_path)
+    assert list(tmp_path.iterdir()) == []          # every node's store is gone
     assert r["raw_producers"] is True and "batch" not in r
     assert r["sync"]["errors"] == 0 and r["sync"]["msgs_s"] > 0
     assert 0 < r["sync"]["p50_ms"] <= r["sync"]["p99_ms"]
