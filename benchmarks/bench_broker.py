@@ -27,10 +27,8 @@ import os
 import resource
 import shutil
 import statistics
-import struct
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +38,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.testing import Node  # noqa: E402
 from smartgo.broker.testing import (batch_command, message_properties, pull_command, send_command,  # noqa: E402
                                     start_broker, uniq_key)
@@ -440,49 +439,6 @@ def scenario_rss(workdir: Path, backlog_bytes: int, read_bytes: int, extra: dict
         written = node.health()["fields"]["commitlog.written"]
     return {"rss_mb": sum(per_actor.values()) / 2**20, "backlog_gb": written / 2**30,
             "per_actor_mb": {k: round(v / 2**20, 1) for k, v in per_actor.items()}}
-
-
-_PROBE = struct.Struct(">qiiq")
-
-
-class HostProbe:
-    """How fast this VM's CPUs run during a scenario: a thread times a fixed pure-Python workload
-    (calls, dict lookups, struct packing and joins, as on the send path) in its own CPU time every
-    `every` seconds; `ms` is the median. On this shared VM the same loop takes 5.6 to 11.3 ms from
-    one second to the next with nothing else of ours running, and the broker's CPU per message
-    moves with it; the probe tells such moments apart so that series can be compared by host
-    speed. It costs ~2 % of one core."""
-
-    def __init__(self, every: float = 0.25) -> None:
-        self.every = every
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="host-probe", daemon=True)
-
-    @staticmethod
-    def once() -> float:
-        d = {i: i for i in range(64)}
-        pack, join = _PROBE.pack, b"".join
-        t0 = time.thread_time()
-        for i in range(20_000):
-            join((pack(i, d.get(i & 63, 0), i & 7, i << 3), b"x"))
-        return (time.thread_time() - t0) * 1000
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            self.samples.append(self.once())
-
-    @property
-    def ms(self) -> float:
-        return round(statistics.median(self.samples), 3) if self.samples else 0.0
-
-    def __enter__(self) -> HostProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def probed(fn) -> dict:

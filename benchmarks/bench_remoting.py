@@ -10,6 +10,8 @@ Figures (medians of --runs runs):
   conn16_<type>_per_s    16 connections, each doing sequential round trips concurrently
   pipelined_<type>_{client,server}_cpu_us  CPU time per pipelined request on each side
                          (robust to a busy machine: 1e6 / the larger is the rate with a core each)
+  host_probe_ms          the CPU time of a fixed Python loop before each run: higher is a slower host
+                         (host_probe.py; this VM's CPU speed varies up to 2x second to second)
 <type> is json (what foreign clients use) or msgpack (SmartGo peers after negotiation).
 
     .venv/bin/python benchmarks/bench_remoting.py [--runs 5] [--json] [--quick] [--loop uvloop|asyncio] [--busy-poll-us 100]
@@ -32,6 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from host_probe import HostProbe  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import RequestCode, SerializeType  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
@@ -184,6 +187,7 @@ def main() -> None:
 
     all_cpus = os.sched_getaffinity(0)
     for _ in range(runs):
+        record("host_probe_ms", HostProbe.now())      # this VM's CPU speed varies: see host_probe.py
         for tname, stype in TYPES.items():
             record(f"header_{tname}_us", header_us(stype, int(50000 * scale)))
         record("header_rocketmq_us", header_us(SerializeType.ROCKETMQ, int(50000 * scale)))
