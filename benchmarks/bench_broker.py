@@ -4,6 +4,7 @@ Scenarios (128-byte bodies, loopback, async flush unless noted):
   batch      batched send, 32 messages a request, one producer connection (--batch-depth requests in flight)
              target >= 150,000 msgs/s
   sync       single sends from 16 concurrent synchronous producers                target >= 20,000 msgs/s, p99 <= 5 ms
+             (one connection each; --sync-connections 1: all on one, as a RocketMQ client instance's threads)
   syncflush  the same with --flush sync                                           target >= 10,000 msgs/s
   pull       pull a 1,000,000-message backlog, 32 per request                     target >= 200,000 msgs/s
   wake       long-poll wake latency, send -> consumer receipt, p99                target <= 10 ms
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -166,11 +168,13 @@ class _SyncProducer(asyncio.Protocol):
 
 
 async def sync_worker(a: dict, ready, go) -> dict:
-    """`producers` synchronous producers, one connection each: send, wait, send."""
-    clients = [RemotingClient(busy_poll_us=a["busy_poll_us"]) for _ in range(a["producers"])]
-    conns = [await c.connection(a["addr"]) for c in clients]
+    """`producers` synchronous producers (send, wait, send) on `connections` connections, taken
+    in turn."""
+    clients = [RemotingClient(busy_poll_us=a["busy_poll_us"]) for _ in range(a["connections"])]
+    shared = [await c.connection(a["addr"]) for c in clients]
+    conns = [shared[i % len(shared)] for i in range(a["producers"])]
     latencies: list[float] = []
-    stats = {"msgs": 0, "errors": 0}
+    stats = {"msgs": 0, "errors": 0, "connections": len(shared)}
     cmds = [send_command(TOPIC, BODY, queue_id=q % QUEUES, uniq=uniq_key()) for q in range(64)]
 
     async def producer(i: int, conn) -> None:
@@ -225,7 +229,7 @@ async def raw_sync_worker(a: dict, ready, go) -> dict:
     await asyncio.wait_for(run["done"], a["seconds"] + 30)
     latencies = sorted(run["latencies"])
     return {"msgs": run["msgs"], "errors": run["errors"], "seconds": time.perf_counter() - start,
-            "latencies": latencies[::max(1, len(latencies) // 20000)]}   # a sample, for the percentiles
+            "connections": len(conns), "latencies": latencies[::max(1, len(latencies) // 20000)]}
 
 
 async def pull_worker(a: dict, ready, go) -> dict:
@@ -392,19 +396,28 @@ def scenario_batch(workdir: Path, seconds: float, extra: dict, depth: int) -> di
             "loadgen_cpu_s": round(r["cpu_s"], 2), "cpu_s": _rounded(cpu)}
 
 
-def scenario_sync(workdir: Path, seconds: float, extra: dict, worker: str = "sync", processes: int = 1,
-                  producers: int = 16) -> dict:
+@dataclass(frozen=True)
+class SyncLoad:
+    """How the 16 sync producers are run: worker kind, processes, connections (all processes)."""
+    worker: str = "sync"
+    processes: int = 1
+    connections: int = 16
+    producers: int = 16
+
+
+def scenario_sync(workdir: Path, seconds: float, extra: dict, load: SyncLoad) -> dict:
     with broker_node(workdir, extra) as (node, addr):
-        jobs = [(worker, {"addr": addr, "seconds": seconds, "producers": producers // processes,
-                          "busy_poll_us": extra.get("net_busy_poll_us", 0)})
-                for _ in range(processes)]
+        jobs = [(load.worker, {"addr": addr, "seconds": seconds, "producers": load.producers // load.processes,
+                               "connections": max(1, load.connections // load.processes),
+                               "busy_poll_us": extra.get("net_busy_poll_us", 0)})
+                for _ in range(load.processes)]
         results, cpu = run_workers(jobs, node)
     msgs = sum(r["msgs"] for r in results)
     lat = sorted(x for r in results for x in r["latencies"])
     return {"msgs_s": msgs / max(r["seconds"] for r in results), "p50_ms": percentile(lat, 50) * 1000,
             "p99_ms": percentile(lat, 99) * 1000, "errors": sum(r["errors"] for r in results),
             "cpu_us_per_msg": _cpu_per_msg(cpu, msgs), "loadgen_cpu_s": round(sum(r["cpu_s"] for r in results), 2),
-            "cpu_s": _rounded(cpu)}
+            "connections": sum(r["connections"] for r in results), "cpu_s": _rounded(cpu)}
 
 
 def scenario_pull(workdir: Path, backlog: int, extra: dict) -> dict:
@@ -486,8 +499,13 @@ def main() -> None:
     ap.add_argument("--raw-producers", action="store_true",
                     help="sync scenarios: producers on raw connections with pre-encoded frames instead of "
                          "RemotingClient (less load-generator CPU on the shared cores)")
+    ap.add_argument("--sync-connections", type=int, default=16,
+                    help="connections the 16 sync producers share (16: one each; 1: one for all, as the threads of "
+                         "RocketMQ's benchmark Producer share one DefaultMQProducer); RemotingClient producers only")
     args = ap.parse_args()
-    sync_kind = "raw_sync" if args.raw_producers else "sync"
+    if args.raw_producers and args.sync_connections != 16:
+        ap.error("--raw-producers runs one connection per producer: leave --sync-connections at 16")
+    load = SyncLoad("raw_sync" if args.raw_producers else "sync", args.sync_processes, args.sync_connections)
     quick = args.quick
     runs = 1 if quick else args.runs
     seconds = 1.5 if quick else args.seconds
@@ -500,6 +518,7 @@ def main() -> None:
     if args.profile:
         os.environ["SMARTGO_PROFILE_DIR"] = str(Path(args.profile).resolve())
     results: dict = {"quick": quick, "raw_producers": args.raw_producers, "sync_processes": args.sync_processes,
+                     "sync_connections": args.sync_connections,
                      "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory(prefix="bench_broker_") as tmp:
         work = Path(tmp)
@@ -511,18 +530,16 @@ def main() -> None:
         if "batch" in only:
             repeat("batch", lambda: scenario_batch(work, seconds, extra, args.batch_depth))
         if "sync" in only:
-            repeat("sync", lambda: scenario_sync(work, seconds, extra, sync_kind, args.sync_processes))
+            repeat("sync", lambda: scenario_sync(work, seconds, extra, load))
         if "syncflush" in only:
-            repeat("syncflush", lambda: scenario_sync(work, seconds, {**extra, "flush": "sync"}, sync_kind,
-                                                          args.sync_processes))
+            repeat("syncflush", lambda: scenario_sync(work, seconds, {**extra, "flush": "sync"}, load))
         if "pull" in only:
             repeat("pull", lambda: scenario_pull(work, 20_000 if quick else 1_000_000, extra))
         if "wake" in only:
             repeat("wake", lambda: scenario_wake(work, 30 if quick else 300, extra))
         if "scaling" in only:
             for n in ((1, 2) if quick else (1, 2, 4)):
-                repeat(f"scaling_net{n}", lambda n=n: scenario_sync(work, seconds, {"net_actors": n}, sync_kind,
-                                                                         args.sync_processes))
+                repeat(f"scaling_net{n}", lambda n=n: scenario_sync(work, seconds, {"net_actors": n}, load))
         if "rss" in only:
             repeat("rss", lambda: scenario_rss(work, 5 << 30, 1 << 30, extra))
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -9,11 +9,13 @@ from smartgo.testing import run_benchmark
 
 @pytest.mark.timeout(180)
 def test_bench_broker_quick():
-    r = run_benchmark("bench_broker.py", "--busy-poll-us", "100", timeout=170)   # net actors and producers poll
+    # net actors and producers poll; the 16 sync producers share 4 connections
+    r = run_benchmark("bench_broker.py", "--busy-poll-us", "100", "--sync-connections", "4", timeout=170)
     assert r["quick"] is True
     for scenario in ("batch", "sync", "pull", "wake"):
         assert r[scenario]["errors" if scenario != "wake" else "samples"] == (0 if scenario != "wake" else 30), r
     assert r["batch"]["msgs_s"] > 0 and r["sync"]["msgs_s"] > 0 and r["sync"]["p99_ms"] > 0
+    assert r["sync_connections"] == 4 and r["sync"]["connections"] == 4
     assert r["pull"]["msgs"] == 20_000                     # the whole backlog came back
     assert 0 < r["wake"]["p50_ms"] <= r["wake"]["p99_ms"]
     assert set(r["pass"]) >= {"batch_msgs_s", "sync_msgs_s", "pull_msgs_s", "wake_p99_ms"}
@@ -25,5 +27,5 @@ def test_bench_broker_raw_producers_quick(tmp_path):
     r = run_benchmark("bench_broker.py", "--only", "sync", "--raw-producers", timeout=110, tmpdir=tmp_path)
     assert list(tmp_path.iterdir()) == []          # every node's store is gone
     assert r["raw_producers"] is True and "batch" not in r
-    assert r["sync"]["errors"] == 0 and r["sync"]["msgs_s"] > 0
+    assert r["sync"]["errors"] == 0 and r["sync"]["msgs_s"] > 0 and r["sync"]["connections"] == 16
     assert 0 < r["sync"]["p50_ms"] <= r["sync"]["p99_ms"]
