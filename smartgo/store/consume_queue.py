@@ -68,7 +68,8 @@ class ConsumeQueueWriter:
     def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int):
         self.key: QueueKey = (topic, queue_id)
         self.file_size = round_up_to_unit(file_size)
-        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=True)
+        # Sparse: a topic's queues reserve disk as they fill, not 6 MB each up front (keep_warm).
+        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=True, sparse=True)
         self.max_offset = 0
         self.max_phys_end = 0  # commitLogOffset + size of the last entry
         self._file: MappedFile | None = None
@@ -104,11 +105,10 @@ class ConsumeQueueWriter:
             if not self._fill_holes(queue_offset):
                 return False
         mf, rel = self._at(queue_offset * CQ_UNIT)
+        self._ready(mf, rel, CQ_UNIT)
         ENTRY.pack_into(mf.mm, rel, phys, size, tags_code)
         self.max_offset = queue_offset + 1
         self.max_phys_end = phys + size
-        if rel + CQ_UNIT + WARM_AHEAD // 2 > self._warm_end:
-            self._warm_end = keep_warm(mf, rel + CQ_UNIT, self._warm_end)
         return True
 
     def put_entries(self, queue_offset: int, entries) -> bool:
@@ -123,16 +123,21 @@ class ConsumeQueueWriter:
         while done < len(mv):
             mf, rel = self._at(pos)
             take = min(len(mv) - done, self.file_size - rel)
+            self._ready(mf, rel, take)
             mf.mm[rel:rel + take] = mv[done:done + take]
             done += take
             pos += take
         phys, size, _ = ENTRY.unpack_from(mv, len(mv) - CQ_UNIT)
         self.max_offset = pos // CQ_UNIT
         self.max_phys_end = phys + size
-        rel = pos - self._start
-        if rel + WARM_AHEAD // 2 > self._warm_end:
-            self._warm_end = keep_warm(self._file, rel, self._warm_end)   # zero_fill says why
         return True
+
+    def _ready(self, mf: MappedFile, rel: int, length: int) -> None:
+        """Before storing [rel, rel + length): those bytes, and about WARM_AHEAD beyond, are
+        written with zeros (the file is sparse, and mapped stores into unwritten extents are
+        slow: zero_fill, keep_warm)."""
+        if rel + length + WARM_AHEAD // 2 > self._warm_end:
+            self._warm_end = keep_warm(mf, rel, self._warm_end, rel + length)
 
     def _at(self, pos: int) -> tuple[MappedFile, int]:
         """The file holding byte pos (mapped, created if new) and pos within it."""
@@ -141,9 +146,10 @@ class ConsumeQueueWriter:
         if mf is None or rel < 0 or rel >= self.file_size:
             if mf is not None:
                 self.files.forget(mf.start)
+            fresh = not self.files.path_of(pos - pos % self.file_size).exists()
             mf = self._file = self.files.get(pos, create=True)
             self._start = mf.start
-            self._warm_end = 0
+            self._warm_end = min(WARM_AHEAD, mf.size) if fresh else 0    # create_segment wrote those
             rel = pos - self._start
         return mf, rel
 

@@ -37,13 +37,17 @@ def segment_starts(directory: Path) -> list[int]:
     return sorted(int(n) for n in names if len(n) == NAME_WIDTH and n.isdigit())
 
 
-def _reserve(fd: int, size: int, path: str, written: int = 0) -> None:
+def _reserve(fd: int, size: int, path: str, written: int = 0, sparse: bool = False) -> None:
     """Give the file real blocks now, so a full disk is an error here rather than a SIGBUS
     on a later store through the mapping; then write zeros over its first `written` bytes
-    (zero_fill says why)."""
+    (zero_fill says why). A sparse file gets blocks only for those bytes: its writer then
+    zero_fills every range before storing into it (keep_warm)."""
     try:
         try:
-            os.posix_fallocate(fd, 0, size)
+            if sparse:
+                os.ftruncate(fd, size)
+            else:
+                os.posix_fallocate(fd, 0, size)
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
@@ -83,28 +87,34 @@ def zero_fill(path: Path | str, start: int, end: int) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        if exc.errno in _DISK_FULL_ERRNOS:           # only where fallocate is unsupported
+        if exc.errno in _DISK_FULL_ERRNOS:           # a sparse file (or no fallocate): the disk is full
             raise DiskFullError(str(path), end - start, exc) from exc
         raise
 
 
-def keep_warm(mf: MappedFile, end: int, warm_end: int) -> int:
-    """zero_fill the WARM_AHEAD bytes of mf after `end` (its stored size; bytes before
-    warm_end are written already). Returns the new warm_end."""
+def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int = 0) -> int:
+    """Make sure the bytes of mf from `end` (its stored size) to `stores_to`, and WARM_AHEAD
+    beyond, are written with zeros before anything stores into them; bytes before warm_end are
+    written already (0: just mapped - then so is the page `end` falls in, which holds entries or
+    was cut by truncate). Returns the new warm_end.
+
+    A sparse file (a ConsumeQueue's) has blocks only where this wrote: a full disk is then a
+    DiskFullError here, never a SIGBUS on the store."""
     start = max(warm_end, -(-end // PAGE_SIZE) * PAGE_SIZE)
-    stop = min(start + WARM_AHEAD, mf.size)
+    stop = min(-(-(max(end, stores_to) + WARM_AHEAD) // PAGE_SIZE) * PAGE_SIZE, mf.size)
     if start < stop:
         zero_fill(mf.path, start, stop)
     return max(stop, end)
 
 
-def create_segment(path: Path, size: int, written: int = WARM_AHEAD) -> None:
-    """Create a fully reserved file atomically (temp name, then rename): a reader never
-    sees it short. Its first `written` bytes are written with zeros (zero_fill)."""
+def create_segment(path: Path, size: int, written: int = WARM_AHEAD, sparse: bool = False) -> None:
+    """Create a reserved file atomically (temp name, then rename): a reader never sees it
+    short. Its first `written` bytes are written with zeros (zero_fill); `sparse`: only those
+    get blocks now (_reserve)."""
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _reserve(fd, size, str(path), written)
+        _reserve(fd, size, str(path), written, sparse)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
@@ -119,7 +129,7 @@ class MappedFile:
 
     __slots__ = ("path", "start", "size", "mm", "view", "writable", "released")
 
-    def __init__(self, path: Path, start: int, size: int, writable: bool):
+    def __init__(self, path: Path, start: int, size: int, writable: bool, sparse: bool = False):
         self.path = path
         self.start = start
         self.writable = writable
@@ -127,7 +137,7 @@ class MappedFile:
         try:
             actual = os.fstat(fd).st_size
             if writable and actual < size:
-                _reserve(fd, size, str(path))  # a file a crash or an operator left short
+                _reserve(fd, size, str(path), sparse=sparse)  # a file a crash or an operator left short
                 actual = size
             length = min(actual, size)
             if length == 0:
@@ -165,10 +175,11 @@ class MappedFile:
 class MappedFileQueue:
     """The segments of one directory, mapped on demand in this process."""
 
-    def __init__(self, directory: Path | str, file_size: int, *, writable: bool):
+    def __init__(self, directory: Path | str, file_size: int, *, writable: bool, sparse: bool = False):
         self.directory = Path(directory)
         self.file_size = file_size
         self.writable = writable
+        self.sparse = sparse        # files get blocks as their writer zero_fills them (keep_warm)
         self._files: dict[int, MappedFile] = {}
 
     def starts(self) -> list[int]:
@@ -189,9 +200,9 @@ class MappedFileQueue:
             path = self.path_of(start)
             if create and not path.exists():
                 self.directory.mkdir(parents=True, exist_ok=True)
-                create_segment(path, self.file_size)
+                create_segment(path, self.file_size, sparse=self.sparse)
             try:
-                mf = MappedFile(path, start, self.file_size, self.writable)
+                mf = MappedFile(path, start, self.file_size, self.writable, self.sparse)
             except FileNotFoundError:
                 raise OffsetGoneError(str(self.directory), offset) from None
             self._files[start] = mf
@@ -231,12 +242,15 @@ class MappedFileQueue:
             if start >= offset:
                 path.unlink(missing_ok=True)
             elif start + fs > offset:
-                os.truncate(path, offset - start)
+                rel = offset - start
+                os.truncate(path, rel)
                 fd = os.open(path, os.O_RDWR)
                 try:
-                    _reserve(fd, fs, str(path))
+                    _reserve(fd, fs, str(path), sparse=self.sparse)
                 finally:
                     os.close(fd)
+                if self.sparse and rel % PAGE_SIZE:     # keep the cut page written (keep_warm relies on it)
+                    zero_fill(path, rel, min(rel - rel % PAGE_SIZE + PAGE_SIZE, fs))
 
     def delete_files_before(self, offset: int) -> list[int]:
         """Delete files that end at or before offset; returns their start offsets."""

@@ -139,33 +139,65 @@ def test_min_offset_ignores_gap_holes_after_live_entries(tmp_path):
     assert r.min_offset(1100, 4) == 3  # the first live entry at or past the CommitLog minimum
 
 
-def test_zero_fill_ahead_never_touches_written_entries(tmp_path, monkeypatch):
-    """The writer keeps the bytes ahead of it written with zeros (ext4 makes a first store through
-    the mapping slow otherwise): every fill starts at a page boundary past the last entry, stays
-    in the current file, and the entries read back intact across files, put and put_entries alike."""
-    from smartgo.store import mapped_file
-    from smartgo.store.mapped_file import WARM_AHEAD, zero_fill
-    fills = []
-
-    def recording(path, start, stop):
-        fills.append((os.path.basename(path), start, stop, cq.max_offset * 20 % file_size))
-        zero_fill(path, start, stop)
-    monkeypatch.setattr(mapped_file, "zero_fill", recording)
-    file_size = 300_000                                  # 15,000 entries a file
-    cq = ConsumeQueueWriter(tmp_path, "T", 0, file_size)
-    n = 0
-    for i in range(40_000):
-        if i % 3:
+def _write_mixed(cq: ConsumeQueueWriter, n: int, count: int) -> int:
+    """count rounds of put, put_entries of 4 and, every 97th, put_entries of 5,000 entries
+    (100 kB: more than WARM_AHEAD at once); returns the new max offset."""
+    for i in range(count):
+        if i % 97 == 96:
+            size = 5_000
+        elif i % 3:
             assert cq.put(n, 64 * n, 64, n % 7)
             n += 1
+            continue
         else:
-            assert cq.put_entries(n, b"".join(ENTRY.pack(64 * k, 64, k % 7) for k in range(n, n + 4)))
-            n += 4
-    assert len(fills) > 20
-    for name, start, stop, written in fills:
-        assert start % 4096 == 0 and start >= written or written == 0, (name, start, written)
-        assert start < stop <= file_size and stop - start <= WARM_AHEAD
-    assert {name for name, *_ in fills} >= {segment_name(0), segment_name(file_size)}
+            size = 4
+        assert cq.put_entries(n, b"".join(ENTRY.pack(64 * k, 64, k % 7) for k in range(n, n + size)))
+        n += size
+    return n
+
+
+def test_every_store_lands_on_bytes_written_before_it(tmp_path, monkeypatch):
+    """ConsumeQueue files are sparse: a store through the mapping into bytes without blocks
+    would be a SIGBUS on a full disk (and is slow on ext4 anyway). So every entry's bytes are
+    written with zeros before it is stored: each fill starts at or past the stored end of its
+    file at that moment (read from the file), and the fills cover every entry - across files,
+    puts larger than the window, a recovery truncation mid-page and a reopened writer."""
+    from smartgo.store import mapped_file
+    from smartgo.store.mapped_file import WARM_AHEAD, zero_fill
+    file_size = 300_000                                  # 15,000 entries a file
+    fills: dict[str, list[tuple[int, int]]] = {}
+
+    def stored_end(path) -> int:
+        with open(path, "rb") as f:
+            sizes = [e[1] for e in ENTRY.iter_unpack(f.read())]
+        return 20 * next((i for i, size in enumerate(sizes) if size == 0), len(sizes))
+
+    def recording(path, start, stop):
+        assert start >= stored_end(path), (path, start, stored_end(path))
+        fills.setdefault(os.path.basename(path), []).append((start, stop))
+        zero_fill(path, start, stop)
+    monkeypatch.setattr(mapped_file, "zero_fill", recording)
+    cq = ConsumeQueueWriter(tmp_path, "T", 0, file_size)
+    n = _write_mixed(cq, 0, 20_000)
+    cut = n - 1_234                                      # recovery: entries from here go
+    assert cut * 20 % 4096 and cut * 20 // file_size == n * 20 // file_size
+    name = segment_name(cut * 20 - cut * 20 % file_size)
+    fills[name] = [(a, min(b, cut * 20 % file_size)) for a, b in fills.get(name, [])]   # truncate frees the rest
+    cq.truncate_entries(cut)
+    cq.close()
+    cq = ConsumeQueueWriter(tmp_path, "T", 0, file_size)     # resumes mid-page of the last file
+    assert cq.max_offset == cut
+    n = _write_mixed(cq, cut, 3_000)
+    directory = tmp_path / "T" / "0"
+    names = sorted(os.listdir(directory))
+    assert len(names) >= 3 and len(fills) >= 3
+    for name in names:
+        covered = sorted(fills.get(name, []) + [(0, WARM_AHEAD)])   # create_segment wrote the first window
+        upto = 0
+        for a, b in covered:
+            assert a <= upto, (name, a, upto)                   # no gap below the stored end
+            upto = max(upto, b)
+        assert upto >= stored_end(directory / name), (name, upto)
     reader = ConsumeQueueReader(tmp_path, "T", 0, file_size)
     got, off = [], 0
     while off < n:
@@ -173,4 +205,49 @@ def test_zero_fill_ahead_never_touches_written_entries(tmp_path, monkeypatch):
         got.extend(ENTRY.iter_unpack(raw))
         off += len(raw) // 20
     assert got == [(64 * k, 64, k % 7) for k in range(n)]
+    cq.close()
+
+
+def test_queue_files_take_disk_only_as_they_fill(tmp_path):
+    """A topic's queues do not reserve their whole files (6 MB each by default) up front: a
+    1,024-queue topic would hold 6 GB of disk for its first messages."""
+    from smartgo.store.mapped_file import WARM_AHEAD
+    cqs = [ConsumeQueueWriter(tmp_path, "T", q, 6_000_000) for q in range(8)]
+    for cq in cqs:
+        for i in range(1_000):
+            cq.put(i, 100 * i, 100, 0)
+    for q, cq in enumerate(cqs):
+        st = os.stat(tmp_path / "T" / str(q) / segment_name(0))
+        assert st.st_size == 6_000_000
+        assert st.st_blocks * 512 <= 20_000 + 2 * WARM_AHEAD + 8192, st.st_blocks
+        cq.close()
+
+
+def test_disk_full_ahead_of_the_writer_is_an_error_not_a_crash(tmp_path, monkeypatch):
+    """When the bytes ahead cannot be written (ENOSPC) the put raises DiskFullError before
+    storing anything; once there is room again the queue goes on where it stopped."""
+    import errno
+    from smartgo.store import DiskFullError
+    cq = ConsumeQueueWriter(tmp_path, "T", 0, 6_000_000)
+    n = 0
+    while n * 20 < 40_000:                               # inside the first window: no fill needed
+        assert cq.put(n, 10 * n, 10, 0)
+        n += 1
+    real = os.pwrite
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(DiskFullError, match="disk full"):
+        for _ in range(10_000):
+            cq.put(n, 10 * n, 10, 0)
+            n += 1
+    assert cq.max_offset == n
+    monkeypatch.setattr(os, "pwrite", real)
+    for _ in range(5_000):
+        assert cq.put(n, 10 * n, 10, 0)
+        n += 1
+    reader = ConsumeQueueReader(tmp_path, "T", 0, 6_000_000)
+    assert [e[0] for e in ENTRY.iter_unpack(reader.entries(n - 6_000, 6_000, n))] == \
+        [10 * k for k in range(n - 6_000, n)]
     cq.close()

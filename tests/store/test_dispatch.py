@@ -209,6 +209,64 @@ def test_redispatch_after_lost_entries_is_identical(tmp_path, columnar):
     assert scalar.files() == vector.files()
 
 
+def test_disk_full_mid_dispatch_then_the_retry_writes_the_same_bytes(tmp_path, monkeypatch):
+    """ConsumeQueue files are sparse, so a full disk can stop dispatch inside a round (a queue
+    file's zero-fill or creation): DiskFullError, and the dispatch actor's retry of the round
+    from its last position, once there is room, ends with the ConsumeQueues of a dispatch that
+    never failed, byte for byte, and an index with the same (key hash, offset) entries (keys of
+    the failed round may be there twice: queries drop repeated offsets)."""
+    import errno
+    import os
+
+    from smartgo.store import DiskFullError
+    cfg, clean, full = sides(tmp_path)
+    written = write_log(cfg, seed=11).wrote_position
+    real = os.pwrite
+    calls = itertools.count()
+
+    def counting(fd, data, offset):
+        next(calls)
+        return real(fd, data, offset)
+    monkeypatch.setattr(os, "pwrite", counting)
+    clean.run(0, written, 50)
+    room = next(calls) // 2                              # the disk fills half-way through
+
+    def filling_up(fd, data, offset):
+        if next(calls) >= room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+    calls = itertools.count()
+    monkeypatch.setattr(os, "pwrite", filling_up)
+    pos = 0
+    with pytest.raises(DiskFullError, match="disk full"):
+        while pos < written:
+            pos = full.dispatcher.dispatch(pos, written, 50).position
+    assert 0 < pos < written
+    monkeypatch.setattr(os, "pwrite", real)
+    full.run(pos, written, 50)
+    clean.close()
+    full.close()
+    files = [side.files() for side in (clean, full)]
+    queues = [{name: data for name, data in f.items() if name.startswith("cq/")} for f in files]
+    assert len(queues[0]) > 20 and queues[0] == queues[1]
+    entries = [_index_entries(f, cfg.index_slot_count) for f in files]
+    assert len(entries[0]) > 100 and entries[0] == entries[1]
+
+
+def _index_entries(files: dict[str, bytes], slot_count: int) -> set[tuple[int, int]]:
+    """(key hash, phyOffset) of every entry in the index files."""
+    from smartgo.store.index_file import ENTRY as INDEX_ENTRY, HEADER as INDEX_HEADER, HEADER_SIZE
+    out = set()
+    for name, data in files.items():
+        if name.startswith("index/"):
+            count = INDEX_HEADER.unpack_from(data, 0)[5]
+            at = HEADER_SIZE + slot_count * 4
+            for i in range(1, count):
+                key_hash, phys, _, _ = INDEX_ENTRY.unpack_from(data, at + i * 20)
+                out.add((key_hash, phys))
+    return out
+
+
 def test_without_numpy_the_per_record_path_runs(tmp_path, monkeypatch):
     cfg, scalar, _ = sides(tmp_path)
     written = write_log(cfg, seed=9, blocks=60).wrote_position
