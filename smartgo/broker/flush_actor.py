@@ -125,6 +125,7 @@ class FlushActor(Actor):
             self.flushed.set(flushed)
             if ts:
                 self.checkpoint.physic_timestamp = ts
+            self.checkpoint.physic_offset = flushed
             for bell in self.net_bells:
                 bell.ring()
 

@@ -1,8 +1,13 @@
-"""The checkpoint file: one 4 KiB page {physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp}.
+"""The checkpoint file: one 4 KiB page {physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp}
+as RocketMQ 4.x lays it out, plus SmartGo's own flushed CommitLog offset at byte 64 (RocketMQ
+ignores the rest of the page; 5.x uses bytes 24-39).
 
 Each field has one writer (the flush actor after a CommitLog or ConsumeQueue flush; the
 index writer after an index flush); every process maps the same page. Abnormal recovery
-starts from the newest CommitLog file whose first record is older than min_timestamp().
+starts from the newest CommitLog file whose first record is older than min_timestamp(), or
+earlier, from the file holding physic_offset: a store timestamp is covered by no CRC, so a
+torn record past the flush could otherwise pass for an old one and move the start past
+unflushed data.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Checkpoint:
     physic_timestamp = property(lambda self: self._get(0), lambda self, v: self._set(0, v))
     logics_timestamp = property(lambda self: self._get(8), lambda self, v: self._set(8, v))
     index_timestamp = property(lambda self: self._get(16), lambda self, v: self._set(16, v))
+    physic_offset = property(lambda self: self._get(64), lambda self, v: self._set(64, v))
 
     def min_timestamp(self, index_safe: bool = False) -> int:
         """StoreCheckpoint.getMinTimestamp (min(physic, logics) - 3 s, >= 0), or with

@@ -196,6 +196,7 @@ class MessageStore:
         self._cq_flusher.flush(self.max_offsets)
         if self.flushed:
             self.checkpoint.physic_timestamp = physic_ts
+            self.checkpoint.physic_offset = self.flushed
         if self._last_dispatched_ts:
             self.checkpoint.logics_timestamp = self._last_dispatched_ts
         if self.index is not None:

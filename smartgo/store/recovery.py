@@ -46,7 +46,11 @@ class RecoveredState:
 
 
 def _abnormal_start(cl: CommitLogReader, starts: list[int], checkpoint: Checkpoint, index_safe: bool) -> int:
-    """Newest file whose first record is a message stored before the checkpoint's minimum."""
+    """Newest file whose first record is a message stored before the checkpoint's minimum,
+    and not past the file holding the flushed offset (smartgo.store.checkpoint says why)."""
+    flushed = checkpoint.physic_offset
+    if flushed > 0:
+        starts = [s for s in starts if s <= flushed] or starts[:1]
     min_ts = checkpoint.min_timestamp(index_safe)
     for start in reversed(starts):
         try:
