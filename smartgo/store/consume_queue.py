@@ -146,10 +146,9 @@ class ConsumeQueueWriter:
         if mf is None or rel < 0 or rel >= self.file_size:
             if mf is not None:
                 self.files.forget(mf.start)
-            fresh = not self.files.path_of(pos - pos % self.file_size).exists()
             mf = self._file = self.files.get(pos, create=True)
             self._start = mf.start
-            self._warm_end = min(WARM_AHEAD, mf.size) if fresh else 0    # create_segment wrote those
+            self._warm_end = 0
             rel = pos - self._start
         return mf, rel
 

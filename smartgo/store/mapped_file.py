@@ -92,7 +92,7 @@ def zero_fill(path: Path | str, start: int, end: int) -> None:
         raise
 
 
-def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int = 0) -> int:
+def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int) -> int:
     """Make sure the bytes of mf from `end` (its stored size) to `stores_to`, and WARM_AHEAD
     beyond, are written with zeros before anything stores into them; bytes before warm_end are
     written already (0: just mapped - then so is the page `end` falls in, which holds entries or
@@ -101,7 +101,7 @@ def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int = 0) -> in
     A sparse file (a ConsumeQueue's) has blocks only where this wrote: a full disk is then a
     DiskFullError here, never a SIGBUS on the store."""
     start = max(warm_end, -(-end // PAGE_SIZE) * PAGE_SIZE)
-    stop = min(-(-(max(end, stores_to) + WARM_AHEAD) // PAGE_SIZE) * PAGE_SIZE, mf.size)
+    stop = min(-(-(stores_to + WARM_AHEAD) // PAGE_SIZE) * PAGE_SIZE, mf.size)
     if start < stop:
         zero_fill(mf.path, start, stop)
     return max(stop, end)
@@ -110,7 +110,7 @@ def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int = 0) -> in
 def create_segment(path: Path, size: int, written: int = WARM_AHEAD, sparse: bool = False) -> None:
     """Create a reserved file atomically (temp name, then rename): a reader never sees it
     short. Its first `written` bytes are written with zeros (zero_fill); `sparse`: only those
-    get blocks now (_reserve)."""
+    get blocks now (_reserve), and a MappedFileQueue leaves all of them to its writer."""
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -200,7 +200,7 @@ class MappedFileQueue:
             path = self.path_of(start)
             if create and not path.exists():
                 self.directory.mkdir(parents=True, exist_ok=True)
-                create_segment(path, self.file_size, sparse=self.sparse)
+                create_segment(path, self.file_size, 0 if self.sparse else WARM_AHEAD, self.sparse)
             try:
                 mf = MappedFile(path, start, self.file_size, self.writable, self.sparse)
             except FileNotFoundError:

@@ -163,7 +163,7 @@ def test_every_store_lands_on_bytes_written_before_it(tmp_path, monkeypatch):
     file at that moment (read from the file), and the fills cover every entry - across files,
     puts larger than the window, a recovery truncation mid-page and a reopened writer."""
     from smartgo.store import mapped_file
-    from smartgo.store.mapped_file import WARM_AHEAD, zero_fill
+    from smartgo.store.mapped_file import zero_fill
     file_size = 300_000                                  # 15,000 entries a file
     fills: dict[str, list[tuple[int, int]]] = {}
 
@@ -192,7 +192,7 @@ def test_every_store_lands_on_bytes_written_before_it(tmp_path, monkeypatch):
     names = sorted(os.listdir(directory))
     assert len(names) >= 3 and len(fills) >= 3
     for name in names:
-        covered = sorted(fills.get(name, []) + [(0, WARM_AHEAD)])   # create_segment wrote the first window
+        covered = sorted(fills.get(name, []))
         upto = 0
         for a, b in covered:
             assert a <= upto, (name, a, upto)                   # no gap below the stored end
@@ -230,7 +230,7 @@ def test_disk_full_ahead_of_the_writer_is_an_error_not_a_crash(tmp_path, monkeyp
     from smartgo.store import DiskFullError
     cq = ConsumeQueueWriter(tmp_path, "T", 0, 6_000_000)
     n = 0
-    while n * 20 < 40_000:                               # inside the first window: no fill needed
+    while n * 20 < 40_000:                               # filled while there is room
         assert cq.put(n, 10 * n, 10, 0)
         n += 1
     real = os.pwrite

@@ -255,14 +255,14 @@ def test_disk_full_mid_dispatch_then_the_retry_writes_the_same_bytes(tmp_path, m
 
 def _index_entries(files: dict[str, bytes], slot_count: int) -> set[tuple[int, int]]:
     """(key hash, phyOffset) of every entry in the index files."""
-    from smartgo.store.index_file import ENTRY as INDEX_ENTRY, HEADER as INDEX_HEADER, HEADER_SIZE
+    from smartgo.store.index_file import ENTRY as INDEX_ENTRY, ENTRY_SIZE, HEADER as INDEX_HEADER, HEADER_SIZE, SLOT_SIZE
     out = set()
     for name, data in files.items():
         if name.startswith("index/"):
             count = INDEX_HEADER.unpack_from(data, 0)[5]
-            at = HEADER_SIZE + slot_count * 4
+            at = HEADER_SIZE + slot_count * SLOT_SIZE
             for i in range(1, count):
-                key_hash, phys, _, _ = INDEX_ENTRY.unpack_from(data, at + i * 20)
+                key_hash, phys, _, _ = INDEX_ENTRY.unpack_from(data, at + i * ENTRY_SIZE)
                 out.add((key_hash, phys))
     return out
 
