@@ -17,7 +17,7 @@ import sys
 import time
 
 from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.codes import PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import decode_records, encode_properties
 
@@ -58,8 +58,10 @@ def main() -> int:
         print(f"sent: msgId {ext['msgId']} queue {ext['queueId']} offset {ext['queueOffset']} via {broker}")
         pull = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
             "consumerGroup": "first_consumer", "topic": args.topic, "queueId": ext["queueId"],
-            "queueOffset": ext["queueOffset"], "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
-            "suspendTimeoutMillis": "3000", "subVersion": "0"})
+            "queueOffset": ext["queueOffset"], "maxMsgNums": "32", "commitOffset": "0",
+            # suspend (long poll) | subscription in the request: no consumer heartbeat needed
+            "sysFlag": str(PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION), "subscription": "*",
+            "expressionType": "TAG", "suspendTimeoutMillis": "3000", "subVersion": "0"})
         pulled = client.invoke(broker, pull, timeout=10.0)   # a long poll: waits until the message is dispatched
         if pulled.code != ResponseCode.SUCCESS:
             print(f"pull found nothing: code {pulled.code}: {pulled.remark}", file=sys.stderr)
