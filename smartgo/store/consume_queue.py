@@ -75,6 +75,7 @@ class ConsumeQueueWriter:
         self._file: MappedFile | None = None
         self._start = 0
         self._warm_end = 0      # bytes before this (in the current file) are written already
+        self._cut = False       # recovery cut entries: it goes on where it was cut, never mid-file
         self._find_end()
 
     def _entries_in(self, start: int) -> int:
@@ -155,7 +156,7 @@ class ConsumeQueueWriter:
     def _fill_holes(self, target: int) -> bool:
         fs = self.file_size
         first = self.max_offset
-        if first == 0 and not self.files.starts():
+        if first == 0 and not self._cut and not self.files.starts():
             first = (target * CQ_UNIT - (target * CQ_UNIT) % fs) // CQ_UNIT  # a queue starting mid-file
         elif (target - first) * CQ_UNIT > fs:
             log.error("consume queue %s: record with queue offset %d far beyond the max %d skipped",
@@ -167,8 +168,52 @@ class ConsumeQueueWriter:
         self.put_entries(first, _HOLE * (target - first))  # the caller's put() sets max_phys_end
         return True
 
+    def hole_out(self, begin: int, end: int) -> list[int]:
+        """Recovery: entries pointing into CommitLog bytes [begin, end) (a damaged record, now a
+        filler: smartgo.store.damage) become holes; returns their offsets. Entries ascend by
+        offset, so a binary search per file finds the first one."""
+        holed: list[int] = []
+        for start in self.files.starts():
+            count = self._entries_in(start)
+            mm = self.files.get(start).mm
+
+            def below(i: int) -> bool:  # entry i, or the nearest real one before it, points below begin
+                while True:
+                    phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
+                    if size != HOLE_SIZE:
+                        return phys < begin
+                    if i == 0:
+                        return True
+                    i -= 1
+
+            for i in range(_first_false(0, count, below), count):
+                phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
+                if size == HOLE_SIZE:
+                    continue
+                if phys >= end:
+                    return holed
+                mm[i * CQ_UNIT:(i + 1) * CQ_UNIT] = _HOLE
+                holed.append((start + i * CQ_UNIT) // CQ_UNIT)
+        return holed
+
+    def offsets_below(self, end_phys: int) -> int:
+        """The offset after the entries pointing below end_phys (they ascend; holes count as below)."""
+        starts = self.files.starts()
+        return min(self._first_past(starts, end_phys) // CQ_UNIT, self.max_offset) if starts else self.max_offset
+
+    def pad_to(self, offset: int) -> None:
+        """Recovery: holes up to offset, for the offsets a cut took away and the dispatch
+        after it did not fill (damaged or lost messages): none may go to a new message."""
+        if offset <= self.max_offset:
+            return
+        log.warning("consume queue %s: offsets %d to %d kept as holes", self.key, self.max_offset, offset - 1)
+        while self.max_offset < offset:
+            self.put_entries(self.max_offset, _HOLE * min(offset - self.max_offset, 1 << 16))
+        self.max_phys_end = 0
+
     def truncate_entries(self, offset: int) -> None:
         """Drop entries at logical offset >= offset (recovery only)."""
+        self._cut = self._cut or offset < self.max_offset
         self._file = None
         self._start = 0
         self.files.truncate(offset * CQ_UNIT)
@@ -176,10 +221,11 @@ class ConsumeQueueWriter:
         self.max_phys_end = 0
         self._find_end()
 
-    def recover(self, valid: Callable[[int, int, int], bool], end_phys: int) -> bool:
+    def recover(self, valid: Callable[[int, int, int], bool | None], end_phys: int) -> bool:
         """RocketMQ's ConsumeQueue.recover, stricter: from the third-last file (or earlier, from
         the first entry reaching past end_phys) keep entries while valid(queue_offset, phys,
-        size) holds; truncate the rest. True when a non-empty entry was cut (entries lost)."""
+        size) holds (None: keep the offset as a hole); truncate the rest. True when a non-empty
+        entry was cut (entries lost)."""
         starts = self.files.starts()
         if not starts:
             return False
@@ -195,11 +241,13 @@ class ConsumeQueueWriter:
             off = start // CQ_UNIT
             good = 0
             for phys, size, _tags in ENTRY.iter_unpack(mf.mm[:mf.size - mf.size % CQ_UNIT]):
-                if size == HOLE_SIZE and phys == 0:
-                    pass
-                elif phys < 0 or size <= 0 or phys + size > end_phys or not valid(off, phys, size):
-                    ok = size == 0 and phys == 0  # an empty entry is the normal end
-                    break
+                if size != HOLE_SIZE or phys != 0:
+                    verdict = phys >= 0 and size > 0 and phys + size <= end_phys and valid(off, phys, size)
+                    if verdict is None:
+                        mf.mm[good * CQ_UNIT:(good + 1) * CQ_UNIT] = _HOLE
+                    elif not verdict:
+                        ok = size == 0 and phys == 0  # an empty entry is the normal end
+                        break
                 good += 1
                 off += 1
             end = start + good * CQ_UNIT

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from smartgo.store.commitlog import CommitLogReader, QueueKey
 from smartgo.store.consume_queue import ENTRY_DTYPE, ConsumeQueueSet, ConsumeQueueWriter
-from smartgo.store.errors import CorruptRecordError, OffsetGoneError
+from smartgo.store.errors import CorruptRecordError, MessageIllegalError, OffsetGoneError
 from smartgo.store.index_file import IndexService
 from smartgo.store.java_hash import (
     byte_rows, java_hash_u32, positive_index_hashes, prefixed_hashes, span_hashes_u32, tags_code,
@@ -29,7 +29,7 @@ from smartgo.store.java_hash import (
 from smartgo.store.record import (
     BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, SCHEDULE_TOPIC, SIZE_MAGIC, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE, DispatchColumns, dispatch_columns, dispatch_properties, gather_properties, key_tokens,
-    peek_head, property_values, schedule_tags_code,
+    peek_head, property_values, schedule_tags_code, topic_field,
 )
 
 try:
@@ -44,6 +44,7 @@ log = logging.getLogger("smartgo.store.dispatch")
 VECTORIZE_MIN = 48  # below this many records a chunk costs less record by record
 RUN_PROBE = 32  # records of one size in a row make the walk check the following ones with numpy
 CHUNK_RECORDS = 8192  # records per columnar pass: bounds the arrays of a long round (recovery)
+BAD_NAME = "a queue no send can name"  # CorruptRecordError reason: a damaged topic or queue id
 _PROPERTY_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 
@@ -86,28 +87,33 @@ class Dispatcher:
         touched: dict[QueueKey, ConsumeQueueWriter] = {}
         count = last_ts = 0
         pos = start
-        while pos < bound and remaining > 0:
-            mf = self.commitlog.segment(pos)
-            base = mf.start
-            rel = pos - base
-            want = min(CHUNK_RECORDS, remaining)
-            positions, rel, error = self._walk(mf.mm, base, rel, min(mf.size, bound - base), want)
-            n = len(positions)
-            if n >= VECTORIZE_MIN and self.vectorize:
-                last_ts = self._put_columns(mf.mm, base, positions, touched)
-            elif n:
-                last_ts = self._put_records(mf.mm, base, positions if isinstance(positions, list)
-                                            else positions.tolist(), touched)
-            count += n
-            remaining -= n
-            if error is not None:
-                raise error
-            if rel >= fs:  # a blank filler (or a record) ends the file
-                pos = base + fs
-                continue
-            pos = base + rel
-            if n < want and pos < bound:
-                raise CorruptRecordError("record crosses the bound", pos)
+        try:
+            while pos < bound and remaining > 0:
+                mf = self.commitlog.segment(pos)
+                base = mf.start
+                rel = pos - base
+                want = min(CHUNK_RECORDS, remaining)
+                positions, rel, error = self._walk(mf.mm, base, rel, min(mf.size, bound - base), want)
+                n = len(positions)
+                if n >= VECTORIZE_MIN and self.vectorize:
+                    last_ts = self._put_columns(mf.mm, base, positions, touched)
+                elif n:
+                    last_ts = self._put_records(mf.mm, base, positions if isinstance(positions, list)
+                                                else positions.tolist(), touched)
+                count += n
+                remaining -= n
+                if error is not None:
+                    raise error
+                if rel >= fs:  # a blank filler (or a record) ends the file
+                    pos = base + fs
+                    continue
+                pos = base + rel
+                if n < want and pos < bound:
+                    raise CorruptRecordError("record crosses the bound", pos)
+        except BaseException:
+            if self.index is not None:
+                self.index.settle()  # a retried round (disk full, damage repaired) indexes nothing twice
+            raise
         if self.index is not None:
             self.index.publish()
         self._release(pos)
@@ -155,11 +161,20 @@ class Dispatcher:
             return np.concatenate(runs), rel, error
         return positions, rel, error
 
-    def _queue(self, topic: bytes, queue_id: int) -> ConsumeQueueWriter:
+    def _queue(self, topic: bytes, queue_id: int, phys: int) -> ConsumeQueueWriter:
+        """The writer of a queue seen for the first time in this round's records; a topic or
+        queue id no send can store (damaged bytes) is a CorruptRecordError at phys."""
         raw = (topic, queue_id)
         cq = self._by_raw.get(raw)
         if cq is None:
-            cq = self._by_raw[raw] = self.queues.get(topic.decode("ascii", "replace"), queue_id)
+            name = topic.decode("ascii", "replace")
+            try:
+                topic_field(name)
+            except MessageIllegalError:
+                raise CorruptRecordError(f"{BAD_NAME}: topic {topic[:130]!r}", phys) from None
+            if queue_id < 0:
+                raise CorruptRecordError(f"{BAD_NAME}: queue id {queue_id} of topic {name}", phys)
+            cq = self._by_raw[raw] = self.queues.get(name, queue_id)
         return cq
 
     def _put_records(self, mm, base: int, positions: list[int], touched: dict) -> int:
@@ -178,7 +193,7 @@ class Dispatcher:
             if tx == TRANSACTION_PREPARED_TYPE or tx == TRANSACTION_ROLLBACK_TYPE:
                 continue
             phys = base + rel
-            cq = by_raw.get((topic, queue_id)) or self._queue(topic, queue_id)
+            cq = by_raw.get((topic, queue_id)) or self._queue(topic, queue_id, phys)
             # already in its queue and the index (re-dispatch after recovery): skip the parse
             if queue_offset >= cq.max_offset or phys > indexed_upto:
                 tags, keys, uniq = dispatch_properties(props, topic, store_ts, delay)
@@ -203,7 +218,7 @@ class Dispatcher:
             if not len(at):
                 return last_ts
         phys = at + base
-        group, queues, topics = self._group(u8, cols)
+        group, queues, topics = self._group(u8, cols, phys)
         first_offset = np.array([cq.max_offset for cq in queues], np.int64)
         to_queue = cols.queue_offset >= first_offset[group]
         index = self.index
@@ -229,7 +244,7 @@ class Dispatcher:
                               cols.store_timestamp)
         return last_ts
 
-    def _group(self, u8, cols: DispatchColumns) -> tuple:
+    def _group(self, u8, cols: DispatchColumns, phys) -> tuple:
         """(group per record, ConsumeQueueWriter per group, topic bytes per group): records
         grouped by their exact topic bytes and queue id."""
         np = _np
@@ -243,7 +258,7 @@ class Dispatcher:
                 renumber = np.empty(int(present[-1]) + 1, np.int64)
                 renumber[present] = np.arange(len(present))
                 raw = topic[0].tobytes()
-                return (renumber[queue_ids], [self._queue(raw, q) for q in present.tolist()],
+                return (renumber[queue_ids], [self._queue(raw, q, int(phys[0])) for q in present.tolist()],
                         [raw] * len(present))
         topic[np.arange(width) >= cols.topic_len[:, None]] = 0
         key = np.empty((n, 5 + width), np.uint8)
@@ -257,7 +272,7 @@ class Dispatcher:
         for row in first.tolist():
             raw = topic[row, :int(cols.topic_len[row])].tobytes()
             topics.append(raw)
-            queues.append(self._queue(raw, int(cols.queue_id[row])))
+            queues.append(self._queue(raw, int(cols.queue_id[row]), int(phys[row])))
         return group.ravel(), queues, topics
 
     def _tags_codes(self, buf, at, length, delay, topics: list[bytes], group, store_ts):

@@ -298,6 +298,13 @@ class IndexService:
                     self._phys.append(phys)
                     self._stamps.append(store_timestamp)
 
+    def settle(self) -> None:
+        """After a failed dispatch round, which will run again: publish the keys of the records
+        it got through, and skip those records when it does (no entry goes in twice)."""
+        self.publish()
+        if self.current is not None and self.current.count > 1:
+            self.indexed_upto = max(self.indexed_upto, self.current.end_phy)
+
     def put_hashed(self, hashes, phys, stamps) -> None:
         """Write entries for keys already hashed (positive index hashes, phyOffsets, store
         timestamps: int64 numpy arrays, in add() order) right away; offsets the index already

@@ -20,8 +20,9 @@ from smartgo.store.checkpoint import Checkpoint
 from smartgo.store.commitlog import CommitLogReader, QueueKey
 from smartgo.store.config import StoreConfig
 from smartgo.store.consume_queue import ConsumeQueueSet
-from smartgo.store.dispatch import Dispatcher
-from smartgo.store.errors import OffsetGoneError
+from smartgo.store.dispatch import BAD_NAME, Dispatcher
+from smartgo.store.damage import Damage, hole_out, repair, replace_misplaced
+from smartgo.store.errors import CorruptRecordError, OffsetGoneError
 from smartgo.store.index_file import IndexService
 from smartgo.store.mapped_file import MappedFileQueue
 from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
@@ -42,6 +43,7 @@ class RecoveredState:
     last_store_timestamp: int = 0
     walk_stopped: str | None = None  # why the CommitLog walk ended (end of data, invalid record...)
     redispatched: int = 0  # records dispatched again
+    damaged: list[Damage] = field(default_factory=list)  # flushed ranges that failed the checks, now fillers
     seconds: float = 0.0
 
 
@@ -75,36 +77,42 @@ def recover(config: StoreConfig) -> RecoveredState:
     starts = cl.files.starts()
     checkpoint = Checkpoint(config.checkpoint_path)
     try:
-        # 1. the valid end of the CommitLog
+        # 1. the valid end of the CommitLog; damage in flushed data is replaced (smartgo.store.damage)
+        flushed = checkpoint.physic_offset           # what the store had on disk
         stopped = None
+        damages: list[Damage] = []
         if not starts:
             walk_from = end = 0
             last_ts = 0
         else:
             walk_from = (_abnormal_start(cl, starts, checkpoint, config.message_index_safe) if abnormal
                          else starts[max(0, len(starts) - 3)])
-            walk = cl.walk(walk_from, None, verify=True)
-            last = None
-            for _phys, mm, rel, _size in walk:
-                last = (mm, rel)
-            end = walk.position
-            last_ts = store_timestamp_at(*last) if last is not None else 0
-            stopped = walk.stopped
+            end, last_ts, stopped = _walk(cl, walk_from, config, flushed, damages)
             log.info("commitlog valid from %d to %d (%s recovery; stopped: %s)", walk_from, end,
-                     "abnormal" if abnormal else "normal", walk.stopped)
+                     "abnormal" if abnormal else "normal", stopped)
         cl_min = starts[0] if starts else 0
+        if flushed > end:
+            checkpoint.physic_offset = end           # flushed data is gone: new data starts at the end
         cl.close()  # nothing may map a file while it is cut
         if starts:
             MappedFileQueue(config.commitlog_dir, fs, writable=True).truncate(end)
         # 2. consume queues: keep only entries that match their record below the end
         cl = CommitLogReader(config.commitlog_dir, fs)
         queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_file_size)
+        for damage in damages:
+            hole_out(queues, damage)
         damaged_ends = []
+        misplaced: set[tuple[int, int]] = set()
+        durable: dict[QueueKey, int] = {}   # cut queues: the offsets whose entries pointed at flushed data
         for cq in queues.queues.values():
             before = cq.max_offset
-            if _recover_queue(cq, cl, cl_min, end):
+            reach = cq.offsets_below(flushed)
+            if _recover_queue(cq, cl, cl_min, end, flushed, misplaced):
                 log.warning("consume queue %s: entries from %d cut (had %d)", cq.key, cq.max_offset, before)
                 damaged_ends.append(cq.max_phys_end)
+                durable[cq.key] = reach
+        for phys, size in sorted(misplaced):
+            damages.append(replace_misplaced(config.root, cl, phys, size))
         # where dispatch had got to (RocketMQ: the largest offset any queue points at), or
         # earlier where a queue lost entries
         redispatch_from = min([max((cq.max_phys_end for cq in queues.queues.values()), default=0), *damaged_ends])
@@ -120,13 +128,17 @@ def recover(config: StoreConfig) -> RecoveredState:
             dispatcher = Dispatcher(cl, queues, index, config.delay_levels_ms)
             # no msync here: what recovery wrote is in the page cache, as it was before the crash,
             # and a crash before the flush actor's next round just repeats this recovery
-            rnd = dispatcher.dispatch(redispatch_from, end) if redispatch_from < end else None
+            redispatched = _redispatch(dispatcher, redispatch_from, end, config, flushed, damages)
+            # Consumers may have seen every offset that pointed at flushed data: those lost to
+            # damage stay holes, never offsets of new messages.
+            for key, offset in durable.items():
+                queues.get(*key).pad_to(offset)
             offsets = queues.max_offsets()
         finally:
             if index is not None:
                 index.close()
             queues.close()
-        state = RecoveredState(abnormal, cl_min, end, offsets, last_ts, stopped, rnd.records if rnd else 0)
+        state = RecoveredState(abnormal, cl_min, end, offsets, last_ts, stopped, redispatched, damages)
     finally:
         cl.close()
         checkpoint.close()
@@ -136,15 +148,61 @@ def recover(config: StoreConfig) -> RecoveredState:
     return state
 
 
-def _recover_queue(cq, cl: CommitLogReader, cl_min: int, end: int) -> bool:
+def _walk(cl: CommitLogReader, start: int, config: StoreConfig, flushed: int,
+          damages: list[Damage]) -> tuple[int, int, str | None]:
+    """(end of the valid data, its last store timestamp, why the walk stopped): a verifying
+    walk from start that replaces each damaged record below the flushed offset and goes on."""
+    last = None
+    while True:
+        walk = cl.walk(start, None, verify=True)
+        for _phys, mm, rel, _size in walk:
+            last = (mm, rel)
+        damage = repair(config.root, cl, walk.position, flushed) if walk.stopped != "no file" else None
+        if damage is None:
+            return walk.position, store_timestamp_at(*last) if last is not None else 0, walk.stopped
+        damages.append(damage)
+        start = walk.position  # a filler now
+
+
+def _redispatch(dispatcher: Dispatcher, start: int, end: int, config: StoreConfig, flushed: int,
+                damages: list[Damage]) -> int:
+    """Dispatch [start, end) again; a damaged record there is replaced, its queue entries
+    become holes, and the range is dispatched again. Returns the records of the last pass.
+    Below the flushed offset that is damage in a file the walk did not check; anywhere below
+    the end, a record whose topic bytes no send can store (the walk does not check names)."""
+    while True:
+        try:
+            return dispatcher.dispatch(start, end).records if start < end else 0
+        except CorruptRecordError as exc:
+            if exc.offset is None:
+                raise
+            # Dispatch steps by each record's size field without checking the record, so
+            # the damage starts at the first record from start that fails the checks; if none
+            # does before exc.offset, it is the record there (its names are damaged).
+            walk = dispatcher.commitlog.walk(start, exc.offset, verify=True)
+            for _ in walk:
+                pass
+            bound = max(flushed, end) if exc.reason.startswith(BAD_NAME) else flushed
+            damage = repair(config.root, dispatcher.commitlog, walk.position, bound)
+            if damage is None:
+                raise
+            damages.append(damage)
+            hole_out(dispatcher.queues, damage)
+
+
+def _recover_queue(cq, cl: CommitLogReader, cl_min: int, end: int, flushed: int,
+                   misplaced: set[tuple[int, int]]) -> bool:
     """Run the queue's recovery with an entry test against the CommitLog; True if entries
-    were cut for a reason other than reaching the end of the data."""
+    were cut for a reason other than reaching the end of the data. An entry pointing at a
+    flushed record of its size whose queue id or offset disagree keeps its offset as a hole,
+    and the record goes to `misplaced`: its header is damaged where no check looks, and
+    cutting the queue there would hand the offsets after it to new messages."""
     topic, queue_id = cq.key
     fs = cl.file_size
     seg_start, seg_mm, seg_size = -1, None, 0
     unpack = _CQ_CHECK.unpack_from
 
-    def valid(queue_offset: int, phys: int, size: int) -> bool:
+    def valid(queue_offset: int, phys: int, size: int) -> bool | None:
         nonlocal seg_start, seg_mm, seg_size
         start = phys - phys % fs
         if start != seg_start:
@@ -156,6 +214,14 @@ def _recover_queue(cq, cl: CommitLogReader, cl_min: int, end: int) -> bool:
                 return False
             seg_start, seg_mm, seg_size = start, mf.mm, mf.size
         rel = phys - start
-        return rel + size <= seg_size and unpack(seg_mm, rel) == (size, MESSAGE_MAGIC, queue_id, queue_offset, phys)
+        if rel + size > seg_size:
+            return False
+        head = unpack(seg_mm, rel)
+        if head == (size, MESSAGE_MAGIC, queue_id, queue_offset, phys):
+            return True
+        if head[:2] == (size, MESSAGE_MAGIC) and head[4] == phys and phys + size <= flushed:
+            misplaced.add((phys, size))
+            return None
+        return False
 
     return cq.recover(valid, end)

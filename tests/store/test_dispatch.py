@@ -213,8 +213,8 @@ def test_disk_full_mid_dispatch_then_the_retry_writes_the_same_bytes(tmp_path, m
     """ConsumeQueue files are sparse, so a full disk can stop dispatch inside a round (a queue
     file's zero-fill or creation): DiskFullError, and the dispatch actor's retry of the round
     from its last position, once there is room, ends with the ConsumeQueues of a dispatch that
-    never failed, byte for byte, and an index with the same (key hash, offset) entries (keys of
-    the failed round may be there twice: queries drop repeated offsets)."""
+    never failed, byte for byte, and an index with the same (key hash, offset) entries, none
+    twice (the failed round publishes the keys it got through and the retry skips them)."""
     import errno
     import os
 
@@ -253,18 +253,18 @@ def test_disk_full_mid_dispatch_then_the_retry_writes_the_same_bytes(tmp_path, m
     assert len(entries[0]) > 100 and entries[0] == entries[1]
 
 
-def _index_entries(files: dict[str, bytes], slot_count: int) -> set[tuple[int, int]]:
-    """(key hash, phyOffset) of every entry in the index files."""
+def _index_entries(files: dict[str, bytes], slot_count: int) -> list[tuple[int, int]]:
+    """(key hash, phyOffset) of every entry in the index files, sorted (repeats kept)."""
     from smartgo.store.index_file import ENTRY as INDEX_ENTRY, ENTRY_SIZE, HEADER as INDEX_HEADER, HEADER_SIZE, SLOT_SIZE
-    out = set()
+    out = []
     for name, data in files.items():
         if name.startswith("index/"):
             count = INDEX_HEADER.unpack_from(data, 0)[5]
             at = HEADER_SIZE + slot_count * SLOT_SIZE
             for i in range(1, count):
                 key_hash, phys, _, _ = INDEX_ENTRY.unpack_from(data, at + i * ENTRY_SIZE)
-                out.add((key_hash, phys))
-    return out
+                out.append((key_hash, phys))
+    return sorted(out)
 
 
 def test_without_numpy_the_per_record_path_runs(tmp_path, monkeypatch):
