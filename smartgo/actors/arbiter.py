@@ -24,6 +24,7 @@ import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import resource
 import select
 import shutil
 import signal
@@ -120,6 +121,7 @@ class Arbiter:
         handlers = setup_node_logging(self.config)
         try:
             self._lock_store()
+            raise_open_files_limit()
             self._install_signals()
             if self.config.start_method == "forkserver":
                 mods = {"smartgo.actors.actor"} | {s.cls.partition(":")[0] for s in self.specs}
@@ -555,6 +557,32 @@ class Arbiter:
             else:
                 log.info("received %s: stopping gracefully (send it again to stop at once)", name)
                 self._stopping = True
+
+
+OPEN_FILES_LOW = 4096  # below this, a topic of 1,024 queues leaves little room
+
+
+def raise_open_files_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit, for every actor to inherit; returns the soft limit.
+
+    Every mapped CommitLog, ConsumeQueue and index file holds a descriptor (CPython's mmap keeps
+    a dup of the file's), so one topic of 1,024 queues needs over a thousand in dispatch alone,
+    past the usual default soft limit of 1,024: dispatch then failed with EMFILE at every restart."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
+    if soft != resource.RLIM_INFINITY and soft < OPEN_FILES_LOW:
+        log.warning("open files limit %d: each mapped CommitLog, ConsumeQueue and index file takes one, so "
+                    "topics with many queues need more (raise the hard limit: ulimit -Hn, systemd LimitNOFILE=)",
+                    soft)
+    else:
+        log.info("open files limit %d", soft)
+    return soft
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -174,13 +174,13 @@ SMALL_NODE = {
 }
 
 
-def start_broker(base: Path, settings: dict | None = None, wait: bool = True) -> Node:
+def start_broker(base: Path, settings: dict | None = None, wait: bool = True, launcher: Path = SUPERVISOR) -> Node:
     """A master node with an embedded registry on free ports; `node.port` is the broker's port and
     `node.registry_port` the registry's."""
     registry_port = free_port()
     usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
     node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "embedded_registry_port": registry_port,
-                              **(settings or {})}, role="master", wait=wait)
+                              **(settings or {})}, role="master", wait=wait, launcher=launcher)
     node.registry_port = registry_port       # type: ignore[attr-defined]
     return node
 

@@ -1,0 +1,58 @@
+"""A node started under a low soft open-files limit raises it for its actors: one mapped file holds
+one descriptor, and a topic with more queues than the default limit crashed dispatch with EMFILE."""
+
+from __future__ import annotations
+
+import resource
+
+import psutil
+import pytest
+
+from smartgo.actors.testing import ROOT
+from smartgo.broker.testing import pull_command, send_command, start_broker
+from smartgo.net.client import BlockingRemotingClient
+from smartgo.net.codes import ResponseCode
+from smartgo.testing import wait_until
+
+SOFT = 256
+QUEUES = 400
+
+LAUNCHER = f"""
+import resource, sys
+sys.path.insert(0, {str(ROOT)!r})
+from smartgo.actors.arbiter import main
+if __name__ == "__main__":
+    resource.setrlimit(resource.RLIMIT_NOFILE, ({SOFT}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    sys.exit(main())
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_topic_with_more_queues_than_the_soft_limit_is_served(tmp_path):
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4 * QUEUES:
+        pytest.skip(f"the hard open-files limit ({hard}) leaves no room to raise")  # pragma: no cover
+    launcher = tmp_path / "low_limit_supervisor.py"
+    launcher.write_text(LAUNCHER)
+    node = start_broker(tmp_path / "node", {"topics": f"Wide:{QUEUES}"}, launcher=launcher)
+    client = BlockingRemotingClient()
+    addr = f"127.0.0.1:{node.port}"
+    try:
+        raised = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        for name in ("dispatch", "net-0", "flush"):
+            assert psutil.Process(node.actor(name)["pid"]).rlimit(psutil.RLIMIT_NOFILE)[0] == raised, name
+        for q in range(QUEUES):
+            assert client.invoke(addr, send_command("Wide", b"q%d" % q, queue_id=q), 5).code == ResponseCode.SUCCESS
+        missing = list(range(QUEUES))
+
+        def all_pulled() -> bool:
+            missing[:] = [q for q in missing
+                          if client.invoke(addr, pull_command("Wide", q, 0), 5).code != ResponseCode.SUCCESS]
+            return not missing
+        wait_until(all_pulled, timeout=30, message="every queue's message")
+        assert node.actor("dispatch")["restarts"] == 0
+        log = node.log_text()
+        assert "Too many open files" not in log and f"open files limit {raised}" in log
+    finally:
+        client.close()
+        node.reap()
