@@ -93,9 +93,16 @@ class Node:
         assert report is not None, "no board"
         return next(a for a in report["actors"] if a["name"] == name)
 
-    def wait_healthy(self, timeout: float = 20.0, check=lambda report: True) -> dict:
-        return wait_until(lambda: (r := self.health()) is not None and r["healthy"] and check(r) and r,
-                          timeout=timeout, interval=0.02, message=f"healthy node ({self.last_verdict()})")
+    def wait_healthy(self, timeout: float = 20.0, check=lambda report: True, give_up=lambda: False) -> dict:
+        """The health report once healthy (and check(report)); AssertionError after timeout, or
+        as soon as give_up() says the node never will be."""
+        def healthy():
+            if (r := self.health()) is not None and r["healthy"] and check(r):
+                return r
+            if give_up():
+                raise AssertionError(f"the node gave up starting ({self.last_verdict()})")
+            return None
+        return wait_until(healthy, timeout=timeout, interval=0.02, message=f"healthy node ({self.last_verdict()})")
 
     def last_verdict(self) -> str:
         r = self.health()
@@ -155,11 +162,31 @@ def launch_node(base: Path, settings: dict | None = None, role: str = "registry"
     node = Node(proc, base, port, err)
     if wait:
         try:
-            node.wait_healthy()
+            node.wait_healthy(give_up=lambda: proc.poll() is not None or _port_taken(err))
+        except AssertionError as exc:
+            node.reap()
+            log = err.read_text(errors="replace")
+            first = [line for line in log.splitlines() if " ERROR " in line or " CRITICAL " in line][:3]
+            raise NodeStartError("\n".join([str(exc), "first errors in the node's log:", *first, "its end:",
+                                             log[-1500:]]), port_taken=_port_taken(err)) from None
         except BaseException:
             node.reap()
             raise
     return node
+
+
+def _port_taken(log: Path) -> bool:
+    return "address already in use" in log.read_text(errors="replace").lower()
+
+
+class NodeStartError(AssertionError):
+    """A test node did not become healthy; the message carries its first errors and the end of
+    its log. port_taken: a port picked free was taken before the node bound it (free_port() can
+    only pick a port, not hold it)."""
+
+    def __init__(self, message: str, port_taken: bool) -> None:
+        super().__init__(message)
+        self.port_taken = port_taken
 
 
 def events(path: Path) -> list[tuple[str, str]]:

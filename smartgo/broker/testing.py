@@ -9,13 +9,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from smartgo.actors.testing import ROOT, SUPERVISOR, Node, launch_node
+from smartgo.actors.testing import ROOT, SUPERVISOR, Node, NodeStartError, launch_node
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import FLAG_ONEWAY, PullSysFlag, RequestCode
@@ -177,12 +178,21 @@ SMALL_NODE = {
 def start_broker(base: Path, settings: dict | None = None, wait: bool = True, launcher: Path = SUPERVISOR) -> Node:
     """A master node with an embedded registry on free ports; `node.port` is the broker's port and
     `node.registry_port` the registry's."""
-    registry_port = free_port()
     usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
-    node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "embedded_registry_port": registry_port,
-                              **(settings or {})}, role="master", wait=wait, launcher=launcher)
-    node.registry_port = registry_port       # type: ignore[attr-defined]
-    return node
+    attempts = 3
+    while True:      # fresh ports when one picked free was taken before the node bound it
+        registry_port = free_port()
+        try:
+            node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "embedded_registry_port": registry_port,
+                                      **(settings or {})}, role="master", wait=wait, launcher=launcher)
+        except NodeStartError as exc:
+            attempts -= 1
+            if not exc.port_taken or not attempts:
+                raise
+            shutil.rmtree(base)
+            continue
+        node.registry_port = registry_port       # type: ignore[attr-defined]
+        return node
 
 
 def restart_broker(node: Node) -> Node:
