@@ -167,7 +167,11 @@ class Doorbell:
                 self._waiters.remove(fut)
 
     def wait_blocking(self, timeout: float | None) -> bool:
-        ready, _, _ = select.select([self.fd], [], [], timeout)
+        # poll, not select: an actor that maps thousands of files (the open-files limit is raised
+        # for them) can hold a doorbell above select's FD_SETSIZE of 1,024
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        ready = poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999)))
         self.clear()
         return bool(ready)
 

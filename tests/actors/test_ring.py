@@ -290,3 +290,27 @@ def test_one_doorbell_for_many_rings(tmp_path, procs):
 
     assert run_loop(main()) == list(range(50))
     assert rings[0].backlog() == rings[1].backlog() == 0
+
+
+def test_a_doorbell_above_fd_setsize_waits_and_wakes(tmp_path):
+    """Actors run with the open-files limit raised (thousands of mapped files), so a doorbell can
+    get a descriptor above 1,024, where select() raises ValueError; wait_blocking must not care."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"hard open-files limit {hard}")  # pragma: no cover
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    fillers = []
+    try:
+        while not fillers or fillers[-1] < 1100:
+            fillers.append(os.dup(0))
+        bell = Doorbell(tmp_path / "high.bell")
+        assert bell.fd > 1024
+        assert bell.wait_blocking(0.05) is False
+        bell.ring()
+        assert bell.wait_blocking(1.0) is True
+        bell.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
