@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from smartgo.store.checkpoint import Checkpoint
 from smartgo.store.commitlog import CommitLogReader
+from smartgo.store.config import StoreConfig
 from smartgo.store.consume_queue import ConsumeQueueSet
 from smartgo.store.errors import OffsetGoneError
 from smartgo.store.mapped_file import segment_name
@@ -149,3 +151,54 @@ def repair(store: Path, cl: CommitLogReader, pos: int, flushed: int) -> Damage |
               "message there is lost; its bytes are saved to %s and replaced by a filler, and the messages after "
               "it are kept", pos, end, segment_name(pos - pos % cl.file_size), flushed, damage.saved)
     return damage
+
+
+@dataclass(slots=True)
+class ScrubReport:
+    records: int = 0                  # good records checked
+    checked_to: int = 0               # where the check stopped: the flushed offset, or why not
+    stopped: str | None = None        # why the walk stopped short of the flushed offset (None: it did not)
+    damaged: list[tuple[int, int]] = field(default_factory=list)   # [begin, end) ranges that failed
+    repaired: list[Damage] = field(default_factory=list)
+
+
+def scrub(config: StoreConfig, repair: bool = False) -> ScrubReport:
+    """Check every CommitLog record below the checkpoint's flushed offset, in every file, not
+    only those recovery reads at start-up; with repair, replace each damaged range as recovery
+    does (its ConsumeQueue entries become holes). Only with the node stopped (the caller holds
+    the store's locks): a running node keeps writing and mapping these files."""
+    checkpoint = Checkpoint(config.checkpoint_path)
+    try:
+        flushed = checkpoint.physic_offset
+    finally:
+        checkpoint.close()
+    cl = CommitLogReader(config.commitlog_dir, config.commitlog_file_size)
+    queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_file_size) if repair else None
+    report = ScrubReport()
+    try:
+        starts = cl.files.starts()
+        pos = starts[0] if starts else 0
+        while pos < flushed:
+            walk = cl.walk(pos, flushed, verify=True)
+            for _ in walk:
+                report.records += 1
+            pos = walk.position
+            if pos >= flushed or walk.stopped == "no file":
+                report.stopped = walk.stopped if pos < flushed else None
+                break
+            end = next_good(cl, pos, flushed)
+            if end is None:
+                report.stopped = f"damage at {pos} and no later file"
+                break
+            report.damaged.append((pos, end))
+            if queues is not None:
+                damage = replace(config.root, cl, pos, end)
+                hole_out(queues, damage)
+                report.repaired.append(damage)
+            pos = end
+        report.checked_to = pos
+    finally:
+        if queues is not None:
+            queues.close()
+        cl.close()
+    return report

@@ -3,6 +3,8 @@ record with a filler and keeps every message after it (smartgo.store.damage)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
 import shutil
@@ -273,3 +275,34 @@ def test_filler_record_sizes():
         raw = _filler_record(12345, length, 7)
         assert len(raw) == length and check_record(memoryview(raw), 0, length, 12345) == length
         assert SIZE_MAGIC.unpack_from(raw)[1] == MESSAGE_MAGIC and decode_record(raw).queue_offset == -1
+
+
+def test_scrub_finds_damage_recovery_does_not_read_and_repairs_it(config, capsys):
+    """`smartgo scrub`: damage in a file older than recovery's walk (with intact queues it would
+    only show when a consumer reads it) is listed, exit 1; --repair replaces it, exit 0; a store
+    whose node runs is refused."""
+    from smartgo.cli.main import main
+    from smartgo.store import StoreLock
+    originals = stored(config, 60)
+    phys = sorted(originals)[1]
+    xor_byte(config, phys + POS_BODY + 2)
+    store = str(config.store_path)
+    assert main(["scrub", "--store-dir", store, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    nxt = sorted(originals)[2]
+    assert out["damaged"] == [[phys, nxt]] and out["repaired"] == 0 and out["records"] == len(originals) - 1
+    with StoreLock(store):
+        assert main(["scrub", "--store-dir", store]) == 2
+        assert "stop the node first" in capsys.readouterr().err
+    (config.root / "run").mkdir()
+    with open(config.root / "run" / "supervisor.lock", "w") as running:   # what a running supervisor holds
+        fcntl.flock(running, fcntl.LOCK_EX)
+        assert main(["scrub", "--store-dir", store, "--repair"]) == 2
+        assert "is running" in capsys.readouterr().err
+    assert main(["scrub", "--store-dir", store, "--repair"]) == 0
+    assert "repaired: [%d, %d)" % (phys, nxt) in capsys.readouterr().out
+    with MessageStore(config, clock=LATER) as s:
+        assert s.recovered.damaged == []                   # recovery never read that file
+        assert_lost_only(s, originals, {phys})
+    assert main(["scrub", "--store-dir", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["damaged"] == []
