@@ -26,6 +26,7 @@ from smartgo.store import (  # noqa: E402
     Block, Checkpoint, CommitLogReader, CommitLogWriter, ConsumeQueueSet, Dispatcher, IndexService, StoreConfig,
     StoreReader, recover,
 )
+from smartgo.store.damage import scrub  # noqa: E402
 from smartgo.store.record import encode_properties, encode_record, pack_host  # noqa: E402
 from smartgo.store.store_files import mark_clean_shutdown, mark_running  # noqa: E402
 
@@ -172,9 +173,10 @@ def bench_recovery(base: Path, quick: bool, n: int, repeat: int) -> dict[str, li
     dispatch_all(cfg, written, 65536)
     cp = Checkpoint(cfg.checkpoint_path)
     cp.physic_timestamp = cp.logics_timestamp = int(time.time() * 1000)
+    cp.physic_offset = written
     cp.flush()
     cp.close()
-    out: dict[str, list[float]] = {"normal": [], "abnormal": [], "rebuild": []}
+    out: dict[str, list[float]] = {"normal": [], "abnormal": [], "rebuild": [], "scrub": []}
     for _ in range(repeat):
         mark_clean_shutdown(cfg.store_path)
         state = recover(cfg)
@@ -193,6 +195,10 @@ def bench_recovery(base: Path, quick: bool, n: int, repeat: int) -> dict[str, li
             state = recover(cfg)
             assert state.abnormal and state.redispatched == n and sum(state.queue_offsets.values()) == n
             out[kind].append(state.seconds)
+        began = time.perf_counter()                  # `smartgo scrub`: every record, every file
+        report = scrub(cfg)
+        out["scrub"].append(time.perf_counter() - began)
+        assert report.records == n and not report.damaged
     shutil.rmtree(cfg.store_path)
     return out
 
@@ -276,6 +282,7 @@ def main() -> int:
         res["recovery_normal_s"] = statistics.median(rec["normal"])
         res["recovery_abnormal_s"] = statistics.median(rec["abnormal"])
         res["recovery_rebuild_s"] = statistics.median(rec["rebuild"])
+        res["scrub_records_per_s"] = n_rec / statistics.median(rec["scrub"])
         res.update(bench_rss(base, quick, rss_gb))
     finally:
         shutil.rmtree(base, ignore_errors=True)
