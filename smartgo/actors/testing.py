@@ -168,15 +168,18 @@ def launch_node(base: Path, settings: dict | None = None, role: str = "registry"
             log = err.read_text(errors="replace")
             first = [line for line in log.splitlines() if " ERROR " in line or " CRITICAL " in line][:3]
             raise NodeStartError("\n".join([str(exc), "first errors in the node's log:", *first, "its end:",
-                                             log[-1500:]]), port_taken=_port_taken(err)) from None
+                                             log[-1500:]]), port_taken=_PORT_TAKEN in log.lower()) from None
         except BaseException:
             node.reap()
             raise
     return node
 
 
+_PORT_TAKEN = "address already in use"
+
+
 def _port_taken(log: Path) -> bool:
-    return "address already in use" in log.read_text(errors="replace").lower()
+    return _PORT_TAKEN in log.read_text(errors="replace").lower()
 
 
 class NodeStartError(AssertionError):

@@ -17,6 +17,8 @@ import argparse
 import fcntl
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from smartgo.cli.errors import CliError
@@ -70,33 +72,28 @@ def _file_size(directory: Path, default: int) -> int:
     return max(sizes, default=default)
 
 
-class _stopped_node:
+@contextmanager
+def _stopped_node(store: Path, run_dir: Path) -> Iterator[None]:
     """Hold the node's locks (the supervisor's and the store's) for the scrub, or refuse."""
-
-    def __init__(self, store: Path, run_dir: Path) -> None:
-        self.store, self.run_dir = store, run_dir
-        self.fd = -1
-        self.lock = StoreLock(store)
-
-    def __enter__(self) -> None:
-        path = self.run_dir / "supervisor.lock"
-        if path.exists():
-            self.fd = os.open(path, os.O_RDWR)
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(self.fd, 32).decode(errors="replace").strip() or "?"
-                os.close(self.fd)
-                raise CliError(f"a node (supervisor pid {holder}) is running on {self.store}: stop it first",
-                               status=2) from None
+    fd = -1
+    path = run_dir / "supervisor.lock"
+    if path.exists():
+        fd = os.open(path, os.O_RDWR)
         try:
-            self.lock.acquire()
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise CliError(f"a node (supervisor pid {holder}) is running on {store}: stop it first",
+                           status=2) from None
+    lock = StoreLock(store)
+    try:
+        try:
+            lock.acquire()
         except StoreLockedError as e:
-            self.__exit__()
             raise CliError(f"{e}: stop the node first", status=2) from None
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        yield
+    finally:
+        lock.release()
+        if fd >= 0:
+            os.close(fd)

@@ -50,6 +50,19 @@ def list_queues(root: Path | str) -> list[QueueKey]:
     return sorted(out)
 
 
+def _real_phys_at(mm, i: int) -> int:
+    """commitLogOffset of entry i, or of the nearest real entry before it when i is a hole (or
+    unwritten); -1 when there is none. Holes filling a gap take their neighbour's position, so
+    a binary search over entries stays monotonic."""
+    while True:
+        phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
+        if size != HOLE_SIZE and size > 0:
+            return phys
+        if i == 0:
+            return -1
+        i -= 1
+
+
 def _first_false(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
     """Smallest i in [lo, hi) with pred(i) False (pred is True on a prefix); hi if none."""
     while lo < hi:
@@ -176,17 +189,7 @@ class ConsumeQueueWriter:
         for start in self.files.starts():
             count = self._entries_in(start)
             mm = self.files.get(start).mm
-
-            def below(i: int) -> bool:  # entry i, or the nearest real one before it, points below begin
-                while True:
-                    phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
-                    if size != HOLE_SIZE:
-                        return phys < begin
-                    if i == 0:
-                        return True
-                    i -= 1
-
-            for i in range(_first_false(0, count, below), count):
+            for i in range(_first_false(0, count, lambda i: _real_phys_at(mm, i) < begin), count):
                 phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
                 if size == HOLE_SIZE:
                     continue
@@ -331,20 +334,9 @@ class ConsumeQueueReader:
             mm = mf.mm
             n = min(mf.size // CQ_UNIT, bound - first)
 
-            def gone(i: int) -> bool:
-                # Holes are not messages, but only holes before the first live entry are
-                # "gone": a hole filling a gap after live entries (a corrupt queue offset
-                # recovered as a gap) takes the verdict of the nearest real entry before
-                # it, which keeps the predicate monotonic for the binary search.
-                while True:
-                    phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
-                    if size != HOLE_SIZE and size > 0:
-                        return phys < commitlog_min
-                    if i == 0:
-                        return True
-                    i -= 1
-
-            i = _first_false(0, n, gone)
+            # Holes are not messages, but only holes before the first live entry are "gone": a
+            # hole filling a gap after live entries takes the verdict of the real entry before it.
+            i = _first_false(0, n, lambda i: _real_phys_at(mm, i) < commitlog_min)
             if i < n:
                 self._min_cache = (start, commitlog_min, first + i)
                 return first + i

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from smartgo.store.commitlog import CommitLogReader, QueueKey
 from smartgo.store.consume_queue import ENTRY_DTYPE, ConsumeQueueSet, ConsumeQueueWriter
-from smartgo.store.errors import CorruptRecordError, MessageIllegalError, OffsetGoneError
+from smartgo.store.errors import CorruptRecordError, MessageIllegalError, OffsetGoneError, UnnamedRecordError
 from smartgo.store.index_file import IndexService
 from smartgo.store.java_hash import (
     byte_rows, java_hash_u32, positive_index_hashes, prefixed_hashes, span_hashes_u32, tags_code,
@@ -44,7 +44,6 @@ log = logging.getLogger("smartgo.store.dispatch")
 VECTORIZE_MIN = 48  # below this many records a chunk costs less record by record
 RUN_PROBE = 32  # records of one size in a row make the walk check the following ones with numpy
 CHUNK_RECORDS = 8192  # records per columnar pass: bounds the arrays of a long round (recovery)
-BAD_NAME = "a queue no send can name"  # CorruptRecordError reason: a damaged topic or queue id
 _PROPERTY_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 
@@ -163,7 +162,7 @@ class Dispatcher:
 
     def _queue(self, topic: bytes, queue_id: int, phys: int) -> ConsumeQueueWriter:
         """The writer of a queue seen for the first time in this round's records; a topic or
-        queue id no send can store (damaged bytes) is a CorruptRecordError at phys."""
+        queue id no send can store (damaged bytes) is an UnnamedRecordError at phys."""
         raw = (topic, queue_id)
         cq = self._by_raw.get(raw)
         if cq is None:
@@ -171,9 +170,9 @@ class Dispatcher:
             try:
                 topic_field(name)
             except MessageIllegalError:
-                raise CorruptRecordError(f"{BAD_NAME}: topic {topic[:130]!r}", phys) from None
+                raise UnnamedRecordError(f"topic {topic[:130]!r} is no topic name", phys) from None
             if queue_id < 0:
-                raise CorruptRecordError(f"{BAD_NAME}: queue id {queue_id} of topic {name}", phys)
+                raise UnnamedRecordError(f"queue id {queue_id} of topic {name} is negative", phys)
             cq = self._by_raw[raw] = self.queues.get(name, queue_id)
         return cq
 

@@ -24,6 +24,11 @@ class CorruptRecordError(StoreError, ValueError):
         self.offset = offset
 
 
+class UnnamedRecordError(CorruptRecordError):
+    """A well-formed record whose topic or queue id no send can store: damaged bytes that no
+    record check covers, met by dispatch (recovery replaces the record, flushed or not)."""
+
+
 class InvalidMessageIdError(StoreError, ValueError):
     """An offsetMsgId that is not 32 (IPv4) or 56 (IPv6) hex characters."""
 

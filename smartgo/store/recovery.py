@@ -20,9 +20,9 @@ from smartgo.store.checkpoint import Checkpoint
 from smartgo.store.commitlog import CommitLogReader, QueueKey
 from smartgo.store.config import StoreConfig
 from smartgo.store.consume_queue import ConsumeQueueSet
-from smartgo.store.dispatch import BAD_NAME, Dispatcher
+from smartgo.store.dispatch import Dispatcher
 from smartgo.store.damage import Damage, hole_out, repair, replace_misplaced
-from smartgo.store.errors import CorruptRecordError, OffsetGoneError
+from smartgo.store.errors import CorruptRecordError, OffsetGoneError, UnnamedRecordError
 from smartgo.store.index_file import IndexService
 from smartgo.store.mapped_file import MappedFileQueue
 from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
@@ -182,7 +182,7 @@ def _redispatch(dispatcher: Dispatcher, start: int, end: int, config: StoreConfi
             walk = dispatcher.commitlog.walk(start, exc.offset, verify=True)
             for _ in walk:
                 pass
-            bound = max(flushed, end) if exc.reason.startswith(BAD_NAME) else flushed
+            bound = max(flushed, end) if isinstance(exc, UnnamedRecordError) else flushed
             damage = repair(config.root, dispatcher.commitlog, walk.position, bound)
             if damage is None:
                 raise
