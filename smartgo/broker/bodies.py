@@ -57,6 +57,17 @@ class Fields:
             raise BodyError(f"{self._where(name)} is not a boolean: {value!r:.60}")
         return value
 
+    def enum(self, name: str, names: tuple[str, ...], default: str) -> str:
+        """A Java enum field: its name, or its ordinal as fastjson also reads it (the C++ client
+        writes consumeType, messageModel and consumeFromWhere as numbers)."""
+        value = self._get(name, default)
+        if isinstance(value, str) and value.upper() in names:
+            return value.upper()
+        if type(value) is int and 0 <= value < len(names):
+            return names[value]
+        raise BodyError(f"{self._where(name)} must be one of {', '.join(names)} (or its ordinal), "
+                        f"got {value!r:.40}")
+
     def array(self, name: str, default: Any = _MISSING) -> list:
         value = self._get(name, default)
         if not isinstance(value, list):

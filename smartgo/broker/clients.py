@@ -22,7 +22,12 @@ from smartgo.broker.subscriptions import RegisteredSub
 from smartgo.net.codes import LanguageCode
 
 SUB_ALL = "*"
-MODELS = ("CLUSTERING", "BROADCASTING")
+# Java's declaration order: the C++ client sends these enums as ordinals
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                "CONSUME_FROM_TIMESTAMP")
 ChannelKey = tuple[str, int]          # (net actor, connection id)
 
 
@@ -78,12 +83,9 @@ def parse_heartbeat(raw: bytes | None) -> HeartbeatData:
     hb = parse_body(raw, "HeartbeatData")
     consumers = []
     for c in hb.objects("consumerDataSet"):
-        model = c.text("messageModel", "CLUSTERING").upper()
-        if model not in MODELS:
-            raise BodyError(f"HeartbeatData: {c.path}.messageModel must be CLUSTERING or BROADCASTING, "
-                            f"got {model!r:.40}")
-        consumers.append(ConsumerData(c.text("groupName"), c.text("consumeType", "CONSUME_PASSIVELY").upper(), model,
-                                      c.text("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET"),
+        consumers.append(ConsumerData(c.text("groupName"), c.enum("consumeType", CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                                      c.enum("messageModel", MODELS, "CLUSTERING"),
+                                      c.enum("consumeFromWhere", CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
                                       [_subscription(s) for s in c.objects("subscriptionDataSet")]))
     producers = [p.text("groupName") for p in hb.objects("producerDataSet")]
     return HeartbeatData(hb.text("clientID"), consumers, producers)

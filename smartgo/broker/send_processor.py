@@ -53,8 +53,12 @@ STALE_IN_RING = 30.0        # s without a completion: answered SYSTEM_BUSY (a lo
 REGION = "DefaultRegion"
 BUSY_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
 _V1 = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
-       "flag", "properties", "reconsumeTimes")
-_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+       "flag", "properties", "reconsumeTimes", "batch")
+_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
+# the batch flag: Java's clients write "true"; the C++ client sends its batches as code 10 with "1",
+# which Java's broker reads as false (it stores the encoded batch as one message); we read it as a batch
+_BATCH_FLAG = ("true", "1")
+_BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)     # a plain int: IntEnum compares slowly on the hot path
 _V1_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE})     # the others: V2 names
 _NOT_QUEUED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
@@ -77,22 +81,26 @@ class SendHeader:
     flag: int
     properties: str
     reconsume_times: int
+    batch: bool = False
 
 
 def parse_header(request: RemotingCommand) -> SendHeader:
     """SendMessageRequestHeader (V1 names for codes 10 and 324, V2 one-letter names for 310, 320
-    and 325); a missing required field is HeaderFieldError "the custom field <name> is null"."""
-    names = _V1 if request.code in _V1_CODES else _V2
+    and 325); a missing required field is HeaderFieldError "the custom field <name> is null".
+    A batch is code 320 or a request whose batch flag is set (Java's broker goes by the flag)."""
+    code = request.code
+    names = _V1 if code in _V1_CODES else _V2
     ext = request.ext_fields
+    batch = code == _BATCH_CODE or ext.get(names[10]) in _BATCH_FLAG
     try:
         return SendHeader(ext[names[0]], ext[names[1]], ext[names[2]], int(ext[names[3]]), int(ext[names[4]]),
                           int(ext[names[5]]), int(ext[names[6]]), int(ext[names[7]]), ext.get(names[8]) or "",
-                          int(ext.get(names[9]) or 0))
+                          int(ext.get(names[9]) or 0), batch)
     except (KeyError, ValueError, TypeError):
         r = request   # the slow path only to raise the right error, in field order
         return SendHeader(r.ext_str(names[0]), r.ext_str(names[1]), r.ext_str(names[2]), r.ext_int(names[3]),
                           r.ext_int(names[4]), r.ext_int(names[5]), r.ext_int(names[6]), r.ext_int(names[7]),
-                          r.ext_str(names[8], ""), r.ext_int(names[9], 0))
+                          r.ext_str(names[8], ""), r.ext_int(names[9], 0), batch)
 
 
 def stored_properties(props: str, cluster_suffix: str) -> tuple[bytes, bool]:
@@ -218,7 +226,7 @@ class SendProcessor:
         try:
             if _DELAY_PREFIX in h.properties and h.sys_flag & TRANSACTION_MASK in _DELAYABLE:
                 store_queue = self._delay(request, h, queue_id)
-            if request.code == RequestCode.SEND_BATCH_MESSAGE:
+            if h.batch:
                 block, sizes, wait = self._encode_batch(conn, request, h, store_queue)
             else:
                 block, sizes, wait = self._encode_one(conn, request, h, store_queue)
@@ -245,7 +253,7 @@ class SendProcessor:
         delayed = schedule_rewrite(h.properties, h.topic, queue_id, self.max_delay_level)
         if delayed is None:
             return queue_id
-        if request.code == RequestCode.SEND_BATCH_MESSAGE:
+        if h.batch:
             raise MessageIllegalError(f"a batch cannot be delayed (DELAY {delay_property(h.properties)})")
         h.topic, store_queue, h.properties = delayed
         return store_queue

@@ -187,7 +187,7 @@ def test_queue_locks(broker, stubs):
     (b'{"clientID":"x","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":"T","codeSet":["z"]}]}]}',
      "HeartbeatData: consumerDataSet[0].subscriptionDataSet[0].codeSet[0] is not an integer"),
     (b'{"clientID":"x","consumerDataSet":[{"groupName":"G","messageModel":"SOMETIMES"}]}',
-     "messageModel must be CLUSTERING or BROADCASTING"),
+     "messageModel must be one of BROADCASTING, CLUSTERING"),
     (b'{"clientID":"x","consumerDataSet":{"groupName":"G"}}', "consumerDataSet is not an array"),
     (None, "HeartbeatData: the request has no body"),
 ])

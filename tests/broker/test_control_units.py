@@ -181,6 +181,32 @@ def test_heartbeat_parsing_accepts_what_clients_send():
         parse_heartbeat(b'{"clientID":"c","producerDataSet":[{}]}')
 
 
+def test_heartbeat_of_the_cpp_client_with_enum_ordinals():
+    """What rocketmq-client-cpp 1.2 (PyPI rocketmq 0.4.4) sends, byte for byte: the enums as
+    ordinals, subVersion as a string, no tagsSet or codeSet, a trailing newline."""
+    body = (b'{"clientID":"4250-127.0.0.1@DEFAULT","consumerDataSet":[{"consumeFromWhere":0,"consumeType":1,'
+            b'"groupName":"CG_CPP","messageModel":1,"subscriptionDataSet":[{"subString":"*","subVersion":'
+            b'"1795443288430","topic":"%RETRY%CG_CPP"},{"subString":"*","subVersion":"1795443288430",'
+            b'"topic":"CppTopic"}]}]}\n')
+    (c,) = parse_heartbeat(body).consumers
+    assert (c.group, c.consume_type, c.message_model, c.consume_from_where) == (
+        "CG_CPP", "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET")
+    assert [s.topic for s in c.subscriptions] == ["%RETRY%CG_CPP", "CppTopic"]
+    assert c.subscriptions[1].sub_version == 1795443288430 and c.subscriptions[1].registered().codes is None
+    broadcasting = parse_heartbeat(body.replace(b'"messageModel":1', b'"messageModel":0')
+                                   .replace(b'"consumeFromWhere":0', b'"consumeFromWhere":4'))
+    assert broadcasting.consumers[0].message_model == "BROADCASTING"
+    assert broadcasting.consumers[0].consume_from_where == "CONSUME_FROM_FIRST_OFFSET"
+
+
+@pytest.mark.parametrize("model", [b"2", b"-1", b"true", b"1.0", b'"SOMETIMES"'])
+def test_heartbeat_enum_out_of_range_is_named(model):
+    body = b'{"clientID":"c","consumerDataSet":[{"groupName":"G","messageModel":' + model + b'}]}'
+    with pytest.raises(BodyError, match=r"consumerDataSet\[0\]\.messageModel must be one of BROADCASTING, "
+                                        r"CLUSTERING \(or its ordinal\)"):
+        parse_heartbeat(body)
+
+
 def test_queue_locks_expire_after_the_lease():
     clock = Clock()
     locks = RebalanceLocks(lease=60.0, clock=clock)

@@ -69,6 +69,26 @@ def test_batch_send_is_contiguous_with_comma_joined_ids(broker):
     assert [m.body for m in msgs] == [f"m{i}".encode() for i in range(5)]
 
 
+@pytest.mark.parametrize("code, flag_name, flag", [
+    (RequestCode.SEND_MESSAGE, "batch", "1"),          # the C++ client's batches (Java's broker misreads "1")
+    (RequestCode.SEND_MESSAGE, "batch", "true"),
+    (RequestCode.SEND_MESSAGE_V2, "m", "true"),       # Java's broker goes by the flag, not the code
+])
+def test_batch_flag_on_a_single_send_code_stores_each_item(broker, code, flag_name, flag):
+    topic = f"BatchFlag{code}{flag}"
+    keys = [uniq_key() for _ in range(3)]
+    cmd = batch_command(topic, [(f"m{i}".encode(), message_properties(tags="B", uniq=k)) for i, k in enumerate(keys)])
+    v1 = code == RequestCode.SEND_MESSAGE
+    names = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+             "bornTimestamp", "flag", "properties", "reconsumeTimes") if v1 else tuple("abcdefghij")
+    ext = dict(zip(names, (cmd.ext_fields[c] for c in "abcdefghij")))
+    r = broker.call(RemotingCommand(code, ext_fields={**ext, flag_name: flag}, body=cmd.body))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert len(r.ext_fields["msgId"].split(",")) == 3
+    msgs = pull_until(broker, topic, 0, 0, 3)
+    assert [m.uniq_key for m in msgs] == keys and [m.body for m in msgs] == [b"m0", b"m1", b"m2"]
+
+
 def test_tag_filtering_and_no_match_retry_immediately(broker):
     topic = "Tagged"
     for i in range(6):

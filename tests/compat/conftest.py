@@ -1,17 +1,21 @@
-"""Compatibility fixtures: a real broker node and ali-ons (a third-party RocketMQ 4.x client,
-pure JavaScript, from the npm registry) driven through small Node scripts in node/.
+"""Compatibility fixtures: a real broker node and two third-party RocketMQ 4.x clients - ali-ons
+(pure JavaScript, from the npm registry) driven through small Node scripts in node/, and the
+C++ client (rocketmq-client-cpp, PyPI `rocketmq`, a dev dependency) driven by cpp_client.py.
 
 The ali-ons install is pinned by node/package-lock.json and made with `npm ci` the first time a
-session needs it. Missing node or npm, or an unreachable npm registry, FAIL the tests with a clear
-message: CI has both, and a compatibility suite that silently skips proves nothing.
+session needs it. Missing node or npm, an unreachable npm registry, or a missing `rocketmq`
+package FAIL the tests with a clear message: CI has them, and a compatibility suite that
+silently skips proves nothing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,7 @@ from smartgo.net.loop import run
 from smartgo.testing import wait_until
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
+CPP_DRIVER = Path(__file__).resolve().parent / "cpp_client.py"
 #: The exact client release under test (package.json pins it too; a mismatch reinstalls).
 ALI_ONS_VERSION = "3.12.0"
 NPM_CI_TIMEOUT = 300
@@ -84,7 +89,7 @@ def _routed(registry: str, topic: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory, ali_ons: Path) -> Cluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
     """One master node with its embedded registry (supervisor.py) for the whole folder; tests use
     their own topics and groups."""
     node = start_broker(tmp_path_factory.mktemp("compat") / "node")
@@ -99,6 +104,49 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, ali_ons: Path) -> Cluster:
 
 class OnsError(AssertionError):
     pass
+
+
+class CppError(AssertionError):
+    pass
+
+
+@pytest.fixture(scope="session")
+def cpp_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """HOME for the C++ client (it logs to $HOME/logs/rocketmq-cpp); fails without the package."""
+    if importlib.util.find_spec("rocketmq") is None:
+        pytest.fail("the C++ client tests need PyPI `rocketmq` 0.4.4 (Linux x86_64), a dev dependency: "
+                    "pip install -e '.[dev]'", pytrace=False)
+    return tmp_path_factory.mktemp("cpp-home")
+
+
+def cpp(home: Path, registry: str, ops: list[dict], timeout: float = 90.0) -> list:
+    """Run cpp_client.py's ops against the registry; each op's value (CppError if one failed,
+    naming it, or if the process died: the native client's log tail is in the message)."""
+    env = {**os.environ, "HOME": str(home)}
+    spec = json.dumps({"nameSrv": registry, "ops": ops})
+    try:
+        done = subprocess.run([sys.executable, str(CPP_DRIVER), spec], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise CppError(f"the C++ client did not finish in {timeout}s; stderr:\n{exc.stderr}\n{_cpp_log(home)}"
+                       ) from None
+    try:
+        results = json.loads(done.stdout.strip().splitlines()[-1])["results"]
+    except (IndexError, ValueError, KeyError):
+        raise CppError(f"the C++ client printed no result (exit {done.returncode}); stderr:\n"
+                       f"{done.stderr[-4000:]}\n{_cpp_log(home)}") from None
+    for op, r in zip(ops, results):
+        if not r["ok"]:
+            raise CppError(f"C++ client op {op} failed: {r['error']}\n{r.get('trace', '')}\n{_cpp_log(home)}")
+    return [r["value"] for r in results]
+
+
+def _cpp_log(home: Path) -> str:
+    logs = sorted((home / "logs" / "rocketmq-cpp").glob("*"), key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return "(no C++ client log)"
+    tail = logs[-1].read_text(errors="replace").splitlines()[-40:]
+    return f"end of {logs[-1].name}:\n" + "\n".join(tail)
 
 
 def ons(script: str, spec: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:

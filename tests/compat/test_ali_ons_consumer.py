@@ -22,7 +22,7 @@ from smartgo.testing import wait_until
 
 from .conftest import arun, create_topic, ons, python_send, summary, topic_name
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("ali_ons")]
 
 #: Errors ali-ons reports against Apache RocketMQ too: a new group has no stored offset
 #: (QUERY_NOT_FOUND), and its %RETRY% topic has no route until the broker made it at the first

@@ -24,7 +24,7 @@ from smartgo.testing import wait_until
 
 from .conftest import NODE_DIR, OnsError, arun, create_topic, ons, python_read, python_send, topic_name
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("ali_ons")]
 
 HEX = set("0123456789ABCDEF")
 

@@ -1,0 +1,128 @@
+"""The RocketMQ C++ client (rocketmq-client-cpp 1.2 through PyPI `rocketmq` 0.4.4) against SmartGo.
+
+Its wire habits differ from Java's and ali-ons': it sends with code 10 and V1 header names, marks
+a batch with the header field batch="1" on code 10 (not code 320), writes the heartbeat's enums
+as ordinals, compresses bodies over 4 KiB, and retries by CONSUMER_SEND_MSG_BACK. Each test runs
+tests/compat/cpp_client.py in a process of its own (see conftest.cpp).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from smartgo.client import AsyncPullConsumer, MessageQueue
+from smartgo.client.message import Prop
+from smartgo.testing import wait_until
+
+from .conftest import arun, cpp, python_read, python_send, topic_name
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def by_idx(messages: list) -> dict[int, object]:
+    return {int(m.properties["idx"]): m for m in messages}
+
+
+def test_every_send_mode_is_stored_as_sent(cluster, cpp_home):
+    """sync (auto-created topic), a compressed 10 kB body, oneway, orderly, and a batch."""
+    topic = topic_name("CppSend")
+    sync, big, _oneway, orderly, batch = cpp(cpp_home, cluster.registry, [
+        {"op": "send", "topic": topic, "n": 6, "tags": ["TagA", "TagB"]},
+        {"op": "send", "topic": topic, "n": 2, "bodySize": 10_000, "tags": ["Big"]},
+        {"op": "send", "topic": topic, "n": 3, "mode": "oneway", "tags": ["Oneway"]},
+        {"op": "send", "topic": topic, "n": 4, "mode": "orderly", "arg": 2, "tags": ["Ordered"]},
+        {"op": "send", "topic": topic, "n": 5, "mode": "batch", "tags": ["Batched"]}])
+    assert all(r["status"] == 0 for r in sync + big + orderly + batch)
+    got = wait_until(lambda: (m := python_read(cluster, topic)) and len(m) == 20 and m, timeout=20,
+                     message="20 messages")
+    tagged = {t: [m for m in got if m.tags == t] for t in ("TagA", "TagB", "Big", "Oneway", "Ordered", "Batched")}
+    assert [len(v) for v in tagged.values()] == [3, 3, 2, 3, 4, 5]
+    for m in got:
+        idx = int(m.properties["idx"])
+        assert m.keys == [f"cpp-key-{idx}"]
+        if m.tags == "Big":
+            assert m.body == (f"cpp-{idx}-" * 2000)[:10_000].encode()       # inflated by our consumer
+        else:
+            assert m.body == f"cpp-{idx}".encode()
+    sent = by_idx(tagged["TagA"] + tagged["TagB"])
+    for i, r in enumerate(sync):                                           # SendResult: the uniq id, queue offset
+        assert (r["msgId"], r["offset"]) == (sent[i].properties[Prop.UNIQ_KEY], sent[i].queue_offset)
+    ordered = tagged["Ordered"]
+    assert {m.queue_id for m in ordered} == {2}                            # the selector's queue, in send order
+    assert [int(m.properties["idx"]) for m in sorted(ordered, key=lambda m: m.queue_offset)] == [0, 1, 2, 3]
+    batched = sorted(tagged["Batched"], key=lambda m: m.queue_offset)      # one message each, not one blob
+    assert [int(m.properties["idx"]) for m in batched] == [0, 1, 2, 3, 4]
+    assert len({m.queue_id for m in batched}) == 1
+    assert [m.queue_offset for m in batched] == list(range(batched[0].queue_offset, batched[0].queue_offset + 5))
+
+
+def test_delayed_send_arrives_after_its_level(cluster, cpp_home):
+    topic = topic_name("CppDelay")
+    (sent,) = cpp(cpp_home, cluster.registry, [{"op": "send", "topic": topic, "n": 2, "delayLevel": 1}])
+    assert [r["status"] for r in sent] == [0, 0]
+    got = wait_until(lambda: (m := python_read(cluster, topic)) and len(m) == 2 and m, timeout=20,
+                     message="the delayed messages")
+    for m in got:                                                          # level 1 = 1 s, stored again when due
+        assert m.store_timestamp - m.born_timestamp >= 1000, (m.store_timestamp, m.born_timestamp)
+        assert m.properties["REAL_TOPIC"] == topic and "DELAY" not in m.properties     # as Java's messageTimeup
+
+
+def test_push_consumer_filters_by_tag_and_commits_offsets(cluster, cpp_home):
+    topic, group = topic_name("CppPush"), topic_name("CG_CPP_PUSH")
+    python_send(cluster, topic, 9)                                         # tags A, B, C in turn
+    (got,) = cpp(cpp_home, cluster.registry, [
+        {"op": "push", "topic": topic, "group": group, "expression": "A || B", "expect": 6, "settleS": 1.0}])
+    assert sorted(int(m["idx"]) for m in got) == [0, 1, 3, 4, 6, 7]       # no C, nothing twice
+    assert all(m["body"] == f"py-{m['idx']}" and m["tags"] in "AB" for m in got)
+
+    async def offsets():
+        async with AsyncPullConsumer(group, cluster.registry) as pc:
+            qs = await pc.fetch_queues(topic)
+            return ({q.queue_id: await pc.fetch_consume_offset(MessageQueue(topic, q.broker_name, q.queue_id))
+                     for q in qs}, {q.queue_id: await pc.max_offset(q) for q in qs})
+    # committed: past the last message it consumed in each queue (a C at a queue's end is
+    # stepped over only when a pull there says NO_NEW_MSG, as with Java's client)
+    last = {}
+    for m in got:
+        last[m["queueId"]] = max(last.get(m["queueId"], -1), m["queueOffset"])
+    wait_until(lambda: all((o := arun(offsets()))[0][q] in (last[q] + 1, o[1][q]) for q in last), timeout=20,
+               message="the consumer's committed offsets past what it consumed")
+
+
+def test_orderly_push_consumer_locks_and_reads_in_order(cluster, cpp_home):
+    topic, group = topic_name("CppOrderly"), topic_name("CG_CPP_ORDERLY")
+    _, got = cpp(cpp_home, cluster.registry, [
+        {"op": "send", "topic": topic, "n": 8, "mode": "orderly", "arg": 1},
+        {"op": "push", "topic": topic, "group": group, "orderly": True, "expect": 8}])
+    assert [int(m["idx"]) for m in got] == list(range(8))                 # LOCK_BATCH_MQ, then in queue order
+    assert {m["queueId"] for m in got} == {1}
+
+
+def test_failed_consumption_comes_back_through_the_retry_topic(cluster, cpp_home):
+    topic, group = topic_name("CppRetry"), topic_name("CG_CPP_RETRY")
+    python_send(cluster, topic, 4)
+    (got,) = cpp(cpp_home, cluster.registry, [
+        {"op": "push", "topic": topic, "group": group, "expect": 4, "failFirst": 1, "timeoutS": 60}])
+    assert sorted(int(m["idx"]) for m in got) == [0, 1, 2, 3]
+    again = [m for m in got if m["reconsumeTimes"] > 0]
+    assert again and all(m["reconsumeTimes"] == 1 for m in again)      # sent back (level 3: 10 s), then retried
+    assert all(m["topic"] == topic for m in got)                        # the real topic, restored from RETRY_TOPIC
+
+
+def test_broadcasting_consumer_gets_what_is_sent_after_it_starts(cluster, cpp_home):
+    topic, group = topic_name("CppBroadcast"), topic_name("CG_CPP_BROADCAST")
+    (got,) = cpp(cpp_home, cluster.registry, [
+        {"op": "push", "topic": topic, "group": group, "model": "BROADCASTING", "expect": 5,
+         "sendAfterStart": {"topic": topic, "n": 5, "tags": ["After"]}}])
+    assert sorted(int(m["idx"]) for m in got) == [0, 1, 2, 3, 4]
+    assert all(m["tags"] == "After" for m in got)
+
+
+def test_pull_consumer_reads_python_messages_and_compressed_bodies(cluster, cpp_home):
+    topic = topic_name("CppPull")
+    sent = python_send(cluster, topic, 8, big_every=4)                    # 0 and 4: ~6 kB, compressed on the wire
+    wait_until(lambda: len(python_read(cluster, topic)) == 8, timeout=20, message="8 messages dispatched")
+    (got,) = cpp(cpp_home, cluster.registry, [{"op": "pull", "topic": topic, "group": topic_name("CG_CPP_PULL")}])
+    bodies = {int(m["idx"]): m["body"].encode("latin-1") for m in got}
+    assert bodies == {i: msg.body for i, (msg, _) in enumerate(sent)}
+    assert {m["msgId"] for m in got} == {r.msg_id for _, r in sent}
