@@ -190,13 +190,12 @@ def topic_name(prefix: str) -> str:
 def create_topic(cluster: Cluster, topic: str, queues: int = 4) -> dict:
     """UPDATE_AND_CREATE_TOPIC through ali-ons (its own request, numbers and booleans in extFields),
     then the route as ali-ons parsed it. ali-ons cannot send to a topic the registry does not know
-    (it never falls back to TBW102), so every test creates its topic first.
-
-    The route is polled: SmartGo answers the create before its registration round reaches the
-    registry (Java's registerIncrementBrokerData waits for it), see docs/COMPATIBILITY.md."""
+    (it never falls back to TBW102), so every test creates its topic first. The route is asked
+    for once: the broker answers the create after its registration round, as Java's
+    registerIncrementBrokerData does."""
     out = ons("api", {"nameSrv": cluster.registry, "ops": [
         {"op": "createTopic", "broker": cluster.broker, "topic": topic, "queues": queues},
-        {"op": "route", "topic": topic, "untilOk": True}]})
+        {"op": "route", "topic": topic}]})
     created, route = out["results"]
     assert created["ok"], created
     assert route["ok"], route

@@ -5,7 +5,7 @@ It runs in a process of its own: the native client keeps threads of its own, log
 $HOME/logs/rocketmq-cpp and can crash, and a crash must fail one test, not the test runner.
 Ops run in order; each result is {"ok": true, "value": ...} or {"ok": false, "error": "..."}.
 
-    {"op": "send", "topic", "group", "mode": sync|oneway|orderly|batch, "n", "tags": [...],
+    {"op": "send", "topic", "group", "mode": sync|async|oneway|orderly|batch, "n", "tags": [...],
      "bodySize": 0, "delayLevel": 0, "arg": 0}          -> [{status, msgId, offset}] (none for oneway)
     {"op": "push", "topic", "group", "expression", "expect", "model": CLUSTERING|BROADCASTING,
      "orderly": false, "failFirst": 0, "timeoutS": 30, "settleS": 0, "sendAfterStart": {send op}}
@@ -57,6 +57,8 @@ def send(ns: str, spec: dict) -> list[dict]:
         if mode == "batch":
             r = p.send_batch([_build(spec, i) for i in range(n)])
             return [{"status": int(r.status), "msgId": r.msg_id, "offset": r.offset}]
+        if mode == "async":
+            return _send_async(p, spec)
         for i in range(n):
             m = _build(spec, i)
             if mode == "oneway":
@@ -67,6 +69,24 @@ def send(ns: str, spec: dict) -> list[dict]:
         return out
     finally:
         p.shutdown()
+
+
+def _send_async(p: Producer, spec: dict) -> list[dict]:
+    """All n in flight at once; the results in completion order."""
+    out: list[dict] = []
+    done = threading.Event()
+
+    def finish(entry: dict) -> None:
+        out.append(entry)
+        if len(out) == spec["n"]:
+            done.set()
+    messages = [_build(spec, i) for i in range(spec["n"])]
+    for m in messages:
+        p.send_async(m, lambda r: finish({"status": int(r.status), "msgId": r.msg_id, "offset": r.offset}),
+                     lambda e: finish({"error": str(e)}))
+    if not done.wait(spec.get("timeoutS", 20)):
+        raise TimeoutError(f"{len(out)} of {spec['n']} async sends completed")
+    return out
 
 
 def push(ns: str, spec: dict) -> list[dict]:

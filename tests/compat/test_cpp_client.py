@@ -24,19 +24,23 @@ def by_idx(messages: list) -> dict[int, object]:
 
 
 def test_every_send_mode_is_stored_as_sent(cluster, cpp_home):
-    """sync (auto-created topic), a compressed 10 kB body, oneway, orderly, and a batch."""
+    """sync (auto-created topic), a compressed 10 kB body, oneway, orderly, a batch, and async
+    sends with a non-ASCII tag (filtered by its Java hash, over UTF-16)."""
     topic = topic_name("CppSend")
-    sync, big, _oneway, orderly, batch = cpp(cpp_home, cluster.registry, [
+    sync, big, _oneway, orderly, batch, later = cpp(cpp_home, cluster.registry, [
         {"op": "send", "topic": topic, "n": 6, "tags": ["TagA", "TagB"]},
         {"op": "send", "topic": topic, "n": 2, "bodySize": 10_000, "tags": ["Big"]},
         {"op": "send", "topic": topic, "n": 3, "mode": "oneway", "tags": ["Oneway"]},
         {"op": "send", "topic": topic, "n": 4, "mode": "orderly", "arg": 2, "tags": ["Ordered"]},
-        {"op": "send", "topic": topic, "n": 5, "mode": "batch", "tags": ["Batched"]}])
-    assert all(r["status"] == 0 for r in sync + big + orderly + batch)
-    got = wait_until(lambda: (m := python_read(cluster, topic)) and len(m) == 20 and m, timeout=20,
-                     message="20 messages")
-    tagged = {t: [m for m in got if m.tags == t] for t in ("TagA", "TagB", "Big", "Oneway", "Ordered", "Batched")}
-    assert [len(v) for v in tagged.values()] == [3, 3, 2, 3, 4, 5]
+        {"op": "send", "topic": topic, "n": 5, "mode": "batch", "tags": ["Batched"]},
+        {"op": "send", "topic": topic, "n": 4, "mode": "async", "tags": ["Äsync"]}])
+    assert all(r.get("status") == 0 for r in sync + big + orderly + batch + later), later
+    got = wait_until(lambda: (m := python_read(cluster, topic)) and len(m) == 24 and m, timeout=20,
+                     message="24 messages")
+    tagged = {t: [m for m in got if m.tags == t]
+              for t in ("TagA", "TagB", "Big", "Oneway", "Ordered", "Batched", "Äsync")}
+    assert [len(v) for v in tagged.values()] == [3, 3, 2, 3, 4, 5, 4]
+    assert sorted(m.uniq_key for m in python_read(cluster, topic, "Äsync")) == sorted(r["msgId"] for r in later)
     for m in got:
         idx = int(m.properties["idx"])
         assert m.keys == [f"cpp-key-{idx}"]
