@@ -53,8 +53,7 @@ class ReplyProcessor:
 
     @eager
     async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        h = parse_header(request)
-        h.batch = False                     # ReplyMessageProcessor stores a reply as one message, whatever its flag
+        h = parse_header(request, batches=False)
         sends = self.sends
         queue_id = sends.check(conn, request, h)
         if queue_id is None:

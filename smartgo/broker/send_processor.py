@@ -84,14 +84,15 @@ class SendHeader:
     batch: bool = False
 
 
-def parse_header(request: RemotingCommand) -> SendHeader:
+def parse_header(request: RemotingCommand, batches: bool = True) -> SendHeader:
     """SendMessageRequestHeader (V1 names for codes 10 and 324, V2 one-letter names for 310, 320
     and 325); a missing required field is HeaderFieldError "the custom field <name> is null".
-    A batch is code 320 or a request whose batch flag is set (Java's broker goes by the flag)."""
+    A batch is code 320 or a request whose batch flag is set (Java's broker goes by the flag);
+    never with batches=False (ReplyMessageProcessor stores a reply as one message)."""
     code = request.code
     names = _V1 if code in _V1_CODES else _V2
     ext = request.ext_fields
-    batch = code == _BATCH_CODE or ext.get(names[10]) in _BATCH_FLAG
+    batch = batches and (code == _BATCH_CODE or ext.get(names[10]) in _BATCH_FLAG)
     try:
         return SendHeader(ext[names[0]], ext[names[1]], ext[names[2]], int(ext[names[3]]), int(ext[names[4]]),
                           int(ext[names[5]]), int(ext[names[6]]), int(ext[names[7]]), ext.get(names[8]) or "",
@@ -225,7 +226,7 @@ class SendProcessor:
         store_queue = queue_id
         try:
             if _DELAY_PREFIX in h.properties and h.sys_flag & TRANSACTION_MASK in _DELAYABLE:
-                store_queue = self._delay(request, h, queue_id)
+                store_queue = self._delay(h, queue_id)
             if h.batch:
                 block, sizes, wait = self._encode_batch(conn, request, h, store_queue)
             else:
@@ -246,7 +247,7 @@ class SendProcessor:
                                            answer=answer)
         self._out.put(send_prefix(req_id, len(sizes), store_queue, topic.encode()) + block)
 
-    def _delay(self, request: RemotingCommand, h: SendHeader, queue_id: int) -> int:
+    def _delay(self, h: SendHeader, queue_id: int) -> int:
         """A message with DELAY > 0 is stored in SCHEDULE_TOPIC_XXXX, queue level - 1 (h is
         rewritten; smartgo.broker.schedule_message). Its reply still names the real queue, with
         the schedule queue's offset, as RocketMQ's does. A batch cannot be delayed."""

@@ -14,11 +14,9 @@ repaired), 1 when damage is left, 2 when the store cannot be checked (a node hol
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
-import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from smartgo.cli.errors import CliError
@@ -75,25 +73,15 @@ def _file_size(directory: Path, default: int) -> int:
 @contextmanager
 def _stopped_node(store: Path, run_dir: Path) -> Iterator[None]:
     """Hold the node's locks (the supervisor's and the store's) for the scrub, or refuse."""
-    fd = -1
-    path = run_dir / "supervisor.lock"
-    if path.exists():
-        fd = os.open(path, os.O_RDWR)
+    with ExitStack() as held:
+        if (run_dir / "supervisor.lock").exists():
+            try:
+                held.enter_context(StoreLock(run_dir, "supervisor.lock"))
+            except StoreLockedError as e:
+                raise CliError(f"a node (supervisor pid {e.holder_pid or '?'}) is running on {store}: stop it first",
+                               status=2) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise CliError(f"a node (supervisor pid {holder}) is running on {store}: stop it first",
-                           status=2) from None
-    lock = StoreLock(store)
-    try:
-        try:
-            lock.acquire()
+            held.enter_context(StoreLock(store))
         except StoreLockedError as e:
             raise CliError(f"{e}: stop the node first", status=2) from None
         yield
-    finally:
-        lock.release()
-        if fd >= 0:
-            os.close(fd)

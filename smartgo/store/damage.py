@@ -86,7 +86,7 @@ def replace(store: Path, cl: CommitLogReader, begin: int, end: int) -> Damage:
         f.write(mf.mm[rel:rel + min(length, mf.size - rel)])
         f.flush()
         os.fsync(f.fileno())
-    if end - end % fs != mf.start or (end - rel - mf.start) < _MIN_RECORD:
+    if end - end % fs != mf.start or length < _MIN_RECORD:
         filler = SIZE_MAGIC.pack(fs - rel, BLANK_MAGIC)   # the good data is in the next file
     else:
         filler = _filler_record(begin, length, _timestamp_at(cl, end))

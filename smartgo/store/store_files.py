@@ -13,14 +13,15 @@ log = logging.getLogger("smartgo.store.store_files")
 
 
 class StoreLock:
-    """An exclusive, non-blocking flock on ``<store>/lock`` holding the owner's pid.
+    """An exclusive, non-blocking flock on ``<store>/lock`` (or another file of the directory:
+    `smartgo scrub` also takes the supervisor's ``run/supervisor.lock``) holding the owner's pid.
 
     flock belongs to the open file, so the supervisor takes it once and the actors it
     spawns work under it; a second broker on the same directory gets StoreLockedError."""
 
-    def __init__(self, store_dir: Path | str):
+    def __init__(self, store_dir: Path | str, name: str = "lock"):
         self.store_dir = Path(store_dir)
-        self.path = self.store_dir / "lock"
+        self.path = self.store_dir / name
         self._fd: int | None = None
 
     def acquire(self) -> StoreLock:

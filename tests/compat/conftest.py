@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,23 +123,13 @@ def cpp_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cpp(home: Path, registry: str, ops: list[dict], timeout: float = 90.0) -> list:
     """Run cpp_client.py's ops against the registry; each op's value (CppError if one failed,
     naming it, or if the process died: the native client's log tail is in the message)."""
-    env = {**os.environ, "HOME": str(home)}
     spec = json.dumps({"nameSrv": registry, "ops": ops})
-    try:
-        done = subprocess.run([sys.executable, str(CPP_DRIVER), spec], capture_output=True, text=True,
-                              timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        raise CppError(f"the C++ client did not finish in {timeout}s; stderr:\n{exc.stderr}\n{_cpp_log(home)}"
-                       ) from None
-    try:
-        results = json.loads(done.stdout.strip().splitlines()[-1])["results"]
-    except (IndexError, ValueError, KeyError):
-        raise CppError(f"the C++ client printed no result (exit {done.returncode}); stderr:\n"
-                       f"{done.stderr[-4000:]}\n{_cpp_log(home)}") from None
-    for op, r in zip(ops, results):
+    _, out = run_driver([sys.executable, str(CPP_DRIVER), spec], "the C++ client", CppError, timeout,
+                        {**os.environ, "HOME": str(home)}, context=lambda: _cpp_log(home))
+    for op, r in zip(ops, out["results"]):
         if not r["ok"]:
             raise CppError(f"C++ client op {op} failed: {r['error']}\n{r.get('trace', '')}\n{_cpp_log(home)}")
-    return [r["value"] for r in results]
+    return [r["value"] for r in out["results"]]
 
 
 def _cpp_log(home: Path) -> str:
@@ -149,22 +140,28 @@ def _cpp_log(home: Path) -> str:
     return f"end of {logs[-1].name}:\n" + "\n".join(tail)
 
 
+def run_driver(argv: list[str], what: str, error: type[AssertionError], timeout: float, env: dict[str, str],
+               cwd: Path | None = None, context: Callable[[], str] = str) -> tuple[subprocess.CompletedProcess, Any]:
+    """Run a client driver that prints one JSON document on its last stdout line: (the process,
+    the document). `error`, naming `what`, with its stderr and context(), when it runs past
+    timeout or prints no JSON."""
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise error(f"{what} did not finish in {timeout}s; stderr:\n{exc.stderr}\n{context()}") from None
+    try:
+        return done, json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise error(f"{what} printed no JSON (exit {done.returncode}); stderr:\n{done.stderr[-4000:]}\n"
+                    f"{context()}") from None
+
+
 def ons(script: str, spec: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
     """Run node/<script>.js with the JSON spec; its one JSON document from stdout. A script that
     failed (fatal error, non-zero exit, no JSON) raises OnsError with its stderr."""
     spec = {"deadlineMs": int(timeout * 1000) - 2000, **spec}
-    env = {**os.environ, "NODE_NO_WARNINGS": "1"}
-    try:
-        done = subprocess.run(["node", f"{script}.js", json.dumps(spec)], cwd=NODE_DIR, capture_output=True,
-                              text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        raise OnsError(f"ali-ons {script} did not finish in {timeout}s; stderr:\n{exc.stderr}") from None
-    lines = done.stdout.strip().splitlines()
-    try:
-        result = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        raise OnsError(f"ali-ons {script} printed no JSON (exit {done.returncode}); stderr:\n{done.stderr[-4000:]}"
-                       ) from None
+    done, result = run_driver(["node", f"{script}.js", json.dumps(spec)], f"ali-ons {script}", OnsError, timeout,
+                              {**os.environ, "NODE_NO_WARNINGS": "1"}, cwd=NODE_DIR)
     if done.returncode != 0 or "fatal" in result:
         raise OnsError(f"ali-ons {script} failed: {result.get('fatal')}\nrequests: {summary(result)}\n"
                        f"stderr:\n{done.stderr[-4000:]}")

@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from rocketmq.client import Message, MessageModel, Producer, PullConsumer, PushConsumer
 
@@ -47,28 +49,36 @@ def _build(spec: dict, i: int) -> Message:
     return m
 
 
-def send(ns: str, spec: dict) -> list[dict]:
-    p = Producer(spec.get("group", "PG_CPP"), timeout=spec.get("timeoutMs", 5000))
+@contextmanager
+def _producer(ns: str, group: str, timeout_ms: int = 5000) -> Iterator[Producer]:
+    p = Producer(group, timeout=timeout_ms)
     p.set_namesrv_addr(ns)
     p.start()
     try:
+        yield p
+    finally:
+        p.shutdown()
+
+
+def _result(r) -> dict:
+    return {"status": int(r.status), "msgId": r.msg_id, "offset": r.offset}
+
+
+def send(ns: str, spec: dict) -> list[dict]:
+    with _producer(ns, spec.get("group", "PG_CPP"), spec.get("timeoutMs", 5000)) as p:
         mode, n = spec.get("mode", "sync"), spec["n"]
-        out = []
         if mode == "batch":
-            r = p.send_batch([_build(spec, i) for i in range(n)])
-            return [{"status": int(r.status), "msgId": r.msg_id, "offset": r.offset}]
+            return [_result(p.send_batch([_build(spec, i) for i in range(n)]))]
         if mode == "async":
             return _send_async(p, spec)
+        out = []
         for i in range(n):
             m = _build(spec, i)
             if mode == "oneway":
                 p.send_oneway(m)
-                continue
-            r = p.send_orderly(m, spec.get("arg", 0)) if mode == "orderly" else p.send_sync(m)
-            out.append({"status": int(r.status), "msgId": r.msg_id, "offset": r.offset})
+            else:
+                out.append(_result(p.send_orderly(m, spec.get("arg", 0)) if mode == "orderly" else p.send_sync(m)))
         return out
-    finally:
-        p.shutdown()
 
 
 def _send_async(p: Producer, spec: dict) -> list[dict]:
@@ -82,8 +92,7 @@ def _send_async(p: Producer, spec: dict) -> list[dict]:
             done.set()
     messages = [_build(spec, i) for i in range(spec["n"])]
     for m in messages:
-        p.send_async(m, lambda r: finish({"status": int(r.status), "msgId": r.msg_id, "offset": r.offset}),
-                     lambda e: finish({"error": str(e)}))
+        p.send_async(m, lambda r: finish(_result(r)), lambda e: finish({"error": str(e)}))
     if not done.wait(spec.get("timeoutS", 20)):
         raise TimeoutError(f"{len(out)} of {spec['n']} async sends completed")
     return out
@@ -125,10 +134,7 @@ def push(ns: str, spec: dict) -> list[dict]:
 
 
 def _prime(ns: str, topic: str, primed: threading.Event, timeout: float) -> None:
-    p = Producer("PG_CPP_PROBE")
-    p.set_namesrv_addr(ns)
-    p.start()
-    try:
+    with _producer(ns, "PG_CPP_PROBE") as p:
         deadline = time.monotonic() + timeout
         while not primed.is_set():
             if time.monotonic() > deadline:
@@ -138,8 +144,6 @@ def _prime(ns: str, topic: str, primed: threading.Event, timeout: float) -> None
             m.set_body("probe")
             p.send_sync(m)
             primed.wait(0.2)
-    finally:
-        p.shutdown()
 
 
 def pull(ns: str, spec: dict) -> list[dict]:
