@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-import psutil
 
 from smartgo.broker.channel import ClientRef
 from smartgo.broker.clients import Changes, parse_heartbeat
@@ -27,9 +26,6 @@ from smartgo.store.errors import OffsetGoneError
 
 if TYPE_CHECKING:
     from smartgo.broker.broker_actor import BrokerActor
-
-IN_MEMORY_RATIO = 0.40                      # accessMessageInMemoryMaxRatio
-_MEMORY = psutil.virtual_memory().total
 
 
 class ClientProcessor:
@@ -139,7 +135,7 @@ class ClientProcessor:
             phys = reader.queue(topic, queue_id).entry(0)[0]
         except (OffsetGoneError, OSError, ValueError):
             return True
-        return view.written.get() - phys <= _MEMORY * IN_MEMORY_RATIO
+        return reader.in_memory(phys, view.written.get())
 
     def lock_batch_mq(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         req = parse_lock_body(request.body_bytes(), "LockBatchRequestBody")

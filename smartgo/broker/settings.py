@@ -81,5 +81,6 @@ def store_config(config: NodeConfig) -> StoreConfig:
         file_reserved_time_hours=config.file_reserved_hours,  # type: ignore[arg-type]  (hours may be fractional)
         delete_when=config.delete_when,
         disk_max_used_space_ratio=config.disk_max_used_ratio,
+        access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio,
         store_host=(config.broker_ip, config.listen_port),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from dataclasses import dataclass, field
 
 from smartgo.store.commitlog import CommitLogReader, QueueKey
@@ -67,6 +68,11 @@ class QueryResult:
         return [decode_record(b) for b in self.buffers]
 
 
+def physical_memory() -> int:
+    """The machine's RAM in bytes (RocketMQ's TOTAL_PHYSICAL_MEMORY_SIZE)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 class StoreReader:
     def __init__(self, config: StoreConfig):
         self.config = config
@@ -74,6 +80,10 @@ class StoreReader:
         self.index = IndexReader(config.index_dir, config.index_slot_count, config.index_entry_count)
         self._queues: dict[QueueKey, ConsumeQueueReader] = {}
         self.commitlog_min = self.commitlog.min_offset()
+        # A record further than this behind the written position is "in disk" (probably out of the
+        # page cache): a pull reading it gets the smaller batch limits, as in RocketMQ, so one
+        # consumer catching up cannot evict what every other consumer is reading.
+        self.memory_window = physical_memory() * config.access_message_in_memory_max_ratio // 100
 
     def refresh(self) -> int:
         """Re-read the CommitLog minimum and file listings (after cleanup announced deletions)
@@ -103,6 +113,10 @@ class StoreReader:
     def min_offset(self, topic: str, queue_id: int, max_offset: int) -> int:
         return self.queue(topic, queue_id).min_offset(self.commitlog_min, max_offset)
 
+    def in_memory(self, phys: int, written: int) -> bool:
+        """Is the record at phys within the page-cache window (not checkInDiskByCommitOffset)?"""
+        return written - phys <= self.memory_window
+
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, max_offset: int, written: int,
                      tag_codes: set[int] | frozenset[int] | None = None) -> GetResult:
         """DefaultMessageStore.getMessage, group-agnostic, with the pull edge cases of facts F.5."""
@@ -119,6 +133,9 @@ class StoreReader:
         cfg = self.config
         max_msgs = min(max_count, cfg.max_transfer_count_on_message_in_memory)
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        disk_msgs = min(max_count, cfg.max_transfer_count_on_message_in_disk)
+        disk_bytes = cfg.max_transfer_bytes_on_message_in_disk
+        in_disk_below = written - self.memory_window    # isTheBatchFull's isInDisk, per record
         scan_left = max(16000, max_count * 20)
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
         buffers = result.buffers
@@ -143,7 +160,8 @@ class StoreReader:
             if not raw:
                 break
             for phys, size, tags in ENTRY.iter_unpack(raw):
-                if buffers and (len(buffers) >= max_msgs or total + size > max_bytes):
+                if buffers and (len(buffers) >= max_msgs or total + size > max_bytes or phys < in_disk_below
+                                and (len(buffers) >= disk_msgs or total + size > disk_bytes)):
                     full = True
                     break
                 cur += 1

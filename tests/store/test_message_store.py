@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from smartgo.store import reads
 from smartgo.store import (
     DiskFullError, GetStatus, InvalidMessageIdError, Message, MessageIllegalError, MessageStore, StoreLock,
     StoreLockedError,
@@ -109,6 +110,34 @@ def test_pull_limits(tmp_path):
         # a single message larger than the byte limit is still delivered
         s.put(msg(10, queue_id=1, body=b"w" * 3000))
         assert s.get_messages("TopicA", 1, 0, 32).message_count == 1
+
+
+def test_pull_limits_for_records_out_of_memory(tmp_path, monkeypatch):
+    """isTheBatchFull: a record more than access_message_in_memory_max_ratio % of RAM behind the
+    written position is "in disk", and a pull then stops at 8 messages / 64 KiB (per record)."""
+    monkeypatch.setattr(reads, "physical_memory", lambda: 100 * 10_000)   # ratio 1: a 10,000-byte window
+    cfg = small_config(tmp_path / "a", commitlog_file_size=1 << 20, access_message_in_memory_max_ratio=1)
+    with MessageStore(cfg) as s:
+        for i in range(100):
+            s.put(msg(i, body=b"y" * 300))
+        size = len(s.get_messages("TopicA", 0, 0, 1).buffers[0])
+        in_memory = 10_000 // size                         # the newest records, within the window
+        assert s.get_messages("TopicA", 0, 0, 32).message_count == 8
+        assert s.get_messages("TopicA", 0, 0, 5).message_count == 5
+        recent = s.get_messages("TopicA", 0, 100 - in_memory, 32)
+        assert recent.message_count == in_memory and 8 < in_memory < 29
+        # a pull starting 3 records outside the window runs on into it under the memory limits
+        crossing = s.get_messages("TopicA", 0, 100 - in_memory - 3, 32)
+        assert crossing.message_count == in_memory + 3
+        assert s.reader.in_memory(s.written - 10_000, s.written) and not s.reader.in_memory(s.written - 10_001,
+                                                                                            s.written)
+    cfg = small_config(tmp_path / "b", commitlog_file_size=1 << 20, access_message_in_memory_max_ratio=0,
+                       max_transfer_bytes_on_message_in_disk=1000)
+    with MessageStore(cfg) as s:                            # ratio 0: everything counts as in disk
+        for i in range(10):
+            s.put(msg(i, body=b"z" * 300))
+        got = s.get_messages("TopicA", 0, 0, 32)
+        assert got.message_count == 2 and got.buffer_total_size <= 1000 and got.next_begin_offset == 2
 
 
 def test_put_batch_is_contiguous_with_consecutive_offsets(store):
