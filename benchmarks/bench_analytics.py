@@ -12,6 +12,8 @@ Figures (medians of --runs runs):
                          scan_worker_cpu_us_per_msg and scan_jvm_cpu_us_per_msg split it
   scan_narrow_msgs_per_s only topic, queue_id, queue_offset, store_timestamp_ms (a user schema)
   scan_groupby_msgs_per_s  SELECT topic, count(*) ... GROUP BY topic over the full view
+  host_probe_ms          the CPU time of a fixed Python loop before each run: higher is a slower host
+                         (host_probe.py; this VM's CPU speed varies up to 2x second to second)
 
     .venv/bin/python benchmarks/bench_analytics.py [--runs 3] [--json] [--quick] [--master local[2]]
         [--no-report] [--store DIR]
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analytics.stats_gen import synthetic_stats  # noqa: E402
+from host_probe import HostProbe  # noqa: E402
 from smartgo.store import Message, MessageStore, StoreConfig  # noqa: E402
 
 REPORT_TARGET_S = 60.0
@@ -117,6 +120,7 @@ def main() -> None:
     with_report = not (args.quick or args.no_report)
 
     work = Path(tempfile.mkdtemp(prefix="bench-analytics-", dir=args.dir))
+    probe = HostProbe()
     figures: dict[str, object] = {"cpus": os.cpu_count(), "loadavg_start": round(os.getloadavg()[0], 2),
                                   "master": args.master, "runs": runs}
     try:
@@ -125,7 +129,7 @@ def main() -> None:
             stats_dir = work / "stats" / "broker-a"
             figures["report_input_records"] = expected.records
             figures["report_input_mb"] = round(sum(p.stat().st_size for p in stats_dir.iterdir()) / 1e6, 1)
-            times = [report_subprocess(stats_dir, work / "report", args.master) for _ in range(runs)]
+            times = [report_subprocess(stats_dir, work / "report", args.master) for _ in probe.before_each(runs)]
             figures["report_1day_s_runs"] = [round(t, 1) for t in times]
             figures["report_1day_s"] = round(statistics.median(times), 1)
         store = Path(args.store) if args.store else work / "store"
@@ -147,7 +151,7 @@ def main() -> None:
 
             wall, _ = timed(noop(full))
             figures["scan_cold_msgs_per_s"] = round(messages / wall)
-            scans = [timed(noop(full)) for _ in range(runs)]
+            scans = [timed(noop(full)) for _ in probe.before_each(runs)]
             figures["scan_msgs_per_s_runs"] = [round(messages / w) for w, _ in scans]
             figures["scan_msgs_per_s"] = round(messages / statistics.median(w for w, _ in scans))
             for figure, roles in (("scan_cpu_us_per_msg", ("driver", "jvm", "workers")),
@@ -157,7 +161,7 @@ def main() -> None:
             narrow = spark.read.format("smartgo").schema(
                 "topic string, queue_id int, queue_offset bigint, store_timestamp_ms bigint").load(str(store))
             figures["scan_narrow_msgs_per_s"] = round(messages / statistics.median(
-                timed(noop(narrow))[0] for _ in range(runs)))
+                timed(noop(narrow))[0] for _ in probe.before_each(runs)))
             full.createOrReplaceTempView("messages")
             counted = []
 
@@ -165,13 +169,14 @@ def main() -> None:
                 counted.append(sum(r[1] for r in spark.sql("SELECT topic, count(*) FROM messages GROUP BY topic")
                                    .collect()))
             figures["scan_groupby_msgs_per_s"] = round(messages / statistics.median(
-                timed(collect)[0] for _ in range(runs)))
+                timed(collect)[0] for _ in probe.before_each(runs)))
             assert set(counted) == {messages}, counted
         finally:
             spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures["loadavg_end"] = round(os.getloadavg()[0], 2)
+    figures["host_probe_ms"] = probe.ms
     figures["report_target_s"] = REPORT_TARGET_S
     figures["scan_target_msgs_per_s"] = SCAN_TARGET
     figures["report_pass"] = figures["report_1day_s"] <= REPORT_TARGET_S if with_report else None

@@ -5,7 +5,9 @@ blocking facade's sync send.
 By default the broker is a stub in its own process (this script with --serve-stub: it answers
 sends like a broker and serves pulls from one pre-built 32-record body, registered with a real
 registry process), so the figure is the client's own cost. --registry ADDR measures against a
-real cluster instead (topic BenchmarkTest must accept sends).
+real cluster instead (topic BenchmarkTest must accept sends). host_probe_ms: the CPU time of a fixed
+Python loop before each run, median: higher is a slower host (host_probe.py; this VM's CPU speed
+varies up to 2x second to second).
 
     .venv/bin/python benchmarks/bench_client.py [--runs 3] [--json] [--quick] [--registry HOST:PORT]
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from host_probe import HostProbe  # noqa: E402
 from smartgo.client import (AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, Producer)  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import RequestCode, ResponseCode  # noqa: E402
@@ -211,7 +214,8 @@ def main() -> None:
                                            registry, "--backlog", str(consume_n)], cwd=ROOT, stdout=subprocess.PIPE))
             assert procs[-1].stdout.readline().startswith(b"stub ready")
         runs = []
-        for _ in range(1 if args.quick else args.runs):
+        probe = HostProbe()
+        for _ in probe.before_each(1 if args.quick else args.runs):
             figures = measure_sends(registry, n)
             figures.update(measure_consume(registry, consume_n) if args.registry is None else {})
             runs.append(figures)
@@ -222,7 +226,7 @@ def main() -> None:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     result = {k: round(statistics.median(r[k] for r in runs), 2) for k in runs[0]}
-    result.update({"runs": len(runs), "messages_per_mode": n, "consume_messages": consume_n,
+    result.update({"host_probe_ms": probe.ms, "runs": len(runs), "messages_per_mode": n, "consume_messages": consume_n,
                    "broker": "stub" if args.registry is None else args.registry})
     if not args.json:
         for k, v in result.items():

@@ -13,6 +13,8 @@ Scenarios (clients speak JSON headers, as Java clients do):
 
 Every figure is the median of --runs runs (each on a fresh node). The machine is shared (2 vCPU):
 the load average is reported with the results. --json: the last line is one JSON object.
+host_probe_ms: the CPU time of a fixed Python loop before each run, median: higher is a slower host
+(host_probe.py; this VM's CPU speed varies up to 2x second to second).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_broker import actor_cpu, broker_node, median_of, percentile, run_workers  # noqa: E402
+from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.testing import Node  # noqa: E402
 from smartgo.broker.testing import group_command, heartbeat_body, update_offset_command  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
@@ -322,11 +325,12 @@ def main() -> None:
     only = set(filter(None, args.only.split(","))) or {"heartbeat", "heartbeat_max", "offsets", "offsets_sync",
                                                         "route"}
     results: dict = {"quick": quick, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    probe = HostProbe()
     with tempfile.TemporaryDirectory(prefix="bench_control_") as tmp:
         work = Path(tmp)
 
         def repeat(name: str, fn) -> None:
-            results[name] = median_of([fn() for _ in range(runs)])
+            results[name] = median_of([fn() for _ in probe.before_each(runs)])
             print(f"{name}: {results[name]}", file=sys.stderr)
 
         if "heartbeat" in only:
@@ -340,6 +344,7 @@ def main() -> None:
         if "route" in only:
             repeat("route", lambda: scenario_route(work, 5 if quick else 100))
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    results["host_probe_ms"] = probe.ms
     results["targets"] = TARGETS
     results["pass"] = {k: _passes(results, k) for k in TARGETS if _figure(results, k) is not None}
     print(json.dumps(results) if args.json else json.dumps(results, indent=1))

@@ -12,6 +12,8 @@ The original store time is read from the SCHEDULE_TOPIC_XXXX record the send rep
 points at (the store files, read-only, after the run). Target (issue 9): store lateness p99 <=
 100 ms. Every figure is the median over --runs runs, each on a fresh node; the machine is shared
 (2 vCPU), the load average is reported. --json: the last stdout line is one JSON object.
+host_probe_ms: the CPU time of a fixed Python loop before each run, median: higher is a slower host
+(host_probe.py; this VM's CPU speed varies up to 2x second to second).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.board import Board  # noqa: E402
 from smartgo.broker import profiling  # noqa: E402
 from smartgo.broker.schedule_testing import delayed_command  # noqa: E402
@@ -223,15 +226,16 @@ def main() -> None:
     n = 300 if a.quick else a.messages
     runs = 1 if a.quick else a.runs
     results = []
+    probe = HostProbe()
     with tempfile.TemporaryDirectory(prefix="bench_delay_") as tmp:
-        for i in range(runs):
+        for i in probe.before_each(runs):
             r = one_run(Path(tmp) / f"run{i}", n, levels, a.depth)
             results.append(r)
             if not a.json:
                 print(f"run {i + 1}: store {r['all']['store']}, e2e {r['all']['e2e']}, missing {r['missing']}, "
                       f"schedule {r['schedule_cpu_us_per_msg']:.0f} us/msg", flush=True)
     summary = {
-        "quick": a.quick, "messages": n, "runs": runs, "loadavg": os.getloadavg(),
+        "quick": a.quick, "messages": n, "runs": runs, "loadavg": os.getloadavg(), "host_probe_ms": probe.ms,
         "errors": sum(r["errors"] for r in results), "missing": sum(r["missing"] for r in results),
         "early": sum(r["early"] for r in results),
         "send_msgs_s": median_of([{"v": r["sent"] / r["send_s"]} for r in results], ["v"]),

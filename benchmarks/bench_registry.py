@@ -7,6 +7,8 @@ of random topics back to back, run for --seconds. Figures (medians of --runs run
   route_msgpack_per_s  SmartGo clients after negotiation
   route_body_bytes     size of one route answer
   route_<type>_server_cpu_us  registry CPU per answer, setup included (robust to a busy machine)
+  host_probe_ms        the CPU time of a fixed Python loop before each run: higher is a slower host
+                       (host_probe.py; this VM's CPU speed varies up to 2x second to second)
 
     .venv/bin/python benchmarks/bench_registry.py [--runs 5] [--json] [--quick]
 """
@@ -29,6 +31,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from host_probe import HostProbe  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import RequestCode, ResponseCode, SerializeType  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
@@ -100,8 +103,9 @@ def main() -> None:
     topics = [f"BenchTopic{i}" for i in range(args.topics)]
     samples: dict[str, list[float]] = {}
     body_size = 0
+    probe = HostProbe()
     with tempfile.TemporaryDirectory() as store:
-        for _ in range(runs):
+        for _ in probe.before_each(runs):
             port = free_port()
             proc = subprocess.Popen([sys.executable, "-m", "smartgo.registry", "--listen-port", str(port),
                                      "--store-dir", store, "--log-level", "WARNING"], cwd=ROOT)
@@ -118,7 +122,8 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(10)
     figures: dict[str, object] = {name: round(statistics.median(v), 1) for name, v in samples.items()}
-    figures.update(route_body_bytes=body_size, clients=CLIENTS, runs=runs, quick=args.quick)
+    figures.update(host_probe_ms=probe.ms, route_body_bytes=body_size, clients=CLIENTS, runs=runs,
+                   quick=args.quick)
     for name, value in figures.items():
         print(f"{name:22s} {value}")
     if args.json:

@@ -11,6 +11,8 @@ Figures: round trips per second, p50/p99 latency (request() call to its return),
 recorded in docs/BENCHMARKS.md. Every figure is the median of --runs runs, each on a fresh node;
 the machine is shared (2 vCPU), the load average is reported. --json: the last line is one JSON
 object. --quick: one short run (the smoke test).
+host_probe_ms: the CPU time of a fixed Python loop before each run, median: higher is a slower host
+(host_probe.py; this VM's CPU speed varies up to 2x second to second).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_broker import broker_node, median_of, percentile, run_workers  # noqa: E402
+from host_probe import HostProbe  # noqa: E402
 from smartgo.client import (AsyncProducer, AsyncPushConsumer, ClientError, Message,  # noqa: E402
                             create_reply_message)
 
@@ -162,10 +165,12 @@ def main() -> None:
     concurrency = min(args.concurrency, 4) if args.quick else args.concurrency
     results: dict = {"quick": args.quick, "requesters": args.requesters, "concurrency": concurrency,
                      "net_actors": args.net_actors, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    probe = HostProbe()
     with tempfile.TemporaryDirectory(prefix="bench_reply_") as tmp:
         results["reply"] = median_of([run_once(Path(tmp), seconds, args.requesters, concurrency, args.net_actors)
-                                      for _ in range(runs)])
+                                      for _ in probe.before_each(runs)])
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    results["host_probe_ms"] = probe.ms
     print(f"reply: {results['reply']}", file=sys.stderr)
     print(json.dumps(results) if args.json else json.dumps(results, indent=1))
 

@@ -10,6 +10,8 @@
   consumer is asleep on its doorbell every time; latency = receipt (after the asyncio wake-up)
   minus send time. Both processes pinned to one CPU, then unpinned (on 2 CPUs the kernel then
   usually has to wake the other one).
+- host_probe_ms: the CPU time of a fixed Python loop before each run, median: higher is a slower
+  host (host_probe.py; this VM's CPU speed varies up to 2x second to second).
 
 Targets (issue 5): >= 1,000,000 records/s; wake-up p99 <= 300 us.
 """
@@ -27,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from host_probe import HostProbe
 from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell, Ring, wait_any
 from smartgo.net.loop import run as run_loop
 
@@ -146,20 +149,21 @@ def main() -> None:
     runs = args.runs or (1 if args.quick else 3)
     records = 64_000 if args.quick else 2_000_000
     samples = 200 if args.quick else 3000
+    probe = HostProbe()
 
     with tempfile.TemporaryDirectory(prefix="bench-ring-") as tmp:
         work = Path(tmp)
         scaling, cpu_ns = {}, {}
         for n in (1, 2, 4):
             per = max(BATCH, records // n)
-            results = [throughput(n, per, work) for _ in range(runs)]
+            results = [throughput(n, per, work) for _ in probe.before_each(runs)]
             scaling[str(n)] = round(statistics.median(r[0] for r in results))
             cpu_ns[str(n)] = {"consumer": round(statistics.median(r[1] for r in results)),
                               "producer": round(statistics.median(r[2] for r in results))}
         wake = {}
         for pinned in (True, False):
             tag = "pinned" if pinned else "unpinned"
-            results = [wake_latency(samples, pinned, work, f"{tag}{i}") for i in range(runs)]
+            results = [wake_latency(samples, pinned, work, f"{tag}{i}") for i in probe.before_each(runs)]
             wake[tag] = {k: statistics.median(r[k] for r in results) for k in ("p50", "p99")}
 
     rps = scaling["1"]
@@ -170,6 +174,7 @@ def main() -> None:
         "scaling_records_per_s": scaling,
         "cpu_ns_per_record": cpu_ns,
         "wake_us": wake,
+        "host_probe_ms": probe.ms,
         "targets": {"records_per_s": TARGET_RPS, "wake_p99_us": TARGET_WAKE_P99_US},
         "pass": {"records_per_s": rps >= TARGET_RPS,
                  "wake_p99_us": max(w["p99"] for w in wake.values()) <= TARGET_WAKE_P99_US},
@@ -181,6 +186,7 @@ def main() -> None:
               f"{cpu_ns[n]['consumer']} ns, producers {cpu_ns[n]['producer']} ns")
     for tag, w in wake.items():
         print(f"wake-up latency {tag}: p50 {w['p50']} us, p99 {w['p99']} us")
+    print(f"host probe: {probe.ms} ms (higher is a slower host)")
     if args.json:
         print(json.dumps(report))
 

@@ -4,6 +4,8 @@
 
 One process. Every figure is the median of --repeat runs (RSS: one run of --rss-gb).
 Records carry TAGS and UNIQ_KEY like a Java producer's (dispatch_keys also has KEYS).
+host_probe_ms: the CPU time of a fixed Python loop before each run, median: higher is a slower host
+(host_probe.py; this VM's CPU speed varies up to 2x second to second).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from host_probe import HostProbe  # noqa: E402
 from smartgo.store import (  # noqa: E402
     Block, Checkpoint, CommitLogReader, CommitLogWriter, ConsumeQueueSet, Dispatcher, IndexService, StoreConfig,
     StoreReader, recover,
@@ -167,7 +170,7 @@ def bench_dispatch_wide(base: Path, quick: bool, queues: int, per_queue: int) ->
     return dt
 
 
-def bench_recovery(base: Path, quick: bool, n: int, repeat: int) -> dict[str, list[float]]:
+def bench_recovery(base: Path, quick: bool, n: int, repeat: int, probe: HostProbe) -> dict[str, list[float]]:
     cfg = config_for(base / "recovery", quick)
     written = build_log(cfg, n, 128, False)
     dispatch_all(cfg, written, 65536)
@@ -177,7 +180,7 @@ def bench_recovery(base: Path, quick: bool, n: int, repeat: int) -> dict[str, li
     cp.flush()
     cp.close()
     out: dict[str, list[float]] = {"normal": [], "abnormal": [], "rebuild": [], "scrub": []}
-    for _ in range(repeat):
+    for _ in probe.before_each(repeat):
         mark_clean_shutdown(cfg.store_path)
         state = recover(cfg)
         assert state.written == written and sum(state.queue_offsets.values()) == n and not state.abnormal
@@ -254,20 +257,22 @@ def main() -> int:
     n_rec = args.recovery_messages or (10_000 if quick else 1_000_000)
     rss_gb = args.rss_gb if args.rss_gb is not None else (0.05 if quick else 5.0)
     base = Path(tempfile.mkdtemp(prefix="smartgo-bench-store-", dir=args.dir))
+    probe = HostProbe()
     res: dict[str, float | bool | str | int] = {"quick": quick, "repeat": repeat, "messages": n,
                                                 "recovery_messages": n_rec, "cpus": os.cpu_count() or 0}
     try:
         for body_len, tag in ((128, "128B"), (4096, "4KiB")):
-            res[f"encode_us_per_record_{tag}"] = statistics.median(bench_encode(n, body_len) for _ in range(repeat))
+            res[f"encode_us_per_record_{tag}"] = statistics.median(
+                bench_encode(n, body_len) for _ in probe.before_each(repeat))
             count = n if body_len == 128 else max(n // 8, 32)
             recs = records(count, body_len)
             size = sum(map(len, recs))
             for mode in ("single", "batch32", "blocks32"):
-                dt = statistics.median(bench_append(base, quick, recs, mode) for _ in range(repeat))
+                dt = statistics.median(bench_append(base, quick, recs, mode) for _ in probe.before_each(repeat))
                 res[f"append_{mode}_{tag}_msgs_per_s"] = count / dt
                 res[f"append_{mode}_{tag}_mb_per_s"] = size / dt / (1 << 20)
         for keys in (False, True):
-            runs = [bench_dispatch_and_read(base, quick, n, keys) for _ in range(repeat)]
+            runs = [bench_dispatch_and_read(base, quick, n, keys) for _ in probe.before_each(repeat)]
             suffix = "_keys" if keys else ""
             res[f"dispatch{suffix}_msgs_per_s"] = n / statistics.median(r[0] for r in runs)
             res[f"dispatch{suffix}_cpu_msgs_per_s"] = n / statistics.median(r[2] for r in runs)
@@ -277,13 +282,15 @@ def main() -> int:
         res["dispatch_wide_queues"] = wide
         res["dispatch_wide_msgs_per_queue"] = per_queue
         res["dispatch_wide_msgs_per_s"] = per_queue * wide / statistics.median(
-            bench_dispatch_wide(base, quick, wide, per_queue) for _ in range(repeat))
-        rec = bench_recovery(base, quick, n_rec, repeat)
+            bench_dispatch_wide(base, quick, wide, per_queue) for _ in probe.before_each(repeat))
+        rec = bench_recovery(base, quick, n_rec, repeat, probe)
         res["recovery_normal_s"] = statistics.median(rec["normal"])
         res["recovery_abnormal_s"] = statistics.median(rec["abnormal"])
         res["recovery_rebuild_s"] = statistics.median(rec["rebuild"])
         res["scrub_records_per_s"] = n_rec / statistics.median(rec["scrub"])
-        res.update(bench_rss(base, quick, rss_gb))
+        for _ in probe.before_each(1):
+            res.update(bench_rss(base, quick, rss_gb))
+        res["host_probe_ms"] = probe.ms
     finally:
         shutil.rmtree(base, ignore_errors=True)
     for key, target in TARGETS.items():

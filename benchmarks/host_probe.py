@@ -13,6 +13,7 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Iterator
 
 _PROBE = struct.Struct(">qiiq")
 
@@ -21,7 +22,7 @@ class HostProbe:
     """A thread times a fixed pure-Python workload (calls, dict lookups, struct packing and joins,
     as on the send path) in its own CPU time every `every` seconds while a scenario runs; `ms` is
     the median. ~2 % of one core, and it holds the GIL ~6 ms at a time: use it in a process that
-    only waits (a benchmark's parent), or call once() between runs."""
+    only waits (a benchmark's parent), or call now() between runs (before_each does)."""
 
     def __init__(self, every: float = 0.25) -> None:
         self.every = every
@@ -42,6 +43,13 @@ class HostProbe:
     def now(cls, repeats: int = 5) -> float:
         """The median of `repeats` samples taken at once (between runs, ~30 ms)."""
         return round(statistics.median(cls.once() for _ in range(repeats)), 3)
+
+    def before_each(self, runs: int) -> Iterator[int]:
+        """range(runs), taking now() before each run: between runs, so no thread holds the GIL in a
+        process whose time is measured; `ms` is then the median of these samples."""
+        for i in range(runs):
+            self.samples.append(self.now())
+            yield i
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):

@@ -15,5 +15,5 @@ def test_bench_analytics_quick_json(tmp_path):
         assert figures[key] > 0, key
     assert figures["store_messages"] == 20_000 and figures["scan_partitions"] == 1
     assert figures["report_pass"] is None and "report_1day_s" not in figures  # the report has its own tests
-    assert isinstance(figures["scan_pass"], bool)
+    assert isinstance(figures["scan_pass"], bool) and figures["host_probe_ms"] > 0
     assert list(tmp_path.iterdir()) == []  # the inputs are gone

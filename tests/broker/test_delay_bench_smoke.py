@@ -10,7 +10,7 @@ from smartgo.testing import run_benchmark
 @pytest.mark.timeout(120)
 def test_bench_delay_quick():
     r = run_benchmark("bench_delay.py", timeout=110)
-    assert r["quick"] is True and r["messages"] == 300
+    assert r["quick"] is True and r["messages"] == 300 and r["host_probe_ms"] > 0
     assert r["errors"] == 0 and r["missing"] == 0 and r["early"] == 0
     for kind in ("store", "e2e"):
         f = r["levels"]["1s"][kind]

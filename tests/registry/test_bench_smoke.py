@@ -11,4 +11,4 @@ from smartgo.testing import run_benchmark
 def test_bench_registry_quick() -> None:
     figures = run_benchmark("bench_registry.py", timeout=110)
     assert figures["route_json_per_s"] > 0 and figures["route_msgpack_per_s"] > 0
-    assert figures["route_body_bytes"] > 100 and figures["clients"] == 8
+    assert figures["route_body_bytes"] > 100 and figures["clients"] == 8 and figures["host_probe_ms"] > 0
