@@ -40,6 +40,7 @@ from smartgo.broker.query_processor import QueryProcessor
 from smartgo.broker.rings import (CTL_RING_CAPACITY, DONE_RING_CAPACITY, SEND_RING_CAPACITY, SMALL_RING_CAPACITY,
                                   monotonic_ms)
 from smartgo.broker.reply_processor import ReplyProcessor
+from smartgo.broker.end_transaction_processor import EndTransactionProcessor
 from smartgo.broker.send_back_processor import SendBackProcessor
 from smartgo.broker.send_processor import SendProcessor
 from smartgo.broker.settings import store_config, vip_port
@@ -106,6 +107,7 @@ class NetActor(Actor):
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
             RequestCode.CONSUMER_SEND_MSG_BACK: SendBackProcessor(self).process,
+            RequestCode.END_TRANSACTION: EndTransactionProcessor(self).process,
         }
         for code in FORWARDED_CODES:
             processors[code] = self._forward

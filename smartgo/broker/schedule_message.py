@@ -1,10 +1,18 @@
-"""Records the broker rewrites (sans-IO): the send path's delay rewrite, the schedule actor's
-re-publish, and the copy a consumer's send-back stores (send_back_record).
+"""Records the broker rewrites (sans-IO): the send path's delay and transaction-half rewrites, the
+schedule actor's re-publish, the copy a consumer's send-back stores (send_back_record) and the
+message END_TRANSACTION makes of a half (end_transaction_record).
 
 Storing (CommitLog.asyncPutMessage): a non-transactional or commit message with DELAY > 0 is
 stored in SCHEDULE_TOPIC_XXXX, queue level - 1, with the level capped at the table's maximum
 and REAL_TOPIC / REAL_QID recording where it goes when due. Dispatch gives its ConsumeQueue
 entry the delivery time as tag code (store time + the level's delay).
+
+Transactions (TransactionalMessageBridge.parseHalfMessageInner): a message whose TRAN_MSG
+property is true is a half message, stored in RMQ_SYS_TRANS_HALF_TOPIC queue 0 as an ordinary
+(transaction type NOT) record with REAL_TOPIC / REAL_QID; its consumers never see it. A commit
+(EndTransactionProcessor.endMessageTransaction) stores it again in REAL_TOPIC / REAL_QID with
+transaction type COMMIT, PREPAREDTRANSACTIONOFFSET = the half's CommitLog offset, and TRAN_MSG,
+REAL_TOPIC and REAL_QID removed.
 
 Re-publishing (ScheduleMessageService.messageTimeup): the same record for REAL_TOPIC /
 REAL_QID, DELAY removed, everything else kept byte for byte (body and its CRC, flag, sys flag,
@@ -24,13 +32,19 @@ from typing import NamedTuple
 from smartgo.store.errors import MessageIllegalError
 from smartgo.store.record import (BORNHOST_V6_FLAG, INT16, INT32, INT64, MESSAGE_MAGIC, POS_QUEUEOFFSET,
                                   POS_STORETIMESTAMP, POS_SYSFLAG, SCHEDULE_TOPIC, SIZE_MAGIC,
-                                  STOREHOST_V6_FLAG, topic_field)
+                                  STOREHOST_V6_FLAG, TRANSACTION_MASK, topic_field)
 
 DELAY = "DELAY"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 _DELAY_SEG = DELAY + "\x01"
 _REAL_SEGS = (REAL_TOPIC + "\x01", REAL_QID + "\x01")
+_TRAN_SEG = TRAN_MSG + "\x01"
+_END_DROPPED = (_TRAN_SEG.encode(), *(seg.encode() for seg in _REAL_SEGS))
 _REAL_QID_B = _REAL_SEGS[1].encode()
 _ROUTE = re.compile(rb"(?:^|\x02)(REAL_TOPIC|REAL_QID)\x01([^\x02]*)").findall
 _DELAY_SEGMENT = re.compile(rb"(?:^|\x02)DELAY\x01[^\x02]*").sub
@@ -43,13 +57,45 @@ class ScheduleRecordError(ValueError):
 
 def delay_property(properties: str) -> str | None:
     """The DELAY value of a properties string (the last one wins, as in a Java HashMap), or None."""
-    if _DELAY_SEG not in properties:
+    return _property(properties, _DELAY_SEG)
+
+
+def _property(properties: str, segment: str) -> str | None:
+    """The value of a property (the last one wins, as in a Java HashMap), or None."""
+    if segment not in properties:
         return None
     value = None
     for seg in properties.split("\x02"):
-        if seg.startswith(_DELAY_SEG):
-            value = seg[len(_DELAY_SEG):]
+        if seg.startswith(segment):
+            value = seg[len(segment):]
     return value
+
+
+def _rerouted(properties: str, topic: str, queue_id: int, segment: str = "", value: str = "") -> str:
+    """properties with REAL_TOPIC / REAL_QID set to topic and queue_id (any the producer sent are
+    dropped), and the property starting with `segment` given `value`."""
+    kept = []
+    for seg in properties.split("\x02"):
+        if not seg or seg.startswith(_REAL_SEGS):
+            continue
+        if segment and seg.startswith(segment):
+            seg = segment + value
+        kept.append(seg)
+    kept += (f"{REAL_TOPIC}\x01{topic}", f"{REAL_QID}\x01{queue_id}")
+    return "\x02".join(kept)
+
+
+def half_rewrite(properties: str, topic: str, queue_id: int, reconsume_times: int) -> tuple[str, int, str] | None:
+    """(RMQ_SYS_TRANS_HALF_TOPIC, 0, properties) for a transaction's half message: TRAN_MSG is
+    true (Boolean.parseBoolean) and it is not an old client's send-back (reconsumed and delayed,
+    SendMessageProcessor's exception for clients before 4.6.1). None otherwise."""
+    tran = _property(properties, _TRAN_SEG)
+    if tran is None or tran.lower() != "true":
+        return None
+    delay = delay_property(properties)
+    if reconsume_times > 0 and delay is not None and delay.lstrip("-").isdigit() and int(delay) > 0:
+        return None
+    return HALF_TOPIC, 0, _rerouted(properties, topic, queue_id)
 
 
 def schedule_rewrite(properties: str, topic: str, queue_id: int, max_level: int) -> tuple[str, int, str] | None:
@@ -67,15 +113,7 @@ def schedule_rewrite(properties: str, topic: str, queue_id: int, max_level: int)
     if level <= 0:
         return None
     capped = min(level, max_level)
-    kept = []
-    for seg in properties.split("\x02"):
-        if not seg or seg.startswith(_REAL_SEGS):
-            continue
-        if seg.startswith(_DELAY_SEG):
-            seg = f"{_DELAY_SEG}{capped}"
-        kept.append(seg)
-    kept += (f"{REAL_TOPIC}\x01{topic}", f"{REAL_QID}\x01{queue_id}")
-    return SCHEDULE_TOPIC, capped - 1, "\x02".join(kept)
+    return SCHEDULE_TOPIC, capped - 1, _rerouted(properties, topic, queue_id, _DELAY_SEG, str(capped))
 
 
 class _Layout(NamedTuple):
@@ -115,11 +153,10 @@ class Republished(NamedTuple):
     data: bytes         # the record to append (queue offset, physical offset, store time zeroed)
 
 
-def republish(rec: memoryview | bytes) -> Republished:
-    """The record a due SCHEDULE_TOPIC_XXXX record becomes (see the module doc)."""
-    lay = _layout(rec)
-    props = bytes(rec[lay.props:lay.total])
-    route = dict(_ROUTE(props))                     # the last one wins, as in a Java HashMap
+def _real_route(props: bytes) -> tuple[str, int, bytes]:
+    """(topic, queue id, topic field) of REAL_TOPIC / REAL_QID (the last ones win, as in a Java
+    HashMap)."""
+    route = dict(_ROUTE(props))
     if b"REAL_TOPIC" not in route or b"REAL_QID" not in route:
         raise ScheduleRecordError("no REAL_TOPIC/REAL_QID property")
     topic = route[b"REAL_TOPIC"].decode("utf-8", "replace")
@@ -130,21 +167,46 @@ def republish(rec: memoryview | bytes) -> Republished:
         raise ScheduleRecordError(f"bad REAL_TOPIC/REAL_QID: {exc}") from None
     if not 0 <= queue_id < 1 << 31:
         raise ScheduleRecordError(f"bad REAL_QID {queue_id}")
+    return topic, queue_id, tfield
+
+
+def republish(rec: memoryview | bytes) -> Republished:
+    """The record a due SCHEDULE_TOPIC_XXXX record becomes (see the module doc)."""
+    lay = _layout(rec)
+    props = bytes(rec[lay.props:lay.total])
+    topic, queue_id, tfield = _real_route(props)
     return Republished(topic, queue_id, _rebuild(rec, lay, tfield, queue_id, _DELAY_SEGMENT(b"", props).lstrip(b"\x02")))
 
 
-def _rebuild(rec, lay: _Layout, tfield: bytes, queue_id: int, props: bytes, reconsume_times: int | None = None) -> bytes:
-    """The record with a new topic, queue and properties (and reconsume times), queue offset,
-    physical offset and store time zeroed for the commit actor to patch."""
+def end_transaction_record(rec: memoryview | bytes, tx_type: int, half_offset: int) -> Republished:
+    """The message a half record becomes when its transaction commits (see the module doc)."""
+    lay = _layout(rec)
+    props = bytes(rec[lay.props:lay.total])
+    topic, queue_id, tfield = _real_route(props)
+    kept = b"\x02".join(seg for seg in props.split(b"\x02") if seg and not seg.startswith(_END_DROPPED))
+    sys_flag = INT32.unpack_from(rec, POS_SYSFLAG)[0] & ~TRANSACTION_MASK | tx_type
+    return Republished(topic, queue_id, _rebuild(rec, lay, tfield, queue_id, kept, tx=(sys_flag, half_offset)))
+
+
+def _rebuild(rec, lay: _Layout, tfield: bytes, queue_id: int, props: bytes, reconsume_times: int | None = None,
+             tx: tuple[int, int] | None = None) -> bytes:
+    """The record with a new topic, queue and properties (and reconsume times, or sys flag and
+    prepared-transaction offset), queue offset, physical offset and store time zeroed for the
+    commit actor to patch."""
     head = bytearray(rec[:lay.store_ts + 8])        # through STORETIMESTAMP: the fields patched here
     SIZE_MAGIC.pack_into(head, 0, lay.body_end + len(tfield) + 2 + len(props), MESSAGE_MAGIC)
     INT32.pack_into(head, 12, queue_id)
     head[POS_QUEUEOFFSET:POS_SYSFLAG] = bytes(POS_SYSFLAG - POS_QUEUEOFFSET)
     INT64.pack_into(head, lay.store_ts, 0)
     middle = rec[lay.store_ts + 8:lay.body_end]
-    if reconsume_times is not None:                  # RECONSUMETIMES follows the store host
+    if reconsume_times is not None or tx is not None:
         middle = bytearray(middle)
-        INT32.pack_into(middle, lay.body_len_at - 12 - lay.store_ts - 8, reconsume_times)
+        reconsume_at = lay.body_len_at - 12 - lay.store_ts - 8     # RECONSUMETIMES follows the store host
+        if reconsume_times is not None:
+            INT32.pack_into(middle, reconsume_at, reconsume_times)
+        if tx is not None:
+            INT32.pack_into(head, POS_SYSFLAG, tx[0])
+            INT64.pack_into(middle, reconsume_at + 4, tx[1])         # PREPAREDTRANSACTIONOFFSET
     return b"".join((head, middle, tfield, INT16.pack(len(props)), props))
 
 

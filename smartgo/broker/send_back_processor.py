@@ -45,10 +45,10 @@ class SendBackProcessor:
         group = request.ext_str("group")
         delay = request.ext_int("delayLevel")
         limit = request.ext_int("maxReconsumeTimes", None) if request.version >= MQVersion.V3_4_9 else None
+        refused = self.net.sends.refuse_if_read_only(request)
+        if refused is not None:
+            return refused
         view = self.view
-        if view.read_only.get():
-            return request.make_response(ResponseCode.NO_PERMISSION,
-                                         f"the broker[{self.net.config.broker_name}] sending message is forbidden")
         record = view.fresh_reader().view(offset, view.written.get())
         if record is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")

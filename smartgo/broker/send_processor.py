@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from smartgo.broker.channel import ChannelError
 from smartgo.broker.rings import SEND, STATUS_DISK_FULL, STATUS_OK, Batcher, iter_completions, send_prefix
-from smartgo.broker.schedule_message import delay_property, schedule_rewrite
+from smartgo.broker.schedule_message import delay_property, half_rewrite, schedule_rewrite
 from smartgo.broker.settings import delay_levels
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -64,6 +64,7 @@ _NOT_QUEUED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
 _DELAYABLE = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _DELAY_PREFIX = "DELAY\x01"
+_TRAN_PREFIX = "TRAN_MSG\x01"
 _V6_FLAGS = 0x30
 _BATCH_ITEM = struct.Struct(">iiiii")      # batch item: TOTALSIZE, MAGIC (0), BODYCRC (0), FLAG, BODYLEN
 _WAIT_PREFIX = "WAIT\x01"
@@ -185,9 +186,9 @@ class SendProcessor:
               cfg: TopicConfig | None = None) -> int | RemotingCommand | None:
         """msgCheck (AbstractSendMessageProcessor): the queue id the message goes to, or the
         refusal; None for a topic this broker does not have (check_created creates it)."""
-        if self.view.read_only.get():
-            return request.make_response(ResponseCode.NO_PERMISSION,
-                                         f"the broker[{self.broker_name}] sending message is forbidden")
+        refused = self.refuse_if_read_only(request)
+        if refused is not None:
+            return refused
         if h.topic in NOT_ALLOWED_SEND:
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"Sending message to topic[{h.topic}] is forbidden.")
@@ -205,6 +206,13 @@ class SendProcessor:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, "
                                          f"{cfg} Producer: {conn.remote_address}")
         return queue_id
+
+    def refuse_if_read_only(self, request: RemotingCommand) -> RemotingCommand | None:
+        """NO_PERMISSION while the broker takes no writes (brokerPermission without WRITE)."""
+        if self.view.read_only.get():
+            return request.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the broker[{self.broker_name}] sending message is forbidden")
+        return None
 
     async def check_created(self, conn: Connection, request: RemotingCommand, h: SendHeader) -> int | RemotingCommand:
         """check() of a topic this broker does not have: created from its default topic (TBW102) first."""
@@ -225,7 +233,13 @@ class SendProcessor:
             return request.make_response(ResponseCode.SYSTEM_BUSY, BUSY_REMARK + " (commit actor restarting)")
         store_queue = queue_id
         try:
-            if _DELAY_PREFIX in h.properties and h.sys_flag & TRANSACTION_MASK in _DELAYABLE:
+            if _TRAN_PREFIX in h.properties and (half := half_rewrite(h.properties, h.topic, queue_id,
+                                                                      h.reconsume_times)) is not None:
+                if h.batch:
+                    raise MessageIllegalError("a batch cannot be a transaction's half message (TRAN_MSG)")
+                h.topic, store_queue, h.properties = half
+                h.sys_flag &= ~TRANSACTION_MASK
+            elif _DELAY_PREFIX in h.properties and h.sys_flag & TRANSACTION_MASK in _DELAYABLE:
                 store_queue = self._delay(h, queue_id)
             if h.batch:
                 block, sizes, wait = self._encode_batch(conn, request, h, store_queue)

@@ -1,5 +1,6 @@
 """Delayed messages without processes: the send rewrite, the re-published record, copy
-signatures, delayOffset.json, GET_ALL_DELAY_OFFSET, the level table setting."""
+signatures, delayOffset.json, GET_ALL_DELAY_OFFSET, the level table setting; and the transaction
+rewrites of the same module (the half message, the committed message)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.broker.schedule_message import (ScheduleRecordError, copy_signature, deliver_time, is_copy_candidate,
-                                             republish, schedule_rewrite)
+from smartgo.broker.schedule_message import (HALF_TOPIC, ScheduleRecordError, copy_signature, deliver_time,
+                                             end_transaction_record, half_rewrite, is_copy_candidate, republish,
+                                             schedule_rewrite)
 from smartgo.broker.schedule_offsets import DelayOffsetFile, DelayState, decode_state, get_all_delay_offset
 from smartgo.broker.settings import delay_levels
 from smartgo.config import ConfigError, NodeConfig
@@ -20,8 +22,9 @@ from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store import Block, CommitLogReader, CommitLogWriter
 from smartgo.store.errors import MessageIllegalError
-from smartgo.store.record import (BORNHOST_V6_FLAG, MULTI_TAGS_FLAG, SCHEDULE_TOPIC, decode_properties,
-                                  decode_record, encode_properties, encode_record, pack_host, peek_head)
+from smartgo.store.record import (BORNHOST_V6_FLAG, MULTI_TAGS_FLAG, SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE,
+                                  decode_properties, decode_record, encode_properties, encode_record, pack_host,
+                                  peek_head)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +34,38 @@ def props(**kv: str) -> str:
 
 
 # ---- the send path's rewrite ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tran, reconsumed, delay, half", [
+    ("true", 0, None, True), ("TRUE", 0, None, True), ("false", 0, None, False), ("yes", 0, None, False),
+    ("true", 1, "3", False),           # an old client's send-back of a transactional message: stored as sent
+    ("true", 1, None, True), ("true", 0, "3", True),
+])
+def test_half_rewrite_goes_by_tran_msg_as_java_parses_it(tran, reconsumed, delay, half):
+    extra = {"DELAY": delay} if delay else {}
+    out = half_rewrite(props(TAGS="A", TRAN_MSG=tran, REAL_QID="9", **extra), "Orders", 5, reconsumed)
+    assert (out is not None) == half
+    if half:
+        assert out[:2] == (HALF_TOPIC, 0)
+        assert decode_properties(out[2]) == {"TAGS": "A", "TRAN_MSG": tran, **extra, "REAL_TOPIC": "Orders",
+                                             "REAL_QID": "5"}
+
+
+def test_a_committed_half_is_its_message_again():
+    half = encode_record(HALF_TOPIC, 0, b"body", props(TAGS="A", TRAN_MSG="true", PGROUP="G", REAL_TOPIC="Orders",
+                                                       REAL_QID="5").encode(),
+                         flag=7, sys_flag=MULTI_TAGS_FLAG, born_timestamp=123, reconsume_times=2, queue_offset=9,
+                         physical_offset=4096, store_timestamp=456)
+    final = end_transaction_record(half, TRANSACTION_COMMIT_TYPE, 4096)
+    msg = decode_record(final.data, check_crc=True)
+    assert (final.topic, final.queue_id, msg.topic, msg.queue_id) == ("Orders", 5, "Orders", 5)
+    assert msg.sys_flag == MULTI_TAGS_FLAG | TRANSACTION_COMMIT_TYPE and msg.prepared_transaction_offset == 4096
+    assert (msg.body, msg.flag, msg.born_timestamp, msg.reconsume_times) == (b"body", 7, 123, 2)
+    assert (msg.queue_offset, msg.commit_log_offset, msg.store_timestamp) == (0, 0, 0)    # the commit actor's
+    assert msg.properties == {"TAGS": "A", "PGROUP": "G"}
+    with pytest.raises(ScheduleRecordError):          # a half without its route
+        end_transaction_record(encode_record(HALF_TOPIC, 0, b"x", props(TRAN_MSG="true").encode()),
+                               TRANSACTION_COMMIT_TYPE, 0)
+
 
 def test_rewrite_moves_a_delayed_message_to_the_schedule_queue_of_its_level():
     topic, queue, out = schedule_rewrite(props(TAGS="A", DELAY="3", UNIQ_KEY="U"), "Orders", 5, 18)

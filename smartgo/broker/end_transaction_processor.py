@@ -1,0 +1,108 @@
+"""END_TRANSACTION (37) in a net actor: a transactional producer commits or rolls back a half message.
+
+RocketMQ 4.x's EndTransactionProcessor. The producer names the half record by its CommitLog
+offset (from the prepare's offsetMsgId) and its half-queue offset (the prepare's queueOffset);
+the net actor reads the record from the mapped files and checks both, the producer group and
+that the record is a half message. A commit stores the message in its real topic and queue
+(schedule_message.end_transaction_record) and, once stored, an op record marking the half done:
+RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, tag "d", body the half's queue offset in decimal, as
+TransactionalMessageBridge.putOpMessage writes it. A rollback stores only the op record. Java
+clients send END_TRANSACTION oneway; a two-way request gets SUCCESS or the refusal's SYSTEM_ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, ScheduleRecordError, end_transaction_record
+from smartgo.net.codes import ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import Connection, eager
+from smartgo.store.errors import CorruptRecordError
+from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record, encode_properties,
+                                  encode_record)
+
+if TYPE_CHECKING:
+    from smartgo.broker.net_actor import NetActor
+
+log = logging.getLogger("smartgo.broker.end_transaction_processor")
+
+REMOVE_TAG = "d"                 # TransactionalMessageUtil.REMOVETAG
+_OP_PROPERTIES = encode_properties({"TAGS": REMOVE_TAG, "WAIT": "false"})
+_ENDINGS = {TRANSACTION_COMMIT_TYPE: "commit", TRANSACTION_ROLLBACK_TYPE: "rollback"}
+
+
+class EndTransactionProcessor:
+    def __init__(self, net: NetActor) -> None:
+        self.net = net
+
+    @eager
+    async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        group = request.ext_str("producerGroup")
+        table_offset = request.ext_int("tranStateTableOffset")
+        offset = request.ext_int("commitLogOffset")
+        ending = request.ext_int("commitOrRollback")
+        checked = request.ext_str("fromTransactionCheck", "false") == "true"
+        if ending not in _ENDINGS:       # TRANSACTION_NOT_TYPE: the producer does not know yet; no answer
+            log.warning("END_TRANSACTION from %s (group %s, offset %d, check %s) neither commits nor rolls back: %d",
+                        conn.remote_address, group, offset, checked, ending)
+            return None
+        refused = self.net.sends.refuse_if_read_only(request)
+        if refused is not None:
+            return refused
+        view = self.net.view
+        record = view.fresh_reader().view(offset, view.written.get())
+        refusal = self._check(record, group, table_offset, offset)
+        if refusal is not None:
+            log.warning("END_TRANSACTION %s from %s (group %s, offset %d) refused: %s", _ENDINGS[ending],
+                        conn.remote_address, group, offset, refusal)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, refusal)
+        assert record is not None
+        sends = self.net.sends
+        if ending == TRANSACTION_COMMIT_TYPE:
+            try:
+                final = end_transaction_record(record, TRANSACTION_COMMIT_TYPE, offset)
+            except ScheduleRecordError as exc:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"the half message cannot be committed: {exc}")
+            answer = self._store(conn, request, final.topic, final.queue_id, final.data)
+            response = await answer
+            if response.code != ResponseCode.SUCCESS:
+                return response
+        else:
+            response = request.make_response(ResponseCode.SUCCESS)
+        op = encode_record(OP_TOPIC, 0, b"%d" % table_offset, _OP_PROPERTIES, born_timestamp=int(time.time() * 1000),
+                           born_host=sends.store_host, store_host=sends.store_host)
+        done = await self._store(conn, request, OP_TOPIC, 0, op)
+        if done.code != ResponseCode.SUCCESS:                # the message stands; only the bookkeeping is missing
+            log.error("END_TRANSACTION %s of offset %d: the op record was not stored: %s", _ENDINGS[ending], offset,
+                      done.remark)
+        return response
+
+    @staticmethod
+    def _check(record, group: str, table_offset: int, offset: int) -> str | None:
+        """checkPrepareMessage's refusal, or None; the record must also be a half message."""
+        if record is None:
+            return "Find prepared transaction message failed"
+        try:
+            half = decode_record(record, with_body=False)
+        except CorruptRecordError as exc:
+            return f"Find prepared transaction message failed: {exc.reason}"
+        if half.topic != HALF_TOPIC:
+            return "Find prepared transaction message failed: not a half message"
+        if half.properties.get(PGROUP) != group:
+            return "The producer group wrong"
+        if half.queue_offset != table_offset:
+            return "The transaction state table offset wrong"
+        if half.commit_log_offset != offset:
+            return "The commit log offset wrong"
+        return None
+
+    def _store(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int,
+               block: bytes) -> asyncio.Future[RemotingCommand]:
+        """Store one record through the send path; the future gets its send response."""
+        answer = asyncio.get_running_loop().create_future()
+        self.net.sends.store(conn, request, topic, queue_id, queue_id, block, [len(block)], False, answer)
+        return answer

@@ -1,0 +1,118 @@
+"""Transactional messages against a real node, with the requests a Java TransactionMQProducer sends:
+the half message (TRAN_MSG) kept from consumers in RMQ_SYS_TRANS_HALF_TOPIC, END_TRANSACTION
+commit and rollback with their op records, and the refusals of checkPrepareMessage."""
+
+from __future__ import annotations
+
+import pytest
+
+from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
+from smartgo.broker.testing import batch_command, message_properties, pull_command, send_command, uniq_key
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.errors import RemotingTimeoutError
+from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
+                                  TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
+from smartgo.testing import wait_until
+
+GROUP = "tx_producer"
+
+
+def prepare(broker, topic: str, body: bytes, group: str = GROUP) -> tuple[RemotingCommand, str]:
+    """A half message as TransactionMQProducer sends it: sysFlag PREPARED, TRAN_MSG and PGROUP."""
+    key = uniq_key()
+    r = broker.call(send_command(topic, body, queue_id=1, uniq=key, group=group, sys_flag=TRANSACTION_PREPARED_TYPE,
+                                 extra={"TRAN_MSG": "true", "PGROUP": group}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return r, key
+
+
+def end(prepared: RemotingCommand, ending: int, **overrides: str) -> RemotingCommand:
+    """EndTransactionRequestHeader as DefaultMQProducerImpl.endTransaction fills it."""
+    ext = prepared.ext_fields
+    fields = {"producerGroup": GROUP, "tranStateTableOffset": ext["queueOffset"],
+              "commitLogOffset": str(parse_offset_msg_id(ext["msgId"])[2]), "commitOrRollback": str(ending),
+              "fromTransactionCheck": "false", "msgId": ext["msgId"], "transactionId": ext["msgId"]}
+    return RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={**fields, **overrides})
+
+
+def stored(broker) -> list:
+    """Every record of the node's (first) CommitLog file: the op records' topic has no route."""
+    written = broker.board("commitlog.written")
+    return decode_records((broker.node.store / "commitlog" / f"{0:020d}").read_bytes()[:written])
+
+
+def pull_all(broker, topic: str, queue_id: int) -> list:
+    """Everything in the queue once dispatch has caught up with what was acknowledged."""
+    wait_until(lambda: broker.board("commitlog.dispatched") == broker.board("commitlog.written"))
+    r = broker.call(pull_command(topic, queue_id, 0))
+    return decode_records(r.body_bytes()) if r.code == ResponseCode.SUCCESS else []
+
+
+def test_commit_delivers_the_half_message_to_its_topic(broker):
+    prepared, key = prepare(broker, "TxCommit", b"order-1")
+    assert prepared.ext_fields["queueId"] == "1"          # the real queue, with the half queue's offset
+    half_offset = parse_offset_msg_id(prepared.ext_fields["msgId"])[2]
+    view = broker.call(RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={
+        "offset": str(half_offset)}))
+    half = decode_record(view.body_bytes())
+    assert (half.topic, half.queue_id, half.queue_offset) == (HALF_TOPIC, 0, int(prepared.ext_fields["queueOffset"]))
+    assert half.sys_flag & TRANSACTION_MASK == 0 and half.properties["TRAN_MSG"] == "true"
+    assert half.properties["REAL_TOPIC"] == "TxCommit" and half.properties["REAL_QID"] == "1"
+    assert pull_all(broker, "TxCommit", 1) == []          # consumers do not see a half message
+
+    broker.client.invoke_oneway(broker.addr, end(prepared, TRANSACTION_COMMIT_TYPE))   # the Java client's way
+    wait_until(lambda: pull_all(broker, "TxCommit", 1), message="the committed message")
+    [msg] = pull_all(broker, "TxCommit", 1)
+    assert (msg.body, msg.uniq_key, msg.born_timestamp, msg.queue_offset) == (b"order-1", key, half.born_timestamp, 0)
+    assert msg.sys_flag & TRANSACTION_MASK == TRANSACTION_COMMIT_TYPE
+    assert msg.prepared_transaction_offset == half_offset
+    assert not {"TRAN_MSG", "REAL_TOPIC", "REAL_QID"} & set(msg.properties) and msg.properties["PGROUP"] == GROUP
+    wait_until(lambda: any(m.topic == OP_TOPIC for m in stored(broker)), message="the op record")
+    [op] = [m for m in stored(broker) if m.topic == OP_TOPIC]
+    assert (op.queue_id, op.tags, op.body) == (0, "d", prepared.ext_fields["queueOffset"].encode())
+
+
+def test_rollback_delivers_nothing_and_marks_the_half_done(broker):
+    prepared, _ = prepare(broker, "TxRollback", b"order-2")
+    r = broker.call(end(prepared, TRANSACTION_ROLLBACK_TYPE))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert broker.call(send_command("TxRollback", b"plain", queue_id=1)).code == ResponseCode.SUCCESS
+    assert [m.body for m in pull_all(broker, "TxRollback", 1)] == [b"plain"]      # dispatched past the half
+    ops = [m for m in stored(broker) if m.topic == OP_TOPIC]
+    assert prepared.ext_fields["queueOffset"].encode() in [op.body for op in ops]
+
+
+@pytest.mark.parametrize("case, overrides, remark", [
+    ("Group", {"producerGroup": "other_group"}, "The producer group wrong"),
+    ("Table", {"tranStateTableOffset": "12345"}, "The transaction state table offset wrong"),
+    ("Offset", {"commitLogOffset": str(1 << 40)}, "Find prepared transaction message failed"),
+])
+def test_end_transaction_refusals_leave_the_half_to_commit(broker, case, overrides, remark):
+    topic = f"TxRefused{case}"
+    prepared, _ = prepare(broker, topic, b"order-3")
+    r = broker.call(end(prepared, TRANSACTION_COMMIT_TYPE, **overrides))
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, remark)
+    assert broker.call(end(prepared, TRANSACTION_COMMIT_TYPE)).code == ResponseCode.SUCCESS
+    assert [m.body for m in pull_all(broker, topic, 1)] == [b"order-3"]
+
+
+def test_only_a_half_message_can_be_ended(broker):
+    plain = broker.call(send_command("TxPlain", b"not a half", queue_id=1))
+    r = broker.call(end(plain, TRANSACTION_COMMIT_TYPE))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "not a half message" in r.remark
+    assert [m.body for m in pull_all(broker, "TxPlain", 1)] == [b"not a half"]      # not stored twice
+
+
+def test_an_unknown_state_gets_no_answer_and_the_connection_serves_on(broker):
+    prepared, _ = prepare(broker, "TxUnknown", b"order-4")
+    with pytest.raises(RemotingTimeoutError):
+        broker.call(end(prepared, 0), timeout=0.5)        # TRANSACTION_NOT_TYPE: Java answers nothing either
+    assert broker.call(end(prepared, TRANSACTION_COMMIT_TYPE)).code == ResponseCode.SUCCESS
+
+
+def test_a_transactional_batch_is_refused(broker):
+    batch = batch_command("TxBatch", [(b"a", message_properties(uniq=uniq_key())), (b"b", "")], queue_id=0)
+    batch.ext_fields["i"] = message_properties(extra={"TRAN_MSG": "true", "PGROUP": GROUP})   # the batch's own
+    r = broker.call(batch)
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "TRAN_MSG" in r.remark
