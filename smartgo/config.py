@@ -128,6 +128,13 @@ class NodeConfig:
     schedule_fault_file: str = setting("", "testing: a file '<step> kill|stop' makes the schedule actor SIGKILL or "
                                            "SIGSTOP itself at that step (handover, landed, persist); removed when it "
                                            "fires", metavar="FILE")
+    transaction_timeout: float = setting(6.0, "seconds after its birth before a half message left without "
+                                              "END_TRANSACTION is checked back with its producer "
+                                              "(transactionTimeOut)")
+    transaction_check_interval: float = setting(60.0, "seconds between transaction check-back passes "
+                                                      "(transactionCheckInterval)")
+    transaction_check_max: int = setting(15, "check-backs of one half message before it is given up "
+                                             "(transactionCheckMax)")
     # ---- supervision
     start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "
                                               "clean preloaded server) or spawn", choices=("forkserver", "spawn"))

@@ -43,6 +43,7 @@ from smartgo.broker.net_view import NetView
 from smartgo.broker.offsets import ConsumerOffsets
 from smartgo.broker.registration import BrokerIdentity, Registrar
 from smartgo.broker.reply_processor import push_reply
+from smartgo.broker.transaction_check import TransactionChecker
 from smartgo.broker.rings import CTL_RING_CAPACITY
 from smartgo.broker.schedule_offsets import get_all_delay_offset
 from smartgo.broker.settings import broker_addr, ha_addr, registry_addrs, store_config
@@ -82,6 +83,7 @@ class BrokerActor(Actor):
         self.every(cfg.offset_persist_interval, self.persist_offsets, "persist offsets")
         self.every(cfg.client_scan_interval, self.scan_clients, "scan clients")
         self.every(1.0, self.sample_stats, "sample stats")
+        self.every(cfg.transaction_check_interval, self.check_transactions, "transaction check")
 
     async def start(self) -> None:
         cfg = self.config
@@ -99,6 +101,7 @@ class BrokerActor(Actor):
         self.clients = ClientTable(cfg.client_expiry)
         self.locks = RebalanceLocks(cfg.queue_lock_lease)
         self.view = NetView(board, store, StoreReader(store_config(cfg)))
+        self.transactions = TransactionChecker(self)
         self.cpu_sampler = CpuSampler()
         self.stats_files = StatsFiles(store / "stats", cfg.stats_max_bytes)
         self.stats = StatsBook(window_seconds(cfg), _now_ms(), self.stats_files.last_ts())
@@ -276,6 +279,11 @@ class BrokerActor(Actor):
 
     def persist_offsets(self) -> None:
         self.offsets.persist()
+
+    def check_transactions(self) -> None:
+        sent = self.transactions.run(_now_ms())
+        if sent:
+            self.log.info("transaction check-back: %d half messages checked with their producers", sent)
 
     def _on_stats(self, net: str, args: dict) -> None:
         self.stats.add(args["stamp"], args["d"])

@@ -188,6 +188,18 @@ def end_transaction_record(rec: memoryview | bytes, tx_type: int, half_offset: i
     return Republished(topic, queue_id, _rebuild(rec, lay, tfield, queue_id, kept, tx=(sys_flag, half_offset)))
 
 
+def check_message(rec: memoryview | bytes) -> bytes:
+    """The body of CHECK_TRANSACTION_STATE (sendCheckMessage): the half record under its real
+    topic and queue, every other field and property as stored."""
+    lay = _layout(rec)
+    props = bytes(rec[lay.props:lay.total])
+    _, queue_id, tfield = _real_route(props)
+    out = bytearray(_rebuild(rec, lay, tfield, queue_id, props))
+    out[POS_QUEUEOFFSET:POS_SYSFLAG] = rec[POS_QUEUEOFFSET:POS_SYSFLAG]
+    out[lay.store_ts:lay.store_ts + 8] = rec[lay.store_ts:lay.store_ts + 8]
+    return bytes(out)
+
+
 def _rebuild(rec, lay: _Layout, tfield: bytes, queue_id: int, props: bytes, reconsume_times: int | None = None,
              tx: tuple[int, int] | None = None) -> bytes:
     """The record with a new topic, queue and properties (and reconsume times, or sys flag and

@@ -1,0 +1,142 @@
+"""The transaction check-back (RocketMQ's TransactionalMessageCheckService), in the broker actor.
+
+A half message (RMQ_SYS_TRANS_HALF_TOPIC queue 0) is done once an op record names its queue
+offset (RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, written by END_TRANSACTION). Every
+transaction_check_interval a pass reads the op records that arrived since the last one, then
+walks the half queue from its progress offset: a half still open transaction_timeout after its
+birth and after its last check (or CHECK_IMMUNITY_TIME_IN_SECONDS, when the producer set a longer
+one: the answer to a check must have time to land before the half is checked again) is sent to a
+producer of its group as CHECK_TRANSACTION_STATE (39, oneway, through the net actor holding that
+connection); the producer answers with END_TRANSACTION (fromTransactionCheck true). After
+transaction_check_max checks a half is given up (an error log names it) and counts as done.
+
+Progress is two offsets of the system group CID_RMQ_SYS_TRANS in consumerOffset.json, as in
+4.x: the half queue's (every half before it is done) and the op queue's (every op record before
+it was read). Departure: 4.x re-stores each checked half at the end of the half queue with
+TRANSACTION_CHECK_TIMES + 1 and moves the progress past it; here the half stays where it is,
+the pass walks on past it, and its check count lives in memory (a restart starts the count
+again). So the check names the original half, and the state of the queue is never copied.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, ScheduleRecordError, check_message
+from smartgo.net.codes import FLAG_ONEWAY, RequestCode
+from smartgo.net.command import RemotingCommand
+from smartgo.store.consume_queue import ENTRY, HOLE_SIZE
+from smartgo.store.errors import CorruptRecordError, OffsetGoneError
+from smartgo.store.record import decode_record
+
+if TYPE_CHECKING:
+    from smartgo.broker.broker_actor import BrokerActor
+
+log = logging.getLogger("smartgo.broker.transaction_check")
+
+CHECK_GROUP = "CID_RMQ_SYS_TRANS"
+WALK_LIMIT = 20_000              # half entries one pass looks at (the broker actor's loop waits meanwhile)
+IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+UNIQ_KEY = "UNIQ_KEY"
+
+
+class TransactionChecker:
+    def __init__(self, broker: BrokerActor) -> None:
+        self.b = broker
+        cfg = broker.config
+        self.timeout_ms = round(cfg.transaction_timeout * 1000)
+        self.max_checks = cfg.transaction_check_max
+        self.checks: dict[int, tuple[int, int]] = {}    # half queue offset -> (checks sent, last one ms)
+        self.done: set[int] = set()             # half queue offsets at or past the progress an op record closed
+
+    def run(self, now_ms: int) -> int:
+        """One pass; returns the number of checks sent."""
+        view = self.b.view
+        half_max = view.max_offset(HALF_TOPIC, 0)
+        if not half_max:
+            return 0
+        reader = view.fresh_reader()
+        written = view.written.get()
+        offsets = self.b.offsets
+        progress = max(offsets.query(CHECK_GROUP, HALF_TOPIC, 0), reader.min_offset(HALF_TOPIC, 0, half_max))
+        self._read_ops(reader, written, progress)
+        sent = 0
+        cq = reader.queue(HALF_TOPIC, 0)
+        offset = progress
+        stop = min(half_max, progress + WALK_LIMIT)
+        while offset < stop:
+            try:
+                raw = cq.entries(offset, stop - offset, stop)
+            except OffsetGoneError:
+                break                                   # cleanup took the file: the next pass starts past it
+            if not raw:
+                break
+            for phys, size, _ in ENTRY.iter_unpack(raw):
+                if size != HOLE_SIZE and offset not in self.done:
+                    sent += self._check(reader.view(phys, written), offset, now_ms)
+                offset += 1
+        while progress in self.done:
+            self.done.discard(progress)
+            self.checks.pop(progress, None)
+            progress += 1
+        offsets.commit(CHECK_GROUP, HALF_TOPIC, 0, progress)
+        return sent
+
+    def _read_ops(self, reader, written: int, progress: int) -> None:
+        """Every op record since the last pass: the half offsets they close."""
+        offsets = self.b.offsets
+        op_max = self.b.view.max_offset(OP_TOPIC, 0)
+        cursor = max(offsets.query(CHECK_GROUP, OP_TOPIC, 0), reader.min_offset(OP_TOPIC, 0, op_max))
+        while cursor < op_max:
+            got = reader.get_messages(OP_TOPIC, 0, cursor, 32, op_max, written)
+            for record in got.buffers:
+                try:
+                    closed = int(decode_record(record).body)
+                except (CorruptRecordError, ValueError) as exc:
+                    log.error("op record at %d of %s is unreadable, skipped: %s", cursor, OP_TOPIC, exc)
+                    continue
+                if closed >= progress:
+                    self.done.add(closed)
+            if got.next_begin_offset <= cursor:
+                break
+            cursor = got.next_begin_offset
+        offsets.commit(CHECK_GROUP, OP_TOPIC, 0, cursor)
+
+    def _check(self, record, offset: int, now_ms: int) -> int:
+        """Check one open half (1 when a check went out)."""
+        if record is None:                          # gone with its CommitLog file
+            self.done.add(offset)
+            return 0
+        try:
+            half = decode_record(record, with_body=False)
+            body = check_message(record)
+        except (CorruptRecordError, ScheduleRecordError) as exc:
+            log.error("half message %d of %s is unreadable, given up: %s", offset, HALF_TOPIC, exc)
+            self.done.add(offset)
+            return 0
+        props = half.properties
+        immunity = self.timeout_ms
+        if props.get(IMMUNITY, "").isdigit():
+            immunity = max(immunity, int(props[IMMUNITY]) * 1000)
+        count, last = self.checks.get(offset, (0, 0))
+        if now_ms - max(half.born_timestamp, last) < immunity:   # young, or its last answer may be on its way
+            return 0
+        group = props.get(PGROUP, "")
+        if count >= self.max_checks:
+            log.error("half message %d (%s, group %s, msgId %s) is still open after %d checks: given up",
+                      offset, half.msg_id, group, props.get(UNIQ_KEY), count)
+            self.done.add(offset)
+            return 0
+        self.checks[offset] = (count + 1, now_ms)
+        producers = self.b.clients.producers.get(group)
+        if not producers:
+            log.warning("half message %d of group %s is open, and no producer of the group is connected to check it",
+                        offset, group)
+            return 0
+        uniq = props.get(UNIQ_KEY, "")
+        check = RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, flag=FLAG_ONEWAY, ext_fields={
+            "tranStateTableOffset": str(offset), "commitLogOffset": str(half.commit_log_offset), "msgId": uniq,
+            "transactionId": uniq, "offsetMsgId": half.msg_id}, body=body)
+        self.b.channel.push(next(iter(producers.values())).ref, check)
+        return 1
