@@ -22,7 +22,7 @@ from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import FLAG_ONEWAY, PullSysFlag, RequestCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
-from smartgo.store.record import encode_batch_body, encode_properties
+from smartgo.store.record import TRANSACTION_COMMIT_TYPE, encode_batch_body, encode_properties, parse_offset_msg_id
 from smartgo.testing import free_port, steady_disk_usage
 
 _uniq = itertools.count(1)
@@ -65,6 +65,21 @@ def batch_command(topic: str, items: list[tuple[bytes, str]], *, queue_id: int =
     ext = dict(zip("abcdefghijm", [group, topic, "TBW102", "4", str(queue_id), "0", str(int(time.time() * 1000)),
                                    "0", "", "0", "true"]))
     return RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=body)
+
+
+def end_transaction_command(prepared: RemotingCommand, group: str, ending: int = TRANSACTION_COMMIT_TYPE,
+                            checked: bool = False, **overrides: str) -> RemotingCommand:
+    """END_TRANSACTION as DefaultMQProducerImpl sends it, for a prepare's reply (the half's queue offset
+    and offsetMsgId) or, checked, a CHECK_TRANSACTION_STATE's header."""
+    ext = prepared.ext_fields
+    if checked:
+        table, offset, msg_id = ext["tranStateTableOffset"], ext["commitLogOffset"], ext["msgId"]
+    else:
+        table, offset, msg_id = ext["queueOffset"], str(parse_offset_msg_id(ext["msgId"])[2]), ext["msgId"]
+    return RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
+        "producerGroup": group, "tranStateTableOffset": table, "commitLogOffset": offset,
+        "commitOrRollback": str(ending), "fromTransactionCheck": str(checked).lower(), "msgId": msg_id,
+        "transactionId": ext.get("transactionId", msg_id), **overrides})
 
 
 def pull_command(topic: str, queue_id: int, offset: int, *, max_nums: int = 32, suspend_ms: int | None = None,

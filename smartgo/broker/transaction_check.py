@@ -12,7 +12,7 @@ transaction_check_max checks a half is given up (an error log names it) and coun
 
 Progress is two offsets of the system group CID_RMQ_SYS_TRANS in consumerOffset.json, as in
 4.x: the half queue's (every half before it is done) and the op queue's (every op record before
-it was read). Departure: 4.x re-stores each checked half at the end of the half queue with
+it closes a half before the progress, so a restart reads again those that close later ones). Departure: 4.x re-stores each checked half at the end of the half queue with
 TRANSACTION_CHECK_TIMES + 1 and moves the progress past it; here the half stays where it is,
 the pass walks on past it, and its check count lives in memory (a restart starts the count
 again). So the check names the original half, and the state of the queue is never copied.
@@ -48,7 +48,10 @@ class TransactionChecker:
         self.timeout_ms = round(cfg.transaction_timeout * 1000)
         self.max_checks = cfg.transaction_check_max
         self.checks: dict[int, tuple[int, int]] = {}    # half queue offset -> (checks sent, last one ms)
-        self.done: set[int] = set()             # half queue offsets at or past the progress an op record closed
+        # half queue offsets at or past the progress that are done -> the op record's offset that
+        # says so (None: given up or gone, no op record)
+        self.done: dict[int, int | None] = {}
+        self.op_cursor: int | None = None               # op records read so far (None: since the stored offset)
 
     def run(self, now_ms: int) -> int:
         """One pass; returns the number of checks sent."""
@@ -73,47 +76,58 @@ class TransactionChecker:
             if not raw:
                 break
             for phys, size, _ in ENTRY.iter_unpack(raw):
+                if phys + size > written:               # not visible here yet (commit publishes after a restart)
+                    stop = offset
+                    break
                 if size != HOLE_SIZE and offset not in self.done:
-                    sent += self._check(reader.view(phys, written), offset, now_ms)
+                    sent += self._check(reader.view(phys, written), phys, offset, now_ms)
                 offset += 1
         while progress in self.done:
-            self.done.discard(progress)
+            del self.done[progress]
             self.checks.pop(progress, None)
             progress += 1
         offsets.commit(CHECK_GROUP, HALF_TOPIC, 0, progress)
+        # the stored op offset stays at the first op record that closes a half past the progress,
+        # so a restart reads it again (as fillOpRemoveMap does) and never checks a closed half
+        offsets.commit(CHECK_GROUP, OP_TOPIC, 0, min((o for o in self.done.values() if o is not None),
+                                                     default=self.op_cursor))
         return sent
 
     def _read_ops(self, reader, written: int, progress: int) -> None:
         """Every op record since the last pass: the half offsets they close."""
-        offsets = self.b.offsets
         op_max = self.b.view.max_offset(OP_TOPIC, 0)
-        cursor = max(offsets.query(CHECK_GROUP, OP_TOPIC, 0), reader.min_offset(OP_TOPIC, 0, op_max))
+        cursor = self.op_cursor
+        if cursor is None:
+            cursor = self.b.offsets.query(CHECK_GROUP, OP_TOPIC, 0)
+        cursor = max(cursor, reader.min_offset(OP_TOPIC, 0, op_max))
         while cursor < op_max:
             got = reader.get_messages(OP_TOPIC, 0, cursor, 32, op_max, written)
             for record in got.buffers:
                 try:
-                    closed = int(decode_record(record).body)
+                    op = decode_record(record)
+                    closed = int(op.body)
                 except (CorruptRecordError, ValueError) as exc:
-                    log.error("op record at %d of %s is unreadable, skipped: %s", cursor, OP_TOPIC, exc)
+                    log.error("an op record after offset %d of %s is unreadable, skipped: %s", cursor, OP_TOPIC, exc)
                     continue
                 if closed >= progress:
-                    self.done.add(closed)
+                    self.done.setdefault(closed, op.queue_offset)
             if got.next_begin_offset <= cursor:
                 break
             cursor = got.next_begin_offset
-        offsets.commit(CHECK_GROUP, OP_TOPIC, 0, cursor)
+        self.op_cursor = cursor
 
-    def _check(self, record, offset: int, now_ms: int) -> int:
+    def _check(self, record, phys: int, offset: int, now_ms: int) -> int:
         """Check one open half (1 when a check went out)."""
-        if record is None:                          # gone with its CommitLog file
-            self.done.add(offset)
+        if record is None:                          # gone with its CommitLog file, or no record there
+            log.warning("half message %d: no record at CommitLog offset %d (deleted?), given up", offset, phys)
+            self.done[offset] = None
             return 0
         try:
             half = decode_record(record, with_body=False)
             body = check_message(record)
         except (CorruptRecordError, ScheduleRecordError) as exc:
             log.error("half message %d of %s is unreadable, given up: %s", offset, HALF_TOPIC, exc)
-            self.done.add(offset)
+            self.done[offset] = None
             return 0
         props = half.properties
         immunity = self.timeout_ms
@@ -126,7 +140,7 @@ class TransactionChecker:
         if count >= self.max_checks:
             log.error("half message %d (%s, group %s, msgId %s) is still open after %d checks: given up",
                       offset, half.msg_id, group, props.get(UNIQ_KEY), count)
-            self.done.add(offset)
+            self.done[offset] = None
             return 0
         self.checks[offset] = (count + 1, now_ms)
         producers = self.b.clients.producers.get(group)

@@ -10,10 +10,11 @@ import threading
 import pytest
 
 from smartgo.broker.schedule_message import HALF_TOPIC
-from smartgo.broker.testing import group_command, heartbeat_body, pull_command, send_command, uniq_key
+from smartgo.broker.testing import (end_transaction_command, group_command, heartbeat_body, pull_command,
+                                    restart_broker, send_command, uniq_key)
 from smartgo.broker.transaction_check import CHECK_GROUP
 from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                   TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
@@ -40,11 +41,7 @@ class TransactionalProducer:
     async def _on_check(self, conn, check: RemotingCommand) -> None:
         with self._lock:
             self.checks.append(check)
-        ext = check.ext_fields
-        conn.invoke_oneway(RemotingCommand(RequestCode.END_TRANSACTION, flag=FLAG_ONEWAY, ext_fields={
-            "producerGroup": self.group, "tranStateTableOffset": ext["tranStateTableOffset"],
-            "commitLogOffset": ext["commitLogOffset"], "commitOrRollback": str(self.answer),
-            "fromTransactionCheck": "true", "msgId": ext["msgId"], "transactionId": ext["transactionId"]}))
+        conn.invoke_oneway(end_transaction_command(check, self.group, self.answer, checked=True))
 
     def checks_of(self, half_offset: int) -> list[RemotingCommand]:
         with self._lock:
@@ -121,3 +118,34 @@ def test_an_unknown_state_is_checked_again_until_the_limit_gives_it_up(broker, p
     assert len(p.checks_of(half)) == NODE_SETTINGS["transaction_check_max"]
     assert pull_all(broker, "TxUndecided") == []
     wait_until(lambda: "given up" in broker.node.log_text(), message="the give-up log line")
+
+
+@pytest.mark.timeout(120)
+def test_a_restart_never_checks_a_half_closed_past_the_progress(start_node):
+    """The op record closing half 1 is read while an older half 0 holds the progress back: after a
+    restart it must be read again, or half 1's producer would be asked (and commit a second time)."""
+    broker = start_node({**NODE_SETTINGS, "transaction_check_max": 1000})
+    undecided = TransactionalProducer(broker, "tx_slow", 0)
+    decided = TransactionalProducer(broker, "tx_fast", TRANSACTION_COMMIT_TYPE)
+    try:
+        first, _ = undecided.prepare("TxHeld", b"held")
+        second, _ = decided.prepare("TxDone", b"done")
+        assert decided.call(end_transaction_command(second, "tx_fast")).code == ResponseCode.SUCCESS
+        wait_until(lambda: undecided.checks_of(int(first.ext_fields["queueOffset"])), timeout=10,
+                   message="a pass after the commit")
+        assert check_progress(broker) == int(first.ext_fields["queueOffset"])         # held back by half 0
+    finally:
+        undecided.close()
+        decided.close()
+    assert broker.node.stop() == 0
+    broker.node = restart_broker(broker.node)
+    undecided = TransactionalProducer(broker, "tx_slow", 0)
+    decided = TransactionalProducer(broker, "tx_fast", TRANSACTION_COMMIT_TYPE)
+    try:
+        wait_until(lambda: undecided.checks_of(int(first.ext_fields["queueOffset"])), timeout=10,
+                   message="a pass after the restart")
+        assert decided.checks == []
+        assert [m.body for m in pull_all(broker, "TxDone")] == [b"done"]
+    finally:
+        undecided.close()
+        decided.close()

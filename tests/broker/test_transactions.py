@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
-from smartgo.broker.testing import batch_command, message_properties, pull_command, send_command, uniq_key
+from smartgo.broker.testing import (batch_command, end_transaction_command, message_properties, pull_command,
+                                    send_command, uniq_key)
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingTimeoutError
@@ -25,15 +26,6 @@ def prepare(broker, topic: str, body: bytes, group: str = GROUP) -> tuple[Remoti
                                  extra={"TRAN_MSG": "true", "PGROUP": group}))
     assert r.code == ResponseCode.SUCCESS, r.remark
     return r, key
-
-
-def end(prepared: RemotingCommand, ending: int, **overrides: str) -> RemotingCommand:
-    """EndTransactionRequestHeader as DefaultMQProducerImpl.endTransaction fills it."""
-    ext = prepared.ext_fields
-    fields = {"producerGroup": GROUP, "tranStateTableOffset": ext["queueOffset"],
-              "commitLogOffset": str(parse_offset_msg_id(ext["msgId"])[2]), "commitOrRollback": str(ending),
-              "fromTransactionCheck": "false", "msgId": ext["msgId"], "transactionId": ext["msgId"]}
-    return RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={**fields, **overrides})
 
 
 def stored(broker) -> list:
@@ -61,7 +53,8 @@ def test_commit_delivers_the_half_message_to_its_topic(broker):
     assert half.properties["REAL_TOPIC"] == "TxCommit" and half.properties["REAL_QID"] == "1"
     assert pull_all(broker, "TxCommit", 1) == []          # consumers do not see a half message
 
-    broker.client.invoke_oneway(broker.addr, end(prepared, TRANSACTION_COMMIT_TYPE))   # the Java client's way
+    commit = end_transaction_command(prepared, GROUP, TRANSACTION_COMMIT_TYPE)
+    broker.client.invoke_oneway(broker.addr, commit)      # oneway: the Java client's way
     wait_until(lambda: pull_all(broker, "TxCommit", 1), message="the committed message")
     [msg] = pull_all(broker, "TxCommit", 1)
     assert (msg.body, msg.uniq_key, msg.born_timestamp, msg.queue_offset) == (b"order-1", key, half.born_timestamp, 0)
@@ -75,7 +68,7 @@ def test_commit_delivers_the_half_message_to_its_topic(broker):
 
 def test_rollback_delivers_nothing_and_marks_the_half_done(broker):
     prepared, _ = prepare(broker, "TxRollback", b"order-2")
-    r = broker.call(end(prepared, TRANSACTION_ROLLBACK_TYPE))
+    r = broker.call(end_transaction_command(prepared, GROUP, TRANSACTION_ROLLBACK_TYPE))
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert broker.call(send_command("TxRollback", b"plain", queue_id=1)).code == ResponseCode.SUCCESS
     assert [m.body for m in pull_all(broker, "TxRollback", 1)] == [b"plain"]      # dispatched past the half
@@ -91,15 +84,15 @@ def test_rollback_delivers_nothing_and_marks_the_half_done(broker):
 def test_end_transaction_refusals_leave_the_half_to_commit(broker, case, overrides, remark):
     topic = f"TxRefused{case}"
     prepared, _ = prepare(broker, topic, b"order-3")
-    r = broker.call(end(prepared, TRANSACTION_COMMIT_TYPE, **overrides))
+    r = broker.call(end_transaction_command(prepared, GROUP, TRANSACTION_COMMIT_TYPE, **overrides))
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, remark)
-    assert broker.call(end(prepared, TRANSACTION_COMMIT_TYPE)).code == ResponseCode.SUCCESS
+    assert broker.call(end_transaction_command(prepared, GROUP, TRANSACTION_COMMIT_TYPE)).code == ResponseCode.SUCCESS
     assert [m.body for m in pull_all(broker, topic, 1)] == [b"order-3"]
 
 
 def test_only_a_half_message_can_be_ended(broker):
     plain = broker.call(send_command("TxPlain", b"not a half", queue_id=1))
-    r = broker.call(end(plain, TRANSACTION_COMMIT_TYPE))
+    r = broker.call(end_transaction_command(plain, GROUP, TRANSACTION_COMMIT_TYPE))
     assert r.code == ResponseCode.SYSTEM_ERROR and "not a half message" in r.remark
     assert [m.body for m in pull_all(broker, "TxPlain", 1)] == [b"not a half"]      # not stored twice
 
@@ -107,8 +100,8 @@ def test_only_a_half_message_can_be_ended(broker):
 def test_an_unknown_state_gets_no_answer_and_the_connection_serves_on(broker):
     prepared, _ = prepare(broker, "TxUnknown", b"order-4")
     with pytest.raises(RemotingTimeoutError):
-        broker.call(end(prepared, 0), timeout=0.5)        # TRANSACTION_NOT_TYPE: Java answers nothing either
-    assert broker.call(end(prepared, TRANSACTION_COMMIT_TYPE)).code == ResponseCode.SUCCESS
+        broker.call(end_transaction_command(prepared, GROUP, 0), timeout=0.5)   # NOT_TYPE: Java does not answer either
+    assert broker.call(end_transaction_command(prepared, GROUP, TRANSACTION_COMMIT_TYPE)).code == ResponseCode.SUCCESS
 
 
 def test_a_transactional_batch_is_refused(broker):
