@@ -8,6 +8,9 @@ Blocking API (a private event loop thread per client)::
         result = producer.send(Message("TopicTest", b"hello", tags="TagA", keys="order-1"))
         reply = producer.request(Message("RpcTopic", b"ping"), timeout=3.0)   # request-reply
 
+A transactional producer takes `transaction_listener=` (execute and check, returning a
+LocalTransactionState) and sends with `producer.send_in_transaction(msg, arg)`.
+
     consumer = PushConsumer("CG", "127.0.0.1:9876")
     consumer.subscribe("TopicTest", "TagA || TagB")
     consumer.set_listener(lambda msg: ConsumeResult.SUCCESS)
@@ -31,11 +34,12 @@ from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull_consumer import AsyncPullConsumer
 from smartgo.client.push_consumer import AsyncPushConsumer
 from smartgo.client.route import select_by_hash, select_random
+from smartgo.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
 __all__ = ["Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "BrokerError",
            "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere", "ConsumeResult",
-           "Message", "MessageError", "MessageExt", "MessageModel", "MessageQueue", "NoRouteError", "Producer",
-           "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "RegistryUnavailableError",
-           "RequestTimeoutError", "SendResult", "SendStatus", "SendTimeoutError", "allocate_averagely",
-           "allocate_by_circle", "allocate_consistent_hash", "create_reply_message", "reply_topic", "select_by_hash",
-           "select_random"]
+           "LocalTransactionState", "Message", "MessageError", "MessageExt", "MessageModel", "MessageQueue",
+           "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",
+           "RegistryUnavailableError", "RequestTimeoutError", "SendResult", "SendStatus", "SendTimeoutError",
+           "TransactionListener", "TransactionSendResult", "allocate_averagely", "allocate_by_circle",
+           "allocate_consistent_hash", "create_reply_message", "reply_topic", "select_by_hash", "select_random"]

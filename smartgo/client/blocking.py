@@ -127,6 +127,7 @@ class Producer(_Facade):
     send_to_queue = _blocking("send_to_queue", AsyncProducer)
     send_oneway = _blocking("send_oneway", AsyncProducer)
     request = _blocking("request", AsyncProducer)
+    send_in_transaction = _blocking("send_in_transaction", AsyncProducer)
     fetch_publish_queues = _blocking("fetch_publish_queues", AsyncProducer)
 
     def send_async(self, msg: Message, callback: SendCallback | None = None,

@@ -86,6 +86,8 @@ class ClientInstance:
         self.brokers: dict[str, BrokerData] = {}
         #: PUSH_REPLY_MESSAGE_TO_CLIENT handler (request-reply, issue 9); None answers SYSTEM_ERROR.
         self.reply_handler: Callable[[RemotingCommand], Awaitable[RemotingCommand]] | None = None
+        #: CHECK_TRANSACTION_STATE handler (a producer's transaction listener); None ignores checks.
+        self.check_handler: Callable[[Connection, RemotingCommand], Awaitable[None]] | None = None
         #: Called (no arguments) when a broker says a group's membership changed.
         self.on_consumer_ids_changed: list[Callable[[str], None]] = []
         self._registry_index = random.randrange(len(config.registry))
@@ -104,7 +106,8 @@ class ClientInstance:
         if self.started:
             return
         processors = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify_ids_changed,
-                      RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._push_reply}
+                      RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._push_reply,
+                      RequestCode.CHECK_TRANSACTION_STATE: self._check_transaction}
         self._remoting = RemotingClient(
             processors, connect_timeout=self.config.timeout,
             serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
@@ -303,6 +306,10 @@ class ClientInstance:
         for callback in self.on_consumer_ids_changed:
             callback(group)
         return None
+
+    async def _check_transaction(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if self.check_handler is not None:
+            await self.check_handler(conn, cmd)
 
     async def _push_reply(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if self.reply_handler is None:

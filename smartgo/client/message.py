@@ -36,6 +36,7 @@ class Prop:
     MIN_OFFSET = "MIN_OFFSET"
     MAX_OFFSET = "MAX_OFFSET"
     TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
     CORRELATION_ID = "CORRELATION_ID"
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
     TTL = "TTL"
@@ -47,7 +48,7 @@ class Prop:
 
 #: Properties the SDK manages itself; user properties may not use these names.
 RESERVED_PROPERTIES = frozenset({Prop.KEYS, Prop.TAGS, Prop.WAIT, Prop.DELAY, Prop.UNIQ_KEY,
-                                 Prop.RETRY_TOPIC, Prop.REAL_TOPIC, Prop.REAL_QID, Prop.TRAN_MSG,
+                                 Prop.RETRY_TOPIC, Prop.REAL_TOPIC, Prop.REAL_QID, Prop.TRAN_MSG, Prop.PGROUP,
                                  Prop.MIN_OFFSET, Prop.MAX_OFFSET, Prop.RECONSUME_TIME,
                                  Prop.MAX_RECONSUME_TIMES, Prop.ORIGIN_MESSAGE_ID})
 

@@ -25,13 +25,17 @@ from smartgo.client.errors import (BrokerError, ClientError, ClientStateError, M
 from smartgo.client.fault import LatencyFaultTolerance
 from smartgo.client.instance import ClientInstance, MemberClient
 from smartgo.client.message import (COMPRESS_OVER, MAX_MESSAGE_SIZE, REPLY_MESSAGE_FLAG, Message, MessageQueue,
-                                    Prop, SendResult, compress_body)
+                                    Prop, SendResult, SendStatus, compress_body)
 from smartgo.client.route import QueueSelector, TopicPublishInfo, TopicRouteData, select_by_hash
+from smartgo.client.transaction import (LocalTransactionState, TransactionListener, TransactionSendResult,
+                                        checked_message, decide, end_after_check, end_after_send)
 from smartgo.client.uniq_id import UniqIdGenerator
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import Connection
 from smartgo.net.errors import ConnectionClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
-from smartgo.store.record import COMPRESSED_FLAG, MessageExt, encode_batch_body, encode_properties
+from smartgo.store.record import (COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, MessageExt, encode_batch_body,
+                                  encode_properties)
 
 log = logging.getLogger("smartgo.client.producer")
 
@@ -72,7 +76,8 @@ class AsyncProducer(MemberClient):
                  compress_over: int = COMPRESS_OVER, max_message_size: int = MAX_MESSAGE_SIZE,
                  fault_tolerance: bool = True, default_topic_queue_nums: int = api.DEFAULT_TOPIC_QUEUE_NUMS,
                  create_topic_key: str = api.DEFAULT_TOPIC, config: ClientConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic, **config_options: object) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 transaction_listener: TransactionListener | None = None, **config_options: object) -> None:
         if not group:
             raise ValueError("a producer needs a group name")
         self.group = group
@@ -91,6 +96,8 @@ class AsyncProducer(MemberClient):
         self._requests: dict[str, asyncio.Future[MessageExt]] = {}      # CORRELATION_ID -> its reply
         self._request_topics: set[str] = set()
         self.instance.reply_handler = self._on_reply
+        self.transaction_listener = transaction_listener
+        self.instance.check_handler = self._on_check
 
     # -- membership -----------------------------------------------------------------------------
 
@@ -234,6 +241,46 @@ class AsyncProducer(MemberClient):
         mq = info.select(None, self.fault)
         addr = await self.instance.master_addr(mq.broker_name, prep.topic)
         await self.instance.invoke_oneway(addr, self._command(prep, mq))
+
+    # -- transactions (transaction.py) -----------------------------------------------------------
+
+    async def send_in_transaction(self, msg: Message, arg: object = None,
+                                  timeout: float | None = None) -> TransactionSendResult:
+        """Send msg as a half message, run the transaction listener's execute(msg, arg), and
+        commit or roll back the message by its answer (sendMessageInTransaction). A failed send
+        raises, and execute does not run; DELAY is dropped, as the Java client drops it."""
+        self._check_running()
+        if self.transaction_listener is None:
+            raise ClientStateError("send_in_transaction needs the producer's transaction_listener")
+        prep = self._prepare(dataclasses.replace(msg, delay_level=0))
+        prep.properties += f"\x02{Prop.TRAN_MSG}\x01true\x02{Prop.PGROUP}\x01{self.group}"
+        prep.sys_flag |= TRANSACTION_PREPARED_TYPE
+        sent = await _Send(self, prep, timeout, None, None).future
+        state = (await decide(self.transaction_listener.execute, msg, arg) if sent.status is SendStatus.SEND_OK
+                 else LocalTransactionState.ROLLBACK_MESSAGE)
+        try:
+            addr = await self.instance.master_addr(sent.queue.broker_name, msg.topic)
+            await self.instance.invoke_oneway(addr, end_after_send(self.group, sent, state))
+        except (ClientError, RemotingError) as exc:      # the broker's check-back asks again later
+            log.warning("%s: END_TRANSACTION %s of %s was not sent: %s", self.client_id, state.name, sent.msg_id, exc)
+        return TransactionSendResult(*(getattr(sent, f.name) for f in dataclasses.fields(sent)), local_state=state)
+
+    async def _on_check(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """CHECK_TRANSACTION_STATE: ask the listener, answer with END_TRANSACTION on that connection."""
+        try:
+            msg = checked_message(cmd)
+        except ValueError as exc:
+            log.warning("%s: a transaction check from %s: %s", self.client_id, conn.remote_address, exc)
+            return
+        if self.transaction_listener is None or msg.properties.get(Prop.PGROUP) != self.group:
+            log.warning("%s: a transaction check from %s for group %s, which this producer cannot answer",
+                        self.client_id, conn.remote_address, msg.properties.get(Prop.PGROUP))
+            return
+        state = await decide(self.transaction_listener.check, msg)
+        try:
+            conn.invoke_oneway(end_after_check(self.group, cmd, state))
+        except RemotingError as exc:
+            log.warning("%s: the answer to a transaction check was not sent: %s", self.client_id, exc)
 
     # -- request-reply ----------------------------------------------------------------------------
 

@@ -1,0 +1,131 @@
+"""Transactional messages with the SDK against a real node: send_in_transaction's three outcomes,
+the broker's check-back answered by the listener (plain or coroutine functions, exceptions as
+UNKNOW), and the blocking facade."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from smartgo.client import (AsyncProducer, AsyncPullConsumer, ClientStateError, LocalTransactionState, Message,
+                            Producer, PullStatus, SendStatus)
+from smartgo.testing import async_wait_until
+
+from .conftest import RealCluster, arun
+
+COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
+                            LocalTransactionState.UNKNOW)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A node that checks open halves 1 s after their birth, every 0.2 s."""
+    with RealCluster(tmp_path_factory.mktemp("tx"), extra_args=(
+            "--transaction-timeout", "1", "--transaction-check-interval", "0.2")) as c:
+        yield c
+
+
+class Listener:
+    """execute answers `local` (raises it when it is an exception); check answers `checked` and
+    records what it was asked."""
+
+    def __init__(self, local, checked=COMMIT) -> None:
+        self.local, self.checked = local, checked
+        self.executed: list[tuple[bytes, object]] = []
+        self.checks: list = []
+        self._lock = threading.Lock()
+
+    def execute(self, msg: Message, arg: object) -> LocalTransactionState:
+        self.executed.append((msg.body, arg))
+        if isinstance(self.local, Exception):
+            raise self.local
+        return self.local
+
+    async def check(self, msg) -> LocalTransactionState:       # a coroutine function: runs on the loop
+        with self._lock:
+            self.checks.append(msg)
+        return self.checked
+
+
+async def bodies(registry: str, topic: str) -> list[bytes]:
+    async with AsyncPullConsumer("TX_READER", registry) as pc:
+        out = []
+        for q in await pc.fetch_queues(topic):
+            r = await pc.pull(q, "*", 0, 32)
+            if r.status is PullStatus.FOUND:
+                out += [m.body for m in r.messages]
+        return sorted(out)
+
+
+def topic_name() -> str:
+    return "TX_" + uuid.uuid4().hex[:8]
+
+
+@pytest.mark.parametrize("local, delivered", [(COMMIT, True), (ROLLBACK, False)])
+def test_the_local_outcome_commits_or_rolls_back(cluster, local, delivered):
+    topic = topic_name()
+    listener = Listener(local, checked=ROLLBACK)
+
+    async def main():
+        async with AsyncProducer("PG_TX_" + local.name, cluster.registry, transaction_listener=listener) as p:
+            result = await p.send_in_transaction(Message(topic, b"order", tags="T", keys="o-1"), arg={"id": 1})
+            assert result.status is SendStatus.SEND_OK and result.local_state is local
+            assert listener.executed == [(b"order", {"id": 1})]
+            await p.send(Message(topic, b"after"))                 # plain: the queue reads past the half
+            await async_wait_until(lambda: bodies_contain(cluster.registry, topic, b"after"), 10, 0.1, "the plain send")
+            got = await bodies(cluster.registry, topic)
+        assert got == ([b"after", b"order"] if delivered else [b"after"])
+        assert listener.checks == []                              # ended at once: never checked
+    arun(main())
+
+
+async def bodies_contain(registry: str, topic: str, body: bytes) -> bool:
+    return body in await bodies(registry, topic)
+
+
+@pytest.mark.parametrize("local", [UNKNOW, RuntimeError("the local transaction crashed")])
+def test_an_undecided_transaction_is_settled_by_the_check_back(cluster, local):
+    topic = topic_name()
+    listener = Listener(local, checked=COMMIT)
+
+    async def main():
+        async with AsyncProducer("PG_TX_CHECK", cluster.registry, transaction_listener=listener) as p:
+            result = await p.send_in_transaction(Message(topic, b"pending", keys="p-1"))
+            assert result.local_state is UNKNOW
+            await async_wait_until(lambda: bodies_contain(cluster.registry, topic, b"pending"), 15, 0.1,
+                                   "the message committed by the check-back")
+        [checked] = listener.checks
+        assert (checked.topic, checked.body, checked.keys) == (topic, b"pending", ["p-1"])
+        assert checked.properties["UNIQ_KEY"] == result.msg_id and checked.properties["PGROUP"] == "PG_TX_CHECK"
+    arun(main())
+
+
+def test_the_blocking_producer_and_a_plain_check_function(cluster):
+    topic = topic_name()
+    asked = threading.Event()
+
+    class Blocking:
+        def execute(self, msg, arg):
+            return UNKNOW
+
+        def check(self, msg):                                     # a plain function: runs in a worker thread
+            asked.set()
+            return ROLLBACK
+
+    with Producer("PG_TX_BLOCKING", cluster.registry, transaction_listener=Blocking()) as p:
+        result = p.send_in_transaction(Message(topic, b"maybe"))
+        assert result.local_state is UNKNOW
+        assert asked.wait(15), "no check-back came"
+        p.send(Message(topic, b"after"))
+    arun(async_wait_until(lambda: bodies_contain(cluster.registry, topic, b"after"), 10, 0.1, "the plain send"))
+    assert arun(bodies(cluster.registry, topic)) == [b"after"]
+
+
+def test_send_in_transaction_needs_a_listener(cluster):
+    async def main():
+        async with AsyncProducer("PG_TX_NONE", cluster.registry) as p:
+            with pytest.raises(ClientStateError, match="transaction_listener"):
+                await p.send_in_transaction(Message(topic_name(), b"x"))
+    arun(main())
