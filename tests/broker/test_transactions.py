@@ -1,14 +1,17 @@
 """Transactional messages against a real node, with the requests a Java TransactionMQProducer sends:
 the half message (TRAN_MSG) kept from consumers in RMQ_SYS_TRANS_HALF_TOPIC, END_TRANSACTION
-commit and rollback with their op records, and the refusals of checkPrepareMessage."""
+commit and rollback with their op records, the refusals of checkPrepareMessage, malformed
+headers, and a half that outlives a kill -9 of the node."""
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
 from smartgo.broker.testing import (batch_command, end_transaction_command, message_properties, pull_command,
-                                    send_command, uniq_key)
+                                    restart_broker, send_command, uniq_key)
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingTimeoutError
@@ -109,3 +112,33 @@ def test_a_transactional_batch_is_refused(broker):
     batch.ext_fields["i"] = message_properties(extra={"TRAN_MSG": "true", "PGROUP": GROUP})   # the batch's own
     r = broker.call(batch)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "TRAN_MSG" in r.remark
+
+
+@pytest.mark.parametrize("overrides, remark", [
+    ({"commitLogOffset": None}, "the custom field commitLogOffset is null"),
+    ({"tranStateTableOffset": "seven"}, "tranStateTableOffset"),
+])
+def test_a_malformed_end_transaction_is_refused_and_the_connection_serves_on(broker, overrides, remark):
+    prepared, _ = prepare(broker, "TxMalformed", b"order-5")
+    bad = end_transaction_command(prepared, GROUP, TRANSACTION_COMMIT_TYPE)
+    for name, value in overrides.items():
+        if value is None:
+            del bad.ext_fields[name]
+        else:
+            bad.ext_fields[name] = value
+    r = broker.call(bad)
+    assert r.code == ResponseCode.SYSTEM_ERROR and remark in r.remark
+    assert broker.call(end_transaction_command(prepared, GROUP, TRANSACTION_COMMIT_TYPE)).code == ResponseCode.SUCCESS
+
+
+@pytest.mark.timeout(120)
+def test_a_half_survives_a_kill_of_the_whole_node(start_node):
+    node_broker = start_node()
+    prepared, key = prepare(node_broker, "TxSurvives", b"order-6")
+    node_broker.node.stop(signal.SIGKILL)
+    node_broker.node.reap()
+    node_broker.node = restart_broker(node_broker.node)
+    assert node_broker.call(end_transaction_command(prepared, GROUP, TRANSACTION_COMMIT_TYPE)).code == \
+        ResponseCode.SUCCESS
+    wait_until(lambda: pull_all(node_broker, "TxSurvives", 1), message="the committed message after the restart")
+    assert [m.uniq_key for m in pull_all(node_broker, "TxSurvives", 1)] == [key]
