@@ -24,6 +24,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, ScheduleRecordError, check_message
+from smartgo.broker.topics import RW, TopicConfig
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.consume_queue import ENTRY, HOLE_SIZE
@@ -59,6 +60,9 @@ class TransactionChecker:
         half_max = view.max_offset(HALF_TOPIC, 0)
         if not half_max:
             return 0
+        if HALF_TOPIC not in self.b.snapshot.topics:     # created on first use, as in 4.x: then routed, and
+            # consumer-progress of CID_RMQ_SYS_TRANS shows the open halves as its lag
+            self.b.publish_topics([TopicConfig(HALF_TOPIC, 1, 1, RW), TopicConfig(OP_TOPIC, 1, 1, RW)])
         reader = view.fresh_reader()
         written = view.written.get()
         offsets = self.b.offsets

@@ -5,11 +5,12 @@ the next pass until the check limit gives it up."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 
-from smartgo.broker.schedule_message import HALF_TOPIC
+from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
 from smartgo.broker.testing import (end_transaction_command, group_command, heartbeat_body, pull_command,
                                     restart_broker, send_command, uniq_key)
 from smartgo.broker.transaction_check import CHECK_GROUP
@@ -98,6 +99,9 @@ def test_an_open_half_is_checked_back_and_committed(broker, producer):
     assert (shown.topic, shown.queue_id, shown.body, shown.properties["TRAN_MSG"]) == ("TxChecked", 1, b"paid", "true")
     wait_until(lambda: check_progress(broker) > half, message="the check progress to pass the committed half")
     assert len(p.checks_of(half)) == 1                    # done: never checked again
+    topics = json.loads(broker.call(RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG)).body_bytes())["topicConfigTable"]
+    for name in (HALF_TOPIC, OP_TOPIC):                   # created on first use, as 4.x does: open halves show as lag
+        assert (topics[name]["readQueueNums"], topics[name]["writeQueueNums"], topics[name]["perm"]) == (1, 1, 6)
 
 
 def test_a_half_rolled_back_by_its_check_is_not_delivered(broker, producer):
