@@ -8,8 +8,12 @@ tests/compat/cpp_client.py in a process of its own (see conftest.cpp).
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import pytest
 
+from smartgo.broker.testing import restart_broker, start_broker
 from smartgo.client import AsyncPullConsumer, MessageQueue
 from smartgo.client.message import Prop
 from smartgo.testing import wait_until
@@ -130,3 +134,27 @@ def test_pull_consumer_reads_python_messages_and_compressed_bodies(cluster, cpp_
     bodies = {int(m["idx"]): m["body"].encode("latin-1") for m in got}
     assert bodies == {i: msg.body for i, (msg, _) in enumerate(sent)}
     assert {m["msgId"] for m in got} == {r.msg_id for _, r in sent}
+
+
+@pytest.mark.timeout(180)
+def test_producer_and_push_consumer_ride_through_a_kill_of_the_whole_node(cpp_home, tmp_path):
+    """kill -9 of the node between two rounds of sync sends: every acknowledged message reaches the
+    C++ push consumer, which reconnects by itself, and none twice."""
+    node = start_broker(tmp_path / "node", {"topics": "CppSurvivor:4"})
+    try:
+        registry = f"127.0.0.1:{node.registry_port}"
+        consumed: list = []
+        consumer = threading.Thread(target=lambda: consumed.extend(cpp(cpp_home, registry, [
+            {"op": "push", "topic": "CppSurvivor", "group": "CG_CPP_SURVIVOR", "expect": 600, "timeoutS": 120,
+             "settleS": 1}], timeout=170)[0]))
+        consumer.start()
+        sent = cpp(cpp_home, registry, [{"op": "send", "topic": "CppSurvivor", "n": 300}])[0]
+        node.stop(signal.SIGKILL)
+        node.reap()
+        node = restart_broker(node)
+        sent += cpp(cpp_home, registry, [{"op": "send", "topic": "CppSurvivor", "n": 300}])[0]
+        consumer.join(175)
+        assert all(r["status"] == 0 for r in sent) and len(sent) == 600
+        assert sorted(m["msgId"] for m in consumed) == sorted(r["msgId"] for r in sent)   # all, once each (uniq ids)
+    finally:
+        node.reap()
