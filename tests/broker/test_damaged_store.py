@@ -1,15 +1,30 @@
-"""A node restarted on a store with a damaged flushed record serves every other message."""
+"""A node restarted on a store with a damaged flushed record serves every other message; so does a
+running node whose dispatch meets the damage."""
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
 from smartgo.broker.testing import pull_command, restart_broker, send_command
 from smartgo.net.codes import ResponseCode
+from smartgo.net.errors import RemotingError
 from smartgo.store.mapped_file import segment_name
-from smartgo.store.record import POS_BODY, decode_records, parse_offset_msg_id
+from smartgo.store.record import POS_BODY, POS_MAGIC, decode_records, parse_offset_msg_id
+from smartgo.testing import wait_until
 
 TOPIC = "Rot"
+
+
+def pull_bodies(broker) -> list[bytes]:
+    """The number in every message of the topic, CRC-checked (the pull walks past offset 30's hole)."""
+    bodies, offset = [], 0
+    while True:
+        r = broker.call(pull_command(TOPIC, 0, offset))
+        if r.code != ResponseCode.SUCCESS:
+            return bodies
+        bodies += [m.body.split(b" ")[1] for m in decode_records(r.body_bytes(), check_crc=True)]
+        offset = int(r.ext_fields["nextBeginOffset"])
 
 
 @pytest.mark.timeout(90)
@@ -29,16 +44,39 @@ def test_a_damaged_record_loses_only_its_message_after_a_restart(start_node):
         f.seek(phys % (1 << 16) + POS_BODY + 3)
         f.write(bytes([byte ^ 1]))
     broker.node = restart_broker(broker.node)
-    bodies, offset = [], 0
-    while True:
-        r = broker.call(pull_command(TOPIC, 0, offset))
-        if r.code != ResponseCode.SUCCESS:
-            break
-        bodies += [m.body.split(b" ")[1] for m in decode_records(r.body_bytes(), check_crc=True)]
-        offset = int(r.ext_fields["nextBeginOffset"])
-    assert bodies == [b"%d" % i for i in range(60) if i != 30]
-    assert offset == 60
+    assert pull_bodies(broker) == [b"%d" % i for i in range(60) if i != 30]
     assert broker.call(send_command(TOPIC, b"after")).ext_fields["queueOffset"] == "60"
     log = broker.node.log_text()
     assert "fail the record checks below the flushed offset" in log and "replaced by a filler" in log
     assert len(list((broker.node.store / "damaged").iterdir())) == 1
+
+
+@pytest.mark.timeout(120)
+def test_damage_met_by_the_running_dispatch_is_repaired_by_the_node_itself(start_node):
+    """A record damaged after it was flushed but before dispatch read it: dispatch fails on it until
+    its restart intensity restarts the node, whose recovery replaces the damage; every other
+    message is served and the queue offset is not reused."""
+    broker = start_node({"topics": f"{TOPIC}:1", "commitlog_file_size": 1 << 16})
+    dispatch = psutil.Process(broker.node.actor("dispatch")["pid"])
+    dispatch.suspend()
+    sent = []
+    for i in range(60):
+        r = broker.call(send_command(TOPIC, b"message %d " % i + b"x" * 200))
+        assert r.code == ResponseCode.SUCCESS
+        sent.append(parse_offset_msg_id(r.ext_fields["msgId"])[2])
+    wait_until(lambda: broker.board("commitlog.flushed") >= broker.board("commitlog.written"), message="the flush")
+    phys = sent[30]
+    with open(broker.node.store / "commitlog" / segment_name(phys - phys % (1 << 16)), "r+b") as f:
+        f.seek(phys % (1 << 16) + POS_MAGIC)
+        f.write(bytes(4))                                      # its MAGIC zeroed, through the page cache
+    dispatch.resume()
+    def served() -> int:
+        try:
+            return len(pull_bodies(broker))
+        except RemotingError:                                  # refused while the node restarts
+            return 0
+    wait_until(lambda: served() == 59, timeout=60, interval=0.2, message="the node to repair itself")
+    assert pull_bodies(broker) == [b"%d" % i for i in range(60) if i != 30]
+    after = broker.call(send_command(TOPIC, b"after"))
+    assert after.code == ResponseCode.SUCCESS and after.ext_fields["queueOffset"] == "60"
+    assert "restarting the node" in broker.node.log_text() and (broker.node.store / "damaged").is_dir()
