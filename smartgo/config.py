@@ -116,6 +116,11 @@ class NodeConfig:
     disk_full_ratio: int = setting(90, "disk usage, percent, at which sends are refused (disk-full flag)")
     cleanup_interval: float = setting(10.0, "seconds between cleanup passes")
     cleanup_max_files: int = setting(10, "CommitLog files deleted at most per cleanup pass")
+    scrub_rate_mb: float = setting(8.0, "MiB/s at which the cleanup actor checks flushed CommitLog data for rot "
+                                        "(body CRCs, lengths) in the background; damage is logged and repaired at "
+                                        "the next start; 0 = off", metavar="MIB")
+    scrub_interval: float = setting(86400.0, "seconds from the start of one background scrub pass to the next")
+    scrub_delay: float = setting(600.0, "seconds after the node starts before the first background scrub pass")
     disk_usage_file: str = setting("", "testing: read the disk usage ratio (0..1) from this file instead of "
                                        "measuring the store's file system", metavar="FILE")
     hold_check_interval: float = setting(5.0, "seconds between the long-polling safety re-checks")

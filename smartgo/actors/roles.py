@@ -50,6 +50,8 @@ BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("hold.watching", "hold", "1 while pulls are parked (dispatch then sends arrival notices)"),
     FieldSpec("flag.disk_full", "cleanup", "1 while the disk is over the refuse-writes watermark"),
     FieldSpec("disk.used_permille", "cleanup", "disk usage of the store's file system, per mille"),
+    FieldSpec("scrub.damaged", "cleanup", "damaged CommitLog ranges the background scrub found since the start "
+                                          "(repaired at the next start)"),
     FieldSpec("flag.read_only", "broker", "1 while brokerPermission forbids sends"),
     FieldSpec("flag.unreadable", "broker", "1 while brokerPermission forbids pulls"),
     FieldSpec("broker.topics_version", "broker", "dataVersion counter of the topic snapshot file"),

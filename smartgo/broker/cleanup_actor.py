@@ -13,10 +13,14 @@ a pure function of the settings, the clock and the usage, so tests inject both):
 at most cleanup_max_files (10) files a pass, never the newest file. Then ConsumeQueue and index
 files that only point below the new CommitLog minimum go too, and commitlog.min is published
 (net actors then refresh their readers).
+
+It also runs the background scrub: flushed CommitLog data checked for rot at scrub_rate_mb,
+damage logged and listed for the next start to repair (smartgo.store.damage.ScrubCursor).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -28,7 +32,12 @@ from smartgo.config import NodeConfig
 from smartgo.store import StoreConfig
 from smartgo.store.cleanup import (delete_commitlog_before, delete_consume_queue_before, delete_index_before,
                                    expired_commitlog_files)
+from smartgo.store.commitlog import CommitLogReader
+from smartgo.store.damage import ScrubCursor
 from smartgo.store.mapped_file import segment_starts
+
+
+SCRUB_STEP = 1 << 20           # bytes a scrub step checks between two pauses
 
 
 def statvfs_usage(path: str) -> float:
@@ -112,6 +121,33 @@ class CleanupActor(Actor):
         self.usage = b.scalar("disk.used_permille", writer=self.name)
         self.minimum = b.scalar("commitlog.min", writer=self.name)
         self.minimum.set(clean(self.store, Decision(0.0, False, False, False), 0, 0))
+        if self.config.scrub_rate_mb > 0:
+            self.spawn(self._scrub(), "scrub")
+
+    async def _scrub(self) -> None:
+        """Background scrub passes (damage.ScrubCursor) at scrub_rate_mb, below what is both
+        flushed and dispatched (dispatch meets damage in newer data itself)."""
+        cfg = self.config
+        b = self.board
+        flushed, dispatched = b.scalar("commitlog.flushed"), b.scalar("commitlog.dispatched")
+        found = b.scalar("scrub.damaged", writer=self.name)
+        rate = cfg.scrub_rate_mb * (1 << 20)
+        cursor = ScrubCursor(self.store.root, CommitLogReader(self.store.commitlog_dir, self.store.commitlog_file_size))
+        await asyncio.sleep(cfg.scrub_delay)
+        while True:
+            began = time.monotonic()
+            cursor.start_pass(self.minimum.get())
+            while True:
+                t0 = time.monotonic()
+                done = cursor.step(self.minimum.get(), min(flushed.get(), dispatched.get()), SCRUB_STEP)
+                if not done:
+                    break
+                await asyncio.sleep(max(done / rate - (time.monotonic() - t0), 0))
+            if cursor.damaged:
+                found.set(found.get() + len(cursor.damaged))
+            self.log.info("background scrub pass: %d records checked in %.0fs, %d damaged ranges", cursor.records,
+                          time.monotonic() - began, len(cursor.damaged))
+            await asyncio.sleep(max(cfg.scrub_interval - (time.monotonic() - began), 0))
 
     def run_pass(self) -> None:
         d = self.policy.decide(str(self.store.store_path))

@@ -14,6 +14,7 @@ become holes, so every queue keeps the offsets its consumers have seen.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ log = logging.getLogger("smartgo.store.damage")
 
 FILLER_TOPIC = "SMARTGO_DAMAGED"
 DAMAGED_DIR = "damaged"
+FOUND = "found.jsonl"        # in DAMAGED_DIR: what a running node's scrub found, for the next start
 _MIN_RECORD = FIXED_SIZE + 1  # the smallest record: a one-character topic, no body, no properties
 _MAGIC = INT32.pack(MESSAGE_MAGIC)
 _BLANK = INT32.pack(BLANK_MAGIC)
@@ -151,6 +153,93 @@ def repair(store: Path, cl: CommitLogReader, pos: int, flushed: int) -> Damage |
               "message there is lost; its bytes are saved to %s and replaced by a filler, and the messages after "
               "it are kept", pos, end, segment_name(pos - pos % cl.file_size), flushed, damage.saved)
     return damage
+
+
+def note_found(store: Path, begin: int, end: int) -> None:
+    """A running node's scrub found damage at [begin, end): listed for the next start to repair
+    (the running node must not rewrite what its actors map and index)."""
+    folder = store / DAMAGED_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / FOUND, "a") as f:
+        f.write(json.dumps({"begin": begin, "end": end}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def repair_found(store: Path, cl: CommitLogReader, below: int, flushed: int) -> list[Damage]:
+    """At start-up, before the walk: repair the ranges a running node's scrub listed in files the
+    walk does not read (before `below`); the list is then consumed. A range already repaired (by
+    `smartgo scrub --repair`) or deleted with its file is skipped."""
+    path = store / DAMAGED_DIR / FOUND
+    if not path.exists():
+        return []
+    damages = []
+    for line in path.read_text().splitlines():
+        try:
+            begin = int(json.loads(line)["begin"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s: a line that names no range, skipped: %r", path, line[:100])
+            continue
+        if begin >= min(below, flushed):
+            continue                                   # the walk meets it, or it is no longer flushed data
+        try:
+            mf = cl.segment(begin)
+        except OffsetGoneError:
+            continue
+        if check_record(mf.view, begin - mf.start, mf.size, begin):
+            continue
+        damage = repair(store, cl, begin, flushed)
+        if damage is not None:
+            damages.append(damage)
+    path.unlink()
+    return damages
+
+
+class ScrubCursor:
+    """A running node's background scrub: it checks the flushed records (magic, lengths, body CRC,
+    PHYSICALOFFSET) a budget at a time, so its owner can pace it. Damage is logged and listed
+    for the next start to repair (note_found); the walk resumes at the next good record."""
+
+    def __init__(self, store: Path, cl: CommitLogReader) -> None:
+        self.store = store
+        self.cl = cl
+        self.position = 0
+        self.records = 0
+        self.damaged: list[tuple[int, int]] = []
+
+    def start_pass(self, minimum: int) -> None:
+        self.position, self.records, self.damaged = minimum, 0, []
+
+    def step(self, minimum: int, bound: int, budget: int) -> int:
+        """Check about `budget` bytes from the cursor below bound, which must be a record boundary
+        (the node's flushed and dispatched positions); the bytes covered, 0 once at the bound."""
+        cl = self.cl
+        cl.forget_before(minimum)                     # cleanup deleted them: unmap
+        pos = max(self.position, minimum)
+        if pos >= bound:
+            return 0
+        walk = cl.walk(pos, bound, verify=True)
+        for phys, _, _, size in walk:
+            self.records += 1
+            if phys + size - pos >= budget:
+                end = phys + size
+                break
+        else:
+            end = walk.position
+            if walk.stopped == "no file":
+                end = min([s for s in cl.files.starts() if s > pos] + [bound])
+            elif walk.stopped is not None and end < bound:
+                resume = next_good(cl, end, bound)
+                resume = bound if resume is None else resume
+                log.error("CommitLog bytes [%d, %d) fail the record checks (background scrub): the message there is "
+                          "lost, the rest is served; listed in %s/%s, repaired at the next start", end, resume,
+                          DAMAGED_DIR, FOUND)
+                note_found(self.store, end, resume)
+                self.damaged.append((end, resume))
+                end = resume
+        cl.files.release_all()                        # the pages stay cached; not in this process's RSS
+        self.position = end
+        return max(end - pos, 1)
 
 
 @dataclass(slots=True)

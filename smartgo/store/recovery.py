@@ -21,7 +21,7 @@ from smartgo.store.commitlog import CommitLogReader, QueueKey
 from smartgo.store.config import StoreConfig
 from smartgo.store.consume_queue import ConsumeQueueSet
 from smartgo.store.dispatch import Dispatcher
-from smartgo.store.damage import Damage, hole_out, repair, replace_misplaced
+from smartgo.store.damage import Damage, hole_out, repair, repair_found, replace_misplaced
 from smartgo.store.errors import CorruptRecordError, OffsetGoneError, UnnamedRecordError
 from smartgo.store.index_file import IndexService
 from smartgo.store.mapped_file import MappedFileQueue
@@ -87,6 +87,7 @@ def recover(config: StoreConfig) -> RecoveredState:
         else:
             walk_from = (_abnormal_start(cl, starts, checkpoint, config.message_index_safe) if abnormal
                          else starts[max(0, len(starts) - 3)])
+            damages += repair_found(config.root, cl, walk_from, flushed)
             end, last_ts, stopped = _walk(cl, walk_from, config, flushed, damages)
             log.info("commitlog valid from %d to %d (%s recovery; stopped: %s)", walk_from, end,
                      "abnormal" if abnormal else "normal", stopped)

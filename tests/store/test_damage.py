@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smartgo.store import Message, MessageStore
-from smartgo.store.damage import FILLER_TOPIC
+from smartgo.store.commitlog import CommitLogReader
+from smartgo.store.damage import DAMAGED_DIR, FILLER_TOPIC, FOUND, ScrubCursor, note_found
 from smartgo.store.mapped_file import segment_starts
 from smartgo.store.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, POS_BODY, POS_MAGIC, POS_QUEUEOFFSET, SIZE_MAGIC,
                                   TRANSACTION_ROLLBACK_TYPE, check_record, decode_record, encode_properties)
@@ -306,3 +307,37 @@ def test_scrub_finds_damage_recovery_does_not_read_and_repairs_it(config, capsys
         assert_lost_only(s, originals, {phys})
     assert main(["scrub", "--store-dir", store, "--json"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["damaged"] == []
+
+
+def test_damage_a_running_scrub_listed_is_repaired_at_the_next_start(config):
+    """The running node's scrub lists damage in a file recovery's walk does not read
+    (damaged/found.jsonl); the next start repairs it like walked damage and consumes the list.
+    A listed range that is good by then (repaired offline) is left alone."""
+    originals = stored(config, 60)
+    phys, good = sorted(originals)[1], sorted(originals)[5]
+    xor_byte(config, phys + POS_BODY + 2)
+    nxt = sorted(originals)[2]
+    note_found(config.root, phys, nxt)
+    note_found(config.root, good, good + len(originals[good][0]))
+    (config.root / DAMAGED_DIR / FOUND).open("a").write("not json\n")
+    with MessageStore(config, clock=LATER) as s:
+        assert [(d.begin, d.end) for d in s.recovered.damaged] == [(phys, nxt)]
+        assert_lost_only(s, originals, {phys})
+    assert not (config.root / DAMAGED_DIR / FOUND).exists()
+
+
+def test_the_scrub_cursor_walks_in_budgets_and_lists_damage_once(config):
+    originals = stored(config, 60)
+    phys = sorted(originals)[40]
+    xor_byte(config, phys + POS_BODY + 2)
+    bound = max(originals) + len(originals[max(originals)][0])
+    cursor = ScrubCursor(config.root, CommitLogReader(config.commitlog_dir, config.commitlog_file_size))
+    cursor.start_pass(0)
+    steps = []
+    while done := cursor.step(0, bound, 1000):
+        steps.append(done)
+    assert cursor.records == 59 and cursor.damaged == [(phys, sorted(originals)[41])]
+    assert max(steps) < 1000 + max(len(raw) for raw, *_ in originals.values()) and sum(steps) == bound
+    found = (config.root / DAMAGED_DIR / FOUND).read_text().splitlines()
+    assert [json.loads(line)["begin"] for line in found] == [phys]
+    assert cursor.step(0, bound, 1000) == 0                     # the pass is over until start_pass
