@@ -91,8 +91,7 @@ class AsyncAdmin:
         resp = await self._registry(api.command(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info")
         try:
             obj = bodies.loads(resp.body_bytes()) if resp.body else {}
-            brokers = {str(name): BrokerData(str(b.get("brokerName", name)), str(b.get("cluster", "")),
-                                             {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()})
+            brokers = {str(name): BrokerData.from_json(b, str(name))
                        for name, b in (obj.get("brokerAddrTable") or {}).items()}
             clusters = {str(c): sorted(str(n) for n in names) for c, names in (obj.get("clusterAddrTable") or {}).items()}
         except (ValueError, AttributeError, TypeError) as exc:

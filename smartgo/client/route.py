@@ -11,28 +11,9 @@ from dataclasses import dataclass, field
 from smartgo.client.fault import LatencyFaultTolerance
 from smartgo.client.message import MessageQueue
 from smartgo.net import fastjson
-from smartgo.net.codes import MASTER_ID, PermName
+from smartgo.net.codes import PermName
+from smartgo.net.route_data import BrokerData, QueueData
 from smartgo.store.java_hash import java_hash
-
-
-@dataclass(slots=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@dataclass(slots=True)
-class BrokerData:
-    broker_name: str
-    cluster: str
-    broker_addrs: dict[int, str]
-
-    @property
-    def master_addr(self) -> str | None:
-        return self.broker_addrs.get(MASTER_ID)
 
 
 @dataclass(slots=True)
@@ -48,22 +29,15 @@ class TopicRouteData:
         anything that is not a route."""
         obj = fastjson.loads(body)
         try:
-            queues = [QueueData(str(q["brokerName"]), int(q["readQueueNums"]), int(q["writeQueueNums"]),
-                                int(q["perm"]), int(q.get("topicSysFlag", q.get("topicSynFlag", 0))))
-                      for q in obj.get("queueDatas") or []]
-            brokers = [BrokerData(str(b["brokerName"]), str(b.get("cluster", "")),
-                                  {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()})
-                       for b in obj.get("brokerDatas") or []]
+            queues = [QueueData.from_json(q) for q in obj.get("queueDatas") or []]
+            brokers = [BrokerData.from_json(b) for b in obj.get("brokerDatas") or []]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed topic route data: {exc!r}") from None
         return cls(queues, brokers, obj.get("orderTopicConf"), obj)
 
     def to_json(self) -> dict:
-        return {"brokerDatas": [{"brokerAddrs": {str(k): v for k, v in sorted(b.broker_addrs.items())},
-                                 "brokerName": b.broker_name, "cluster": b.cluster} for b in self.broker_datas],
-                "queueDatas": [{"brokerName": q.broker_name, "perm": q.perm, "readQueueNums": q.read_queue_nums,
-                                "topicSysFlag": q.topic_sys_flag, "writeQueueNums": q.write_queue_nums}
-                               for q in self.queue_datas],
+        return {"brokerDatas": [b.to_json() for b in self.broker_datas],
+                "queueDatas": [q.to_json() for q in self.queue_datas],
                 **({"orderTopicConf": self.order_topic_conf} if self.order_topic_conf else {})}
 
     def broker(self, name: str) -> BrokerData | None:

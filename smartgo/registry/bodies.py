@@ -15,8 +15,7 @@ from typing import Any
 
 from smartgo.net import fastjson
 from smartgo.net.errors import RemotingError
-from smartgo.registry.route_info import (BrokerData, DataVersion, QueueData, RegisterBrokerBody,
-                                         TopicConfig, TopicRoute)
+from smartgo.registry.route_info import BrokerData, DataVersion, RegisterBrokerBody, TopicConfig, TopicRoute
 
 #: Inflated REGISTER_BROKER bodies larger than this are refused (a zlib bomb guard).
 MAX_INFLATED_BODY = 64 * 1024 * 1024
@@ -182,29 +181,17 @@ def encode_data_version(version: DataVersion) -> bytes:
     return fastjson.dumps(_data_version(version))
 
 
-def _broker_data(broker: BrokerData) -> dict[str, Any]:
-    return {"brokerAddrs": {str(i): broker.broker_addrs[i] for i in sorted(broker.broker_addrs)},
-            "brokerName": broker.broker_name, "cluster": broker.cluster}
-
-
-def _queue_data(queue: QueueData) -> dict[str, Any]:
-    # topicSynFlag is the pre-4.9 name that the Go client still reads; emit both.
-    return {"brokerName": queue.broker_name, "perm": queue.perm, "readQueueNums": queue.read_queue_nums,
-            "topicSynFlag": queue.topic_sys_flag, "topicSysFlag": queue.topic_sys_flag,
-            "writeQueueNums": queue.write_queue_nums}
-
-
 def encode_topic_route(route: TopicRoute, order_topic_conf: str | None) -> bytes:
-    body: dict[str, Any] = {"brokerDatas": [_broker_data(b) for b in route.broker_datas],
+    body: dict[str, Any] = {"brokerDatas": [b.to_json() for b in route.broker_datas],
                             "filterServerTable": route.filter_server_table}
     if order_topic_conf is not None:
         body["orderTopicConf"] = order_topic_conf
-    body["queueDatas"] = [_queue_data(q) for q in route.queue_datas]
+    body["queueDatas"] = [q.to_json() for q in route.queue_datas]
     return fastjson.dumps(body)
 
 
 def encode_cluster_info(brokers: Mapping[str, BrokerData], clusters: Mapping[str, Iterable[str]]) -> bytes:
-    return fastjson.dumps({"brokerAddrTable": {name: _broker_data(b) for name, b in brokers.items()},
+    return fastjson.dumps({"brokerAddrTable": {name: b.to_json() for name, b in brokers.items()},
                            "clusterAddrTable": {c: sorted(names) for c, names in clusters.items()}})
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smartgo.net.codes import MASTER_ID, PermName
+from smartgo.net.route_data import BrokerData, QueueData
 
 log = logging.getLogger("smartgo.registry.route_info")
 
@@ -46,22 +47,6 @@ class RegisterBrokerBody:
     data_version: DataVersion
     topic_configs: dict[str, TopicConfig]
     filter_server_list: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int
-
-
-@dataclass(slots=True)
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str]
 
 
 @dataclass(slots=True)
