@@ -14,7 +14,8 @@ queue's published max offset and the written position, and answers with the raw 
 memoryviews (no copy through another actor, none into the socket buffer's way). Response
 codes follow the reference's edge-case table (PullMessageProcessor + GetMessageStatus);
 suggestWhichBrokerId, nextBeginOffset, minOffset and maxOffset are in every answer, the remark
-is the status name. Each answer counts in the net actor's statistics (messages and bytes per
+is the status name. A PULL_OFFSET_MOVED answer also stores an OffsetMovedEvent in
+OFFSET_MOVED_EVENT (tag and key: the group), as 4.x does. Each answer counts in the net actor's statistics (messages and bytes per
 group and topic; latency from arrival, or from the last wake-up of a parked pull, to the answer).
 
 A pull with the suspend flag that finds nothing (PULL_NOT_FOUND) is parked: the hold actor gets
@@ -33,10 +34,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from smartgo.broker.rings import WAKE_ARRIVED, Batcher, iter_wakes, monotonic_ms, park_record
+from smartgo.broker.topics import OFFSET_MOVED_EVENT
+from smartgo.net import fastjson
 from smartgo.net.codes import PullSysFlag, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
 from smartgo.store.java_hash import tags_code
+from smartgo.store.record import encode_properties, encode_record
 from smartgo.store.reads import GetStatus
 
 if TYPE_CHECKING:
@@ -100,6 +104,7 @@ class ParkedPull:
 class PullProcessor:
     def __init__(self, net: NetActor) -> None:
         self.view = net.view
+        self.sends = net.sends
         self.groups = net.groups
         self.link = net.link
         self.stats = net.stats
@@ -212,6 +217,8 @@ class PullProcessor:
                "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
         if code != ResponseCode.SUCCESS:
             self.stats.pulled(h.group, h.topic, 0, 0)
+            if code == ResponseCode.PULL_OFFSET_MOVED and self.is_master:
+                self._offset_moved(conn, request, h, r.next_begin_offset)
             return request.make_response(code, r.status.value, ext)
         self.stats.pulled(h.group, h.topic, len(r.buffers), r.buffer_total_size)
         self._served += r.buffer_total_size
@@ -219,6 +226,20 @@ class PullProcessor:
             self._served = 0
             asyncio.get_running_loop().call_soon(reader.release_pages)   # after this write took the views
         return request.make_response(code, r.status.value, ext, r.buffers)
+
+    def _offset_moved(self, conn: Connection, request: RemotingCommand, h: PullHeader, new_offset: int) -> None:
+        """An OffsetMovedEvent in OFFSET_MOVED_EVENT queue 0, tagged and keyed with the group
+        (PullMessageProcessor.generateOffsetMovedEvent): operators subscribe to it to see which
+        consumers had their offset moved. Stored through the send path; nobody awaits it."""
+        sends = self.sends
+        event = fastjson.dumps({"consumerGroup": h.group, "messageQueue": {
+            "brokerName": self.broker_name, "queueId": h.queue_id, "topic": h.topic},
+            "offsetNew": new_offset, "offsetRequest": h.offset})
+        record = encode_record(OFFSET_MOVED_EVENT, 0, event, encode_properties({"TAGS": h.group, "KEYS": h.group}),
+                               born_timestamp=time.time_ns() // 1_000_000, born_host=sends.store_host,
+                               store_host=sends.store_host)
+        sends.store(conn, request, OFFSET_MOVED_EVENT, 0, 0, record, [len(record)], False,
+                    asyncio.get_running_loop().create_future())
 
     # ---- long polling -----------------------------------------------------------------------------------
     def park(self, conn: Connection, request: RemotingCommand, h: PullHeader, deadline: int) -> None:

@@ -132,6 +132,15 @@ def test_pull_edge_cases_at_and_past_the_end(broker):
     assert (past.ext_fields["minOffset"], past.ext_fields["maxOffset"]) == ("0", "3")
     found = broker.call(pull_command(topic, 0, 1, max_nums=1))
     assert found.remark == "FOUND" and found.ext_fields["nextBeginOffset"] == "2"
+    # the moved offset is reported in OFFSET_MOVED_EVENT, as generateOffsetMovedEvent does
+    def moved():
+        r = broker.call(pull_command("OFFSET_MOVED_EVENT", 0, 0))
+        events = decode_records(r.body_bytes()) if r.code == ResponseCode.SUCCESS else []
+        return [m for m in events if json.loads(m.body)["messageQueue"]["topic"] == topic]
+    mine = wait_until(moved, message="the offset-moved event")
+    assert len(mine) == 1 and mine[0].tags == mine[0].keys[0] == "test_consumer"
+    assert json.loads(mine[0].body) == {"consumerGroup": "test_consumer", "offsetNew": 3, "offsetRequest": 9,
+                                        "messageQueue": {"brokerName": "broker-a", "queueId": 0, "topic": topic}}
 
 
 def test_auto_created_topic_is_routed_and_forwarded_requests_reach_the_broker_actor(broker):
