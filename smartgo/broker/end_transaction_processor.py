@@ -104,5 +104,6 @@ class EndTransactionProcessor:
                block: bytes) -> asyncio.Future[RemotingCommand]:
         """Store one record through the send path; the future gets its send response."""
         answer = asyncio.get_running_loop().create_future()
-        self.net.sends.store(conn, request, topic, queue_id, queue_id, block, [len(block)], False, answer)
+        self.net.sends.store(conn, request, topic, queue_id, queue_id, block, [len(block)], False, answer,
+                             counted=False)      # the half was counted when it was sent, as in 4.x
         return answer

@@ -239,7 +239,7 @@ class PullProcessor:
                                born_timestamp=time.time_ns() // 1_000_000, born_host=sends.store_host,
                                store_host=sends.store_host)
         sends.store(conn, request, OFFSET_MOVED_EVENT, 0, 0, record, [len(record)], False,
-                    asyncio.get_running_loop().create_future())
+                    asyncio.get_running_loop().create_future(), counted=False)
 
     # ---- long polling -----------------------------------------------------------------------------------
     def park(self, conn: Connection, request: RemotingCommand, h: PullHeader, deadline: int) -> None:

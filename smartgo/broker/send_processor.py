@@ -136,6 +136,7 @@ class PendingSend:
     done: bool = False
     topic: str = ""                 # as stored (statistics)
     answer: asyncio.Future | None = None    # gets the response instead of the connection
+    counted: bool = True            # in the send statistics (False: the broker's own records)
 
 
 class SendProcessor:
@@ -252,13 +253,16 @@ class SendProcessor:
         return None
 
     def store(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int, store_queue: int,
-              block: bytes, sizes: list[int], wait: bool, answer: asyncio.Future | None = None) -> None:
+              block: bytes, sizes: list[int], wait: bool, answer: asyncio.Future | None = None,
+              counted: bool = True) -> None:
         """Hand encoded records to the commit actor; the request is answered on their completion
-        (store_queue -1: not put in a ConsumeQueue), or `answer` gets the response."""
+        (store_queue -1: not put in a ConsumeQueue), or `answer` gets the response. counted=False:
+        a record the broker writes itself (4.x puts those straight into the store, past the
+        statistics of SendMessageProcessor)."""
         req_id = self._id_base | next(self._ids)
         self.pending[req_id] = PendingSend(conn, request, queue_id, sizes,
                                            self.sync_flush and wait and not request.is_oneway, topic=topic,
-                                           answer=answer)
+                                           answer=answer, counted=counted)
         self._out.put(send_prefix(req_id, len(sizes), store_queue, topic.encode()) + block)
 
     def _delay(self, h: SendHeader, queue_id: int) -> int:
@@ -489,9 +493,10 @@ class SendProcessor:
                 p.answer.set_result(response)
         elif not p.request.is_oneway:
             p.conn.send(response)
-        if response.code in STORED:              # statistics: stored messages, and every answer's latency
-            self.stats.stored(p.topic, len(p.sizes), sum(p.sizes))
-        self.stats.send.observe((time.monotonic() - p.born) * 1000.0)
+        if p.counted:                            # statistics: stored messages, and every answer's latency
+            if response.code in STORED:
+                self.stats.stored(p.topic, len(p.sizes), sum(p.sizes))
+            self.stats.send.observe((time.monotonic() - p.born) * 1000.0)
 
     # ---- sync flush --------------------------------------------------------------------------------------------
     def _wait_flush(self, p: PendingSend, phys: int, queue_offset: int, end: int) -> None:
