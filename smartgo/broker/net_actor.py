@@ -31,8 +31,11 @@ import time
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.ring import CONSUMER, PRODUCER, wait_any
 from smartgo.broker import profiling
+from smartgo.broker.bodies import BodyError
 from smartgo.broker.broker_actor import FORWARDED_CODES
 from smartgo.broker.channel import BrokerLink, ChannelError, ClientRef, unpack_command
+from smartgo.broker.clients import parse_heartbeat
+from smartgo.broker.end_transaction_processor import EndTransactionProcessor
 from smartgo.broker.net_view import NetView
 from smartgo.broker.offset_processor import OffsetProcessor
 from smartgo.broker.pull_processor import PullProcessor
@@ -40,7 +43,6 @@ from smartgo.broker.query_processor import QueryProcessor
 from smartgo.broker.rings import (CTL_RING_CAPACITY, DONE_RING_CAPACITY, SEND_RING_CAPACITY, SMALL_RING_CAPACITY,
                                   monotonic_ms)
 from smartgo.broker.reply_processor import ReplyProcessor
-from smartgo.broker.end_transaction_processor import EndTransactionProcessor
 from smartgo.broker.send_back_processor import SendBackProcessor
 from smartgo.broker.send_processor import SendProcessor
 from smartgo.broker.settings import store_config, vip_port
@@ -80,13 +82,14 @@ class NetActor(Actor):
         self.wake_ring = self.ring(f"wake.{me}", CONSUMER, SMALL_RING_CAPACITY)
         self.ctl_ring = self.ring(f"ctl.{me}", PRODUCER, CTL_RING_CAPACITY)
         self.ctlr_ring = self.ring(f"ctlr.{me}", CONSUMER, CTL_RING_CAPACITY)
-        self.link = BrokerLink(self.ctl_ring, self._push)
+        self.link = BrokerLink(self.ctl_ring, self.push)
         self.link.events.update({"group": self._on_group, "groups": self._on_groups, "config": self._on_config})
         self.link.on_gap = self._want_state
         self.stats = NetStats()
         self.groups = GroupsView()
         self._groups_loaded = asyncio.Event()
         self.heartbeats: dict[int, RemotingCommand] = {}       # connection id -> its last HEART_BEAT
+        self.producers: dict[str, int] = {}     # client id -> the connection its producer heartbeats on
         self.sends = SendProcessor(self)
         self.pulls = PullProcessor(self)
         queries = QueryProcessor(self.view, store.default_query_max_num)
@@ -167,7 +170,22 @@ class NetActor(Actor):
 
     async def _heart_beat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         self.heartbeats[conn.id] = request
+        try:
+            hb = parse_heartbeat(request.body_bytes())
+            if hb.producers:
+                self.producers[hb.client_id] = conn.id
+        except BodyError:
+            pass                                                # the broker actor answers the error
         return await self._forward(conn, request)
+
+    def local_producer(self, client_id: str) -> int | None:
+        """The connection here that client_id's producer heartbeats on, if it is still registered:
+        a request-reply reply to it is pushed at once, without the broker actor's hop."""
+        conn_id = self.producers.get(client_id)
+        if conn_id is None or conn_id not in self.heartbeats:
+            return None
+        conn = self.server.connections.get(conn_id) if self.server else None
+        return conn_id if conn is not None and not conn.closed else None
 
     async def _unregister_client(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         self.heartbeats.pop(conn.id, None)                 # the client heartbeats again if it still has groups
@@ -210,7 +228,7 @@ class NetActor(Actor):
         if deltas is not None:
             self.link.event("stats", stamp=stamp_ms, d=deltas)
 
-    def _push(self, conn_id: int, cmd: RemotingCommand) -> None:
+    def push(self, conn_id: int, cmd: RemotingCommand) -> None:
         """A request from the broker actor to one of our clients (oneway, or answered into the void)."""
         conn = self.server.connections.get(conn_id) if self.server else None
         if conn is None or conn.closed:

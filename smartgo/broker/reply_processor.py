@@ -4,11 +4,13 @@ RocketMQ 4.6's ReplyMessageProcessor, split along our actors. A consumer answers
 message with a reply (MSG_TYPE "reply", CORRELATION_ID and REPLY_TO_CLIENT copied from the
 request) sent to <cluster>_REPLY_TOPIC. The net actor checks it as a send (msgCheck), stores it
 through the send path when store_reply_message is on (storeReplyMessageEnable), and pushes it to
-the requester as PUSH_REPLY_MESSAGE_TO_CLIENT (326). The requester's connection may live on any
-net actor and only the broker actor knows which connection a client id has (ProducerManager
-.findChannel over its producer heartbeats), so the push goes through it: the call `push_reply`
-finds the connection and hands the push to its net actor, whose answer from the client is
-dropped (the broker does not wait for the requester as Java's invokeSync does).
+the requester as PUSH_REPLY_MESSAGE_TO_CLIENT (326). A requester whose producer heartbeats on a
+connection of this net actor gets it at once (NetActor.local_producer). Otherwise its connection
+is on another net actor, and only the broker actor knows which connection a client id has
+(ProducerManager.findChannel over its producer heartbeats), so the push goes through it: the call
+`push_reply` finds the connection and hands the push to its net actor. Either way the client's
+answer to the push is dropped (the broker does not wait for the requester as Java's invokeSync
+does).
 
 The sender's answer is the push's: SUCCESS, or SYSTEM_ERROR with Java's remark when
 REPLY_TO_CLIENT is missing or its client has no producer connection here (and, our addition,
@@ -46,6 +48,7 @@ PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
 class ReplyProcessor:
     def __init__(self, net: NetActor) -> None:
         cfg = net.config
+        self.net = net
         self.sends = net.sends
         self.link = net.link
         self.store_reply = cfg.store_reply_message == "true"
@@ -104,6 +107,10 @@ class ReplyProcessor:
             if not value:
                 log.warning("a reply from %s has no %s property: not pushed", conn.remote_address, name)
                 return f"reply message properties[{name}] is null"
+        local = self.net.local_producer(client)
+        if local is not None:
+            self.net.push(local, push)
+            return None
         try:
             return await self.link.call("push_reply", client=client, cmd=pack_command(push))
         except ChannelError as exc:

@@ -1,6 +1,6 @@
 """Request-reply on a real node, at the wire: SEND_REPLY_MESSAGE (324) / _V2 (325) is pushed to
-the requester's connection as PUSH_REPLY_MESSAGE_TO_CLIENT (326) through the broker actor,
-across net actors, stored in <cluster>_REPLY_TOPIC when store_reply_message is on; bad replies
+the requester's connection as PUSH_REPLY_MESSAGE_TO_CLIENT (326), directly when the requester is
+on the replying net actor, else through the broker actor, across net actors, stored in <cluster>_REPLY_TOPIC when store_reply_message is on; bad replies
 get a clear error and the connection goes on."""
 
 from __future__ import annotations
@@ -99,6 +99,21 @@ def test_reply_is_pushed_to_the_requester_and_stored(broker, requester, v1):
     [stored] = decode_records(pulled.body_bytes())
     assert stored.body == b"the answer" and stored.properties["CORRELATION_ID"] == correlation
     assert stored.msg_id == ext["msgId"]
+
+
+def test_a_requester_on_the_replying_net_actor_is_pushed_without_the_broker_actor(broker, requester):
+    """The net actor knows which of its connections each producer heartbeats on: the push to a
+    requester there skips the broker actor (it is stopped here; the push still arrives)."""
+    req = requester()
+    actor = psutil.Process(broker.node.actor("broker")["pid"])
+    actor.suspend()
+    try:
+        r = broker.call(reply_command(b"direct", reply_props(req)))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        wait_until(lambda: req.pushed, timeout=5, message="the pushed reply")
+    finally:
+        actor.resume()
+    assert req.pushed[0].body_bytes() == b"direct"
 
 
 def test_the_reply_topic_is_a_default_topic_with_one_queue(broker):
