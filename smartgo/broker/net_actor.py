@@ -90,6 +90,7 @@ class NetActor(Actor):
         self._groups_loaded = asyncio.Event()
         self.heartbeats: dict[int, RemotingCommand] = {}       # connection id -> its last HEART_BEAT
         self.producers: dict[str, int] = {}     # client id -> the connection its producer heartbeats on
+        self._producer_conns: dict[int, str] = {}   # and back, to forget it when the connection closes
         self.sends = SendProcessor(self)
         self.pulls = PullProcessor(self)
         queries = QueryProcessor(self.view, store.default_query_max_num)
@@ -174,6 +175,7 @@ class NetActor(Actor):
             hb = parse_heartbeat(request.body_bytes())
             if hb.producers:
                 self.producers[hb.client_id] = conn.id
+                self._producer_conns[conn.id] = hb.client_id
         except BodyError:
             pass                                                # the broker actor answers the error
         return await self._forward(conn, request)
@@ -244,6 +246,9 @@ class NetActor(Actor):
     def _on_connection_event(self, event: ConnectionEvent, conn: Connection, reason: str | None) -> None:
         if event in (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT):
             self.heartbeats.pop(conn.id, None)
+            client = self._producer_conns.pop(conn.id, None)
+            if client is not None and self.producers.get(client) == conn.id:
+                del self.producers[client]
             self.link.event("conn_closed", conn=conn.id, addr=conn.remote_address)
 
     async def on_control(self, msg: dict) -> None:
