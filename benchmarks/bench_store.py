@@ -29,8 +29,7 @@ from smartgo.store import (  # noqa: E402
     Block, Checkpoint, CommitLogReader, CommitLogWriter, ConsumeQueueSet, Dispatcher, IndexService, StoreConfig,
     StoreReader, recover,
 )
-from smartgo.broker.cleanup_actor import SCRUB_STEP  # noqa: E402
-from smartgo.store.damage import ScrubCursor, scrub  # noqa: E402
+from smartgo.store.damage import SCRUB_STEP, ScrubCursor, scrub  # noqa: E402
 from smartgo.store.record import encode_properties, encode_record, pack_host  # noqa: E402
 from smartgo.store.store_files import mark_clean_shutdown, mark_running  # noqa: E402
 
@@ -297,8 +296,8 @@ def main() -> int:
         res["recovery_rebuild_s"] = statistics.median(rec["rebuild"])
         res["scrub_records_per_s"] = n_rec / statistics.median(rec["scrub"])
         res["background_scrub_cpu_mb_per_s"] = statistics.median(rec["background"])
-        for _ in probe.before_each(1):
-            res.update(bench_rss(base, quick, rss_gb))
+        probe.sample()
+        res.update(bench_rss(base, quick, rss_gb))
         res["host_probe_ms"] = probe.ms
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -44,11 +44,15 @@ class HostProbe:
         """The median of `repeats` samples taken at once (between runs, ~30 ms)."""
         return round(statistics.median(cls.once() for _ in range(repeats)), 3)
 
+    def sample(self) -> None:
+        """Take now() into the samples: between runs, so no thread holds the GIL in a process
+        whose time is measured; `ms` is then the median of the samples."""
+        self.samples.append(self.now())
+
     def before_each(self, runs: int) -> Iterator[int]:
-        """range(runs), taking now() before each run: between runs, so no thread holds the GIL in a
-        process whose time is measured; `ms` is then the median of these samples."""
+        """range(runs), with a sample() before each run."""
         for i in range(runs):
-            self.samples.append(self.now())
+            self.sample()
             yield i
 
     def _run(self) -> None:

@@ -33,11 +33,8 @@ from smartgo.store import StoreConfig
 from smartgo.store.cleanup import (delete_commitlog_before, delete_consume_queue_before, delete_index_before,
                                    expired_commitlog_files)
 from smartgo.store.commitlog import CommitLogReader
-from smartgo.store.damage import ScrubCursor
+from smartgo.store.damage import SCRUB_STEP, ScrubCursor
 from smartgo.store.mapped_file import segment_starts
-
-
-SCRUB_STEP = 1 << 20           # bytes a scrub step checks between two pauses
 
 
 def statvfs_usage(path: str) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-
 from smartgo.broker.channel import ClientRef
 from smartgo.broker.clients import Changes, parse_heartbeat
 from smartgo.broker.locks import parse_lock_body, queue_json

@@ -12,9 +12,7 @@ clients send END_TRANSACTION oneway; a two-way request gets SUCCESS or the refus
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, ScheduleRecordError, end_transaction_record
@@ -22,8 +20,7 @@ from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
 from smartgo.store.errors import CorruptRecordError
-from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record, encode_properties,
-                                  encode_record)
+from smartgo.store.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record
 
 if TYPE_CHECKING:
     from smartgo.broker.net_actor import NetActor
@@ -31,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("smartgo.broker.end_transaction_processor")
 
 REMOVE_TAG = "d"                 # TransactionalMessageUtil.REMOVETAG
-_OP_PROPERTIES = encode_properties({"TAGS": REMOVE_TAG, "WAIT": "false"})
+_OP_PROPERTIES = {"TAGS": REMOVE_TAG, "WAIT": "false"}
 _ENDINGS = {TRANSACTION_COMMIT_TYPE: "commit", TRANSACTION_ROLLBACK_TYPE: "rollback"}
 
 
@@ -67,15 +64,14 @@ class EndTransactionProcessor:
                 final = end_transaction_record(record, TRANSACTION_COMMIT_TYPE, offset)
             except ScheduleRecordError as exc:
                 return request.make_response(ResponseCode.SYSTEM_ERROR, f"the half message cannot be committed: {exc}")
-            answer = self._store(conn, request, final.topic, final.queue_id, final.data)
-            response = await answer
+            # not counted as a put: the half was counted when it was sent, as in 4.x
+            response = await sends.store_own(conn, request, final.topic, final.queue_id, final.data)
             if response.code != ResponseCode.SUCCESS:
                 return response
         else:
             response = request.make_response(ResponseCode.SUCCESS)
-        op = encode_record(OP_TOPIC, 0, b"%d" % table_offset, _OP_PROPERTIES, born_timestamp=int(time.time() * 1000),
-                           born_host=sends.store_host, store_host=sends.store_host)
-        done = await self._store(conn, request, OP_TOPIC, 0, op)
+        op = sends.own_record(OP_TOPIC, b"%d" % table_offset, _OP_PROPERTIES)
+        done = await sends.store_own(conn, request, OP_TOPIC, 0, op)
         if done.code != ResponseCode.SUCCESS:                # the message stands; only the bookkeeping is missing
             log.error("END_TRANSACTION %s of offset %d: the op record was not stored: %s", _ENDINGS[ending], offset,
                       done.remark)
@@ -99,11 +95,3 @@ class EndTransactionProcessor:
         if half.commit_log_offset != offset:
             return "The commit log offset wrong"
         return None
-
-    def _store(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int,
-               block: bytes) -> asyncio.Future[RemotingCommand]:
-        """Store one record through the send path; the future gets its send response."""
-        answer = asyncio.get_running_loop().create_future()
-        self.net.sends.store(conn, request, topic, queue_id, queue_id, block, [len(block)], False, answer,
-                             counted=False)      # the half was counted when it was sent, as in 4.x
-        return answer

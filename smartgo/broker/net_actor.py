@@ -176,6 +176,8 @@ class NetActor(Actor):
             if hb.producers:
                 self.producers[hb.client_id] = conn.id
                 self._producer_conns[conn.id] = hb.client_id
+            else:                                               # its producers are gone
+                self._forget_producer(conn.id)
         except BodyError:
             pass                                                # the broker actor answers the error
         return await self._forward(conn, request)
@@ -184,10 +186,12 @@ class NetActor(Actor):
         """The connection here that client_id's producer heartbeats on, if it is still registered:
         a request-reply reply to it is pushed at once, without the broker actor's hop."""
         conn_id = self.producers.get(client_id)
-        if conn_id is None or conn_id not in self.heartbeats:
-            return None
-        conn = self.server.connections.get(conn_id) if self.server else None
-        return conn_id if conn is not None and not conn.closed else None
+        return conn_id if conn_id in self.heartbeats else None      # a closed connection leaves both
+
+    def _forget_producer(self, conn_id: int) -> None:
+        client = self._producer_conns.pop(conn_id, None)
+        if client is not None and self.producers.get(client) == conn_id:
+            del self.producers[client]
 
     async def _unregister_client(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         self.heartbeats.pop(conn.id, None)                 # the client heartbeats again if it still has groups
@@ -246,9 +250,7 @@ class NetActor(Actor):
     def _on_connection_event(self, event: ConnectionEvent, conn: Connection, reason: str | None) -> None:
         if event in (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT):
             self.heartbeats.pop(conn.id, None)
-            client = self._producer_conns.pop(conn.id, None)
-            if client is not None and self.producers.get(client) == conn.id:
-                del self.producers[client]
+            self._forget_producer(conn.id)
             self.link.event("conn_closed", conn=conn.id, addr=conn.remote_address)
 
     async def on_control(self, msg: dict) -> None:

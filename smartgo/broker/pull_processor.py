@@ -15,8 +15,9 @@ memoryviews (no copy through another actor, none into the socket buffer's way). 
 codes follow the reference's edge-case table (PullMessageProcessor + GetMessageStatus);
 suggestWhichBrokerId, nextBeginOffset, minOffset and maxOffset are in every answer, the remark
 is the status name. A PULL_OFFSET_MOVED answer also stores an OffsetMovedEvent in
-OFFSET_MOVED_EVENT (tag and key: the group), as 4.x does. Each answer counts in the net actor's statistics (messages and bytes per
-group and topic; latency from arrival, or from the last wake-up of a parked pull, to the answer).
+OFFSET_MOVED_EVENT (tag and key: the group), as 4.x does. Each answer counts in the net actor's
+statistics (messages and bytes per group and topic; latency from arrival, or from the last
+wake-up of a parked pull, to the answer).
 
 A pull with the suspend flag that finds nothing (PULL_NOT_FOUND) is parked: the hold actor gets
 its token, queue, offset and deadline (now + suspendTimeoutMillis) and hands the token back when
@@ -40,7 +41,6 @@ from smartgo.net.codes import PullSysFlag, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
 from smartgo.store.java_hash import tags_code
-from smartgo.store.record import encode_properties, encode_record
 from smartgo.store.reads import GetStatus
 
 if TYPE_CHECKING:
@@ -231,15 +231,11 @@ class PullProcessor:
         """An OffsetMovedEvent in OFFSET_MOVED_EVENT queue 0, tagged and keyed with the group
         (PullMessageProcessor.generateOffsetMovedEvent): operators subscribe to it to see which
         consumers had their offset moved. Stored through the send path; nobody awaits it."""
-        sends = self.sends
         event = fastjson.dumps({"consumerGroup": h.group, "messageQueue": {
             "brokerName": self.broker_name, "queueId": h.queue_id, "topic": h.topic},
             "offsetNew": new_offset, "offsetRequest": h.offset})
-        record = encode_record(OFFSET_MOVED_EVENT, 0, event, encode_properties({"TAGS": h.group, "KEYS": h.group}),
-                               born_timestamp=time.time_ns() // 1_000_000, born_host=sends.store_host,
-                               store_host=sends.store_host)
-        sends.store(conn, request, OFFSET_MOVED_EVENT, 0, 0, record, [len(record)], False,
-                    asyncio.get_running_loop().create_future(), counted=False)
+        record = self.sends.own_record(OFFSET_MOVED_EVENT, event, {"TAGS": h.group, "KEYS": h.group})
+        self.sends.store_own(conn, request, OFFSET_MOVED_EVENT, 0, record)
 
     # ---- long polling -----------------------------------------------------------------------------------
     def park(self, conn: Connection, request: RemotingCommand, h: PullHeader, deadline: int) -> None:

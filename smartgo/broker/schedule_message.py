@@ -93,7 +93,7 @@ def half_rewrite(properties: str, topic: str, queue_id: int, reconsume_times: in
     if tran is None or tran.lower() != "true":
         return None
     delay = delay_property(properties)
-    if reconsume_times > 0 and delay is not None and delay.lstrip("-").isdigit() and int(delay) > 0:
+    if reconsume_times > 0 and delay is not None and delay.isdigit() and int(delay) > 0:
         return None
     return HALF_TOPIC, 0, _rerouted(properties, topic, queue_id)
 
@@ -194,22 +194,20 @@ def check_message(rec: memoryview | bytes) -> bytes:
     lay = _layout(rec)
     props = bytes(rec[lay.props:lay.total])
     _, queue_id, tfield = _real_route(props)
-    out = bytearray(_rebuild(rec, lay, tfield, queue_id, props))
-    out[POS_QUEUEOFFSET:POS_SYSFLAG] = rec[POS_QUEUEOFFSET:POS_SYSFLAG]
-    out[lay.store_ts:lay.store_ts + 8] = rec[lay.store_ts:lay.store_ts + 8]
-    return bytes(out)
+    return _rebuild(rec, lay, tfield, queue_id, props, stamped=True)
 
 
 def _rebuild(rec, lay: _Layout, tfield: bytes, queue_id: int, props: bytes, reconsume_times: int | None = None,
-             tx: tuple[int, int] | None = None) -> bytes:
+             tx: tuple[int, int] | None = None, stamped: bool = False) -> bytes:
     """The record with a new topic, queue and properties (and reconsume times, or sys flag and
-    prepared-transaction offset), queue offset, physical offset and store time zeroed for the
-    commit actor to patch."""
+    prepared-transaction offset); queue offset, physical offset and store time zeroed for the
+    commit actor to patch, or kept (stamped: a copy that is not stored)."""
     head = bytearray(rec[:lay.store_ts + 8])        # through STORETIMESTAMP: the fields patched here
     SIZE_MAGIC.pack_into(head, 0, lay.body_end + len(tfield) + 2 + len(props), MESSAGE_MAGIC)
     INT32.pack_into(head, 12, queue_id)
-    head[POS_QUEUEOFFSET:POS_SYSFLAG] = bytes(POS_SYSFLAG - POS_QUEUEOFFSET)
-    INT64.pack_into(head, lay.store_ts, 0)
+    if not stamped:
+        head[POS_QUEUEOFFSET:POS_SYSFLAG] = bytes(POS_SYSFLAG - POS_QUEUEOFFSET)
+        INT64.pack_into(head, lay.store_ts, 0)
     middle = rec[lay.store_ts + 8:lay.body_end]
     if reconsume_times is not None or tx is not None:
         middle = bytearray(middle)

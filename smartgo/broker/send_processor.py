@@ -38,7 +38,8 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
 from smartgo.store.record import (HEADER, INT16, MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC, TRANSACTION_COMMIT_TYPE,
                                   TRANSACTION_MASK, TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
-                                  TRANSACTION_ROLLBACK_TYPE, pack_host, topic_field)
+                                  TRANSACTION_ROLLBACK_TYPE, encode_properties, encode_record, pack_host,
+                                  topic_field)
 from smartgo.store.errors import MessageIllegalError
 
 if TYPE_CHECKING:
@@ -256,14 +257,27 @@ class SendProcessor:
               block: bytes, sizes: list[int], wait: bool, answer: asyncio.Future | None = None,
               counted: bool = True) -> None:
         """Hand encoded records to the commit actor; the request is answered on their completion
-        (store_queue -1: not put in a ConsumeQueue), or `answer` gets the response. counted=False:
-        a record the broker writes itself (4.x puts those straight into the store, past the
-        statistics of SendMessageProcessor)."""
+        (store_queue -1: not put in a ConsumeQueue), or `answer` gets the response. counted=False
+        keeps it out of the send statistics (store_own)."""
         req_id = self._id_base | next(self._ids)
         self.pending[req_id] = PendingSend(conn, request, queue_id, sizes,
                                            self.sync_flush and wait and not request.is_oneway, topic=topic,
                                            answer=answer, counted=counted)
         self._out.put(send_prefix(req_id, len(sizes), store_queue, topic.encode()) + block)
+
+    def own_record(self, topic: str, body: bytes, properties: dict[str, str]) -> bytes:
+        """A record the broker writes itself: queue 0, born and stored here, now."""
+        return encode_record(topic, 0, body, encode_properties(properties), born_timestamp=time.time_ns() // 1_000_000,
+                             born_host=self.store_host, store_host=self.store_host)
+
+    def store_own(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int,
+                  block: bytes) -> asyncio.Future[RemotingCommand]:
+        """Store one record of the broker's own (END_TRANSACTION's, an offset-moved event) for
+        `request`; not in the send statistics, as 4.x puts those straight into the store. The
+        future gets the send response."""
+        answer = asyncio.get_running_loop().create_future()
+        self.store(conn, request, topic, queue_id, queue_id, block, [len(block)], False, answer, counted=False)
+        return answer
 
     def _delay(self, h: SendHeader, queue_id: int) -> int:
         """A message with DELAY > 0 is stored in SCHEDULE_TOPIC_XXXX, queue level - 1 (h is

@@ -12,7 +12,9 @@ transaction_check_max checks a half is given up (an error log names it) and coun
 
 Progress is two offsets of the system group CID_RMQ_SYS_TRANS in consumerOffset.json, as in
 4.x: the half queue's (every half before it is done) and the op queue's (every op record before
-it closes a half before the progress, so a restart reads again those that close later ones). Departure: 4.x re-stores each checked half at the end of the half queue with
+it closes a half before the progress, so a restart reads again those that close later ones).
+
+Departure: 4.x re-stores each checked half at the end of the half queue with
 TRANSACTION_CHECK_TIMES + 1 and moves the progress past it; here the half stays where it is,
 the pass walks on past it, and its check count lives in memory (a restart starts the count
 again). So the check names the original half, and the state of the queue is never copied.
@@ -130,11 +132,8 @@ class TransactionChecker:
             return 0
         try:
             half = decode_record(record, with_body=False)
-            body = check_message(record)
-        except (CorruptRecordError, ScheduleRecordError) as exc:
-            log.error("half message %d of %s is unreadable, given up: %s", offset, HALF_TOPIC, exc)
-            self.done[offset] = None
-            return 0
+        except CorruptRecordError as exc:
+            return self._unreadable(offset, exc)
         props = half.properties
         immunity = self.timeout_ms
         if props.get(IMMUNITY, "").isdigit():
@@ -154,9 +153,18 @@ class TransactionChecker:
             log.warning("half message %d of group %s is open, and no producer of the group is connected to check it",
                         offset, group)
             return 0
+        try:
+            body = check_message(record)
+        except ScheduleRecordError as exc:
+            return self._unreadable(offset, exc)
         uniq = props.get(UNIQ_KEY, "")
         check = RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, flag=FLAG_ONEWAY, ext_fields={
             "tranStateTableOffset": str(offset), "commitLogOffset": str(half.commit_log_offset), "msgId": uniq,
             "transactionId": uniq, "offsetMsgId": half.msg_id}, body=body)
         self.b.channel.push(next(iter(producers.values())).ref, check)
         return 1
+
+    def _unreadable(self, offset: int, exc: Exception) -> int:
+        log.error("half message %d of %s is unreadable, given up: %s", offset, HALF_TOPIC, exc)
+        self.done[offset] = None
+        return 0

@@ -279,8 +279,8 @@ class AsyncProducer(MemberClient):
         state = await decide(self.transaction_listener.check, msg)
         try:
             conn.invoke_oneway(end_after_check(self.group, cmd, state))
-        except RemotingError as exc:
-            log.warning("%s: the answer to a transaction check was not sent: %s", self.client_id, exc)
+        except (KeyError, ValueError, RemotingError) as exc:     # a check header without its offsets, or gone
+            log.warning("%s: the answer to a transaction check was not sent: %r", self.client_id, exc)
 
     # -- request-reply ----------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ log = logging.getLogger("smartgo.store.damage")
 FILLER_TOPIC = "SMARTGO_DAMAGED"
 DAMAGED_DIR = "damaged"
 FOUND = "found.jsonl"        # in DAMAGED_DIR: what a running node's scrub found, for the next start
+SCRUB_STEP = 1 << 20         # bytes a background scrub step checks between two pauses
 _MIN_RECORD = FIXED_SIZE + 1  # the smallest record: a one-character topic, no body, no properties
 _MAGIC = INT32.pack(MESSAGE_MAGIC)
 _BLANK = INT32.pack(BLANK_MAGIC)
