@@ -140,6 +140,26 @@ class NodeConfig:
                                                       "(transactionCheckInterval)")
     transaction_check_max: int = setting(15, "check-backs of one half message before it is given up "
                                              "(transactionCheckMax)")
+    # ---- replication (master/slave)
+    broker_id: int = setting(-1, "RocketMQ brokerId: a master is 0, a slave 1 or more; default 0 for a master, "
+                                 "1 for a slave")
+    replication: str = setting("async", "master: acknowledge a send without waiting for a slave (async, "
+                                        "ASYNC_MASTER) or only once a slave has it too (sync, SYNC_MASTER: "
+                                        "FLUSH_SLAVE_TIMEOUT after sync_flush_timeout, SLAVE_NOT_AVAILABLE "
+                                        "without a slave in reach)", choices=("async", "sync"))
+    ha_port: int = setting(0, "port of the replication service a master serves its slaves on; "
+                              "0 = listen_port + 1 (10912)")
+    ha_master_address: str = setting("", "slave: the master's replication address host:port; default the "
+                                         "haServerAddr the registry answers the slave's registration with",
+                                     metavar="ADDR")
+    ha_fall_behind_max: int = setting(256 * 1024 * 1024, "sync master: a slave more than this many bytes "
+                                                         "behind counts as not available (haSlaveFallbehindMax)")
+    ha_heartbeat_interval: float = setting(5.0, "seconds between a slave's reports and a master's empty frames "
+                                                "while nothing moves (haSendHeartbeatInterval)")
+    ha_housekeeping_interval: float = setting(20.0, "seconds of silence after which a replication connection "
+                                                    "is closed (haHousekeepingInterval)")
+    slave_sync_interval: float = setting(10.0, "slave: seconds between copies of the master's topics, groups "
+                                               "and consumer offsets (SlaveSynchronize)")
     # ---- supervision
     start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "
                                               "clean preloaded server) or spawn", choices=("forkserver", "spawn"))
@@ -193,7 +213,9 @@ class NodeConfig:
         port = self.listen_port or default_port
         return dataclasses.replace(self, store_dir=str(self.store_path.resolve()),
                                    run_dir=str(self.run_path.resolve()), listen_port=port,
-                                   vip_port=max(port - 2, 0) if self.vip_port < 0 else self.vip_port)
+                                   vip_port=max(port - 2, 0) if self.vip_port < 0 else self.vip_port,
+                                   ha_port=self.ha_port or port + 1,
+                                   broker_id=(1 if self.role == "slave" else 0) if self.broker_id < 0 else self.broker_id)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

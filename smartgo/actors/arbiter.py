@@ -603,9 +603,6 @@ def main(argv: list[str] | None = None) -> int:
         role = ROLES.get(config.role)
         if role is None:
             raise ConfigError(f"unknown role {config.role!r} (roles: {', '.join(ROLES)})")
-        if role.actors is None:
-            print(f"supervisor.py: role {role.name!r} is not yet available: {role.unavailable}", file=sys.stderr)
-            return 2
         arbiter = Arbiter(config.resolved(role.default_port), role)
     except (ConfigError, SpecError) as e:
         print(f"supervisor.py: error: {e}", file=sys.stderr)

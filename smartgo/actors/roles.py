@@ -10,11 +10,12 @@ Extra actors from the config file's [[actor]] tables are appended to any role's 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from smartgo.actors.board import FieldSpec
 from smartgo.actors.spec import ActorSpec
-from smartgo.broker.settings import SCHEDULE, commit_producers, delay_levels, intent_fields, net_names
+from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_writer, delay_levels, intent_fields,
+                                    is_slave, net_names)
 from smartgo.broker.stats import window_seconds
 from smartgo.config import ConfigError, NodeConfig
 
@@ -23,13 +24,11 @@ from smartgo.config import ConfigError, NodeConfig
 class Role:
     name: str
     default_port: int
-    actors: Callable[[NodeConfig], Sequence[ActorSpec]] | None
+    actors: Callable[[NodeConfig], Sequence[ActorSpec]]
     board_fields: Callable[[NodeConfig], Sequence[FieldSpec]] = field(default=lambda config: ())
     # "package.module:function", called as function(config: NodeConfig) in a child process before
     # the actors start; a non-zero exit (or an exception) fails the node start.
     recover: str | None = None
-    # Why the role cannot run yet (actors is None).
-    unavailable: str = ""
 
 
 def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
@@ -39,9 +38,11 @@ def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
 # Positions and flags a broker publishes, with their writers (ARCHITECTURE.md, sections actors and broker).
 BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("commitlog.written", "commit", "CommitLog bytes appended (physical offset of the end)"),
-    FieldSpec("commitlog.store_ts", "commit", "store timestamp of the last appended batch"),
+    FieldSpec("commitlog.store_ts", "commit", "store timestamp of the last appended record"),
     FieldSpec("commitlog.flushed", "flush", "CommitLog bytes durable on disk"),
-    FieldSpec("commitlog.slave_acked", "ha", "CommitLog bytes a slave has acknowledged"),
+    FieldSpec("commitlog.slave_acked", "ha", "master: the highest CommitLog position a slave has reported"),
+    FieldSpec("ha.slaves", "ha", "master: slaves connected to the replication service"),
+    FieldSpec("ha.sleeping", "ha", "1 while the replication service waits for commit to ring it"),
     FieldSpec("commitlog.dispatched", "dispatch", "CommitLog bytes indexed into ConsumeQueue/IndexFile"),
     FieldSpec("commitlog.min", "cleanup", "start of the oldest CommitLog file still on disk"),
     FieldSpec("dispatch.store_ts", "dispatch", "store timestamp of the last dispatched record"),
@@ -62,19 +63,27 @@ BROKER_FIELDS: tuple[FieldSpec, ...] = (
 
 def _broker_fields(config: NodeConfig) -> Sequence[FieldSpec]:
     nets = commit_producers(config)
-    return (*BROKER_FIELDS, *(FieldSpec(name, "commit", doc) for name, doc in intent_fields(nets)),
+    writer = commitlog_writer(config)            # a slave's CommitLog is written by replication
+    own = tuple(replace(f, writer=writer) if f.writer == "commit" else f for f in BROKER_FIELDS)
+    return (*own, *(FieldSpec(name, "commit", doc) for name, doc in intent_fields(nets)),
             *(FieldSpec(f"{net}.flush_wait", net, "lowest end offset a sync-flush send of this net actor waits "
                                                   "for; 0 = none") for net in nets))
 
 
-def _master_actors(config: NodeConfig) -> Sequence[ActorSpec]:
+def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     """The broker data path (docs/ARCHITECTURE.md, section broker). Start order: flush, then
     dispatch, then commit and hold, then the net actors; stop order is the reverse, so net actors
-    drain before commit stops, commit stops before dispatch's last round, and flush goes last."""
+    drain before commit stops, commit stops before dispatch's last round, and flush goes last.
+    A slave has no commit and no schedule actor: its ha actor writes the CommitLog."""
     nets = net_names(config)
     producers = commit_producers(config)        # the net actors and the schedule actor
     delay_levels(config)                        # a malformed table is a settings error (exit 2)
     window_seconds(config)                      # so is a stats window that does not tile an hour
+    slave = is_slave(config)
+    if slave != (config.broker_id != 0):
+        raise ConfigError(f"broker_id {config.broker_id}: a master is 0, a slave 1 or more (RocketMQ brokerId)")
+    if slave and config.replication == "sync":
+        raise ConfigError("replication=sync is a master's setting (SYNC_MASTER); a slave only follows")
     pkg = "smartgo.broker"
     specs = []
     broker_after: tuple[str, ...] = ()
@@ -82,33 +91,38 @@ def _master_actors(config: NodeConfig) -> Sequence[ActorSpec]:
         specs.append(ActorSpec("registry", "smartgo.actors.registry_actor:RegistryActor",
                                kwargs={"port": config.embedded_registry_port, "subdir": "registry"}))
         broker_after = ("registry",)
+    writer = commitlog_writer(config)
     specs += [
         ActorSpec("flush", f"{pkg}.flush_actor:FlushActor", kwargs={"nets": producers}),
         ActorSpec("dispatch", f"{pkg}.dispatch_actor:DispatchActor", after=("flush",)),
-        ActorSpec("commit", f"{pkg}.commit_actor:CommitActor", kwargs={"nets": producers}, after=("dispatch",)),
-        ActorSpec(SCHEDULE, f"{pkg}.schedule_actor:ScheduleActor", after=("commit",)),
+        ActorSpec("ha", f"{pkg}.ha_actor:HAActor", kwargs={"nets": nets}, after=("dispatch",)),
+    ]
+    if not slave:
+        specs += [
+            ActorSpec("commit", f"{pkg}.commit_actor:CommitActor", kwargs={"nets": producers}, after=("ha",)),
+            ActorSpec(SCHEDULE, f"{pkg}.schedule_actor:ScheduleActor", after=("commit",)),
+        ]
+    specs += [
         ActorSpec("hold", f"{pkg}.hold_actor:HoldActor", kwargs={"nets": nets}, after=("dispatch",)),
         ActorSpec("cleanup", f"{pkg}.cleanup_actor:CleanupActor"),
         ActorSpec("broker", f"{pkg}.broker_actor:BrokerActor", kwargs={"nets": nets}, after=broker_after),
     ]
-    specs += [ActorSpec(net, f"{pkg}.net_actor:NetActor", after=("commit", "hold", "broker", "cleanup"))
+    specs += [ActorSpec(net, f"{pkg}.net_actor:NetActor", after=(writer, "hold", "broker", "cleanup"))
               for net in nets]
     return specs
 
 
-_SLAVE_PENDING = ("a slave replicates its master's CommitLog through the HA actor, which arrives with the "
-                  "replication issue; run --role master")
+_RECOVER = "smartgo.broker.recovery:recover_broker"
 
 ROLES: dict[str, Role] = {
     "registry": Role("registry", 9876, _registry_actors),
-    "master": Role("master", 10911, _master_actors, _broker_fields, recover="smartgo.broker.recovery:recover_broker"),
-    "slave": Role("slave", 10911, None, _broker_fields, unavailable=_SLAVE_PENDING),
+    "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER),
+    "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER),
 }
 
 
 def node_actors(config: NodeConfig, role: Role) -> list[ActorSpec]:
     """The role's actors plus the config file's extra ones."""
-    assert role.actors is not None
     specs = list(role.actors(config))
     for i, table in enumerate(config.actor):
         if not isinstance(table, dict):

@@ -26,6 +26,7 @@ in `_processors()` and add it to FORWARDED_CODES.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from datetime import date
 
@@ -46,7 +47,9 @@ from smartgo.broker.reply_processor import push_reply
 from smartgo.broker.transaction_check import TransactionChecker
 from smartgo.broker.rings import CTL_RING_CAPACITY
 from smartgo.broker.schedule_offsets import get_all_delay_offset
-from smartgo.broker.settings import broker_addr, ha_addr, registry_addrs, store_config
+from smartgo.broker.slave_sync import Changed, MasterState, apply_state, run_slave_sync
+from smartgo.broker.ha_client import master_file
+from smartgo.broker.settings import broker_addr, ha_addr, is_slave, registry_addrs, store_config
 from smartgo.broker.stats import FLUSH_INTERVAL, StatsBook, window_seconds
 from smartgo.broker.stats_files import StatsFiles
 from smartgo.broker.subscriptions import GroupState
@@ -83,7 +86,8 @@ class BrokerActor(Actor):
         self.every(cfg.offset_persist_interval, self.persist_offsets, "persist offsets")
         self.every(cfg.client_scan_interval, self.scan_clients, "scan clients")
         self.every(1.0, self.sample_stats, "sample stats")
-        self.every(cfg.transaction_check_interval, self.check_transactions, "transaction check")
+        if not is_slave(cfg):                               # a slave stores nothing of its own
+            self.every(cfg.transaction_check_interval, self.check_transactions, "transaction check")
 
     async def start(self) -> None:
         cfg = self.config
@@ -107,7 +111,7 @@ class BrokerActor(Actor):
         self.stats = StatsBook(window_seconds(cfg), _now_ms(), self.stats_files.last_ts())
         self._day = date.today()
         self._morning = self._yesterday = (0, 0)
-        self.identity = {"cluster": cfg.cluster_name, "broker": cfg.broker_name, "broker_id": 0,
+        self.identity = {"cluster": cfg.cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,
                          "addr": broker_addr(cfg)}
         self.published: dict[str, list] = {}            # group -> the state the net actors have
         for name in set(self.groups.table):
@@ -123,8 +127,11 @@ class BrokerActor(Actor):
         self.channel.processors.update(self._processors())
         self.spawn(self.channel.run(self.bell), "channel")
         self.spawn(self._write_stats(), "stats files")
-        self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg)),
-                                   registry_addrs(cfg))
+        self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg),
+                                                  cfg.broker_id), registry_addrs(cfg))
+        if is_slave(cfg):                               # topics, groups and offsets follow the master's
+            self.spawn(run_slave_sync(self, lambda: self.registrar.master_addr, cfg.slave_sync_interval),
+                       "slave sync")
         self.log.info("broker %s at %s: %d topics (version %d), %d groups, %d offset entries, registries %s",
                       cfg.broker_name, broker_addr(cfg), len(self.snapshot.topics), self.snapshot.version,
                       len(self.groups.table), len(self.offsets.table), ";".join(self.registrar.registries))
@@ -280,6 +287,17 @@ class BrokerActor(Actor):
     def persist_offsets(self) -> None:
         self.offsets.persist()
 
+    # ---- slave: the master's metadata (slave_sync.py) -------------------------------------------------------
+    def apply_master_state(self, state: MasterState) -> Changed:
+        """One SlaveSynchronize round on this actor's tables (apply_state), then what the net
+        actors must learn: a new topic table through the board word, changed groups as events."""
+        changed = apply_state(self.config.store_path, self.snapshot, self.groups, self.offsets, state)
+        if changed.topics is not None:
+            self.snapshot = changed.topics
+            self.version.set(self.snapshot.version)
+        self.sync_groups(set(changed.group_names))
+        return changed
+
     def check_transactions(self) -> None:
         sent = self.transactions.run(_now_ms())
         if sent:
@@ -347,10 +365,21 @@ class BrokerActor(Actor):
             waiters, self._register_waiters = self._register_waiters, []
             try:
                 await self.registrar.register(self.snapshot.with_perm(self.runtime.config.broker_permission))
+                self._note_master()
             finally:
                 for done in waiters:
                     if not done.done():
                         done.set_result(None)
+
+    def _note_master(self) -> None:
+        """A slave's ha actor reads its master's HA address from <run>/ha_master (unless set)."""
+        addr = self.registrar.master_ha_addr
+        path = master_file(self.ctx.run_path)
+        if addr and (not path.exists() or path.read_text() != addr):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(addr)
+            os.replace(tmp, path)
+            self.log.info("master %s, replication from %s", self.registrar.master_addr, addr)
 
     async def stop(self) -> None:
         """Offsets and the open stats window are written (a restarted broker goes on after that

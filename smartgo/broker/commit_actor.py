@@ -94,6 +94,7 @@ class CommitActor(Actor):
         self.store_ts.set(self.writer.last_store_timestamp)
         self.written.set(written)
         self.dispatch_bell = FlagBell(b, self.ctx.run_path, "dispatch", "dispatch.sleeping")
+        self.ha_bell = FlagBell(b, self.ctx.run_path, "ha", "ha.sleeping")      # slaves waiting for data
         self.flush_bell = (FlagBell(b, self.ctx.run_path, "flush", "flush.sleeping")
                            if self.config.flush == "sync" else None)
         self._task = self.spawn(self._run(), "loop")
@@ -200,6 +201,7 @@ class CommitActor(Actor):
         self.intent.set(0)
         if after != before:
             self.dispatch_bell.ring()
+            self.ha_bell.ring()
             if flush_follows:
                 self.flush_bell.ring()
 

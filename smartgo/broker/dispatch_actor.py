@@ -19,7 +19,7 @@ from smartgo.broker.bells import FlagBell, sleep_flagged
 from smartgo.broker.rings import SMALL_RING_CAPACITY, arrivals_record
 from smartgo.broker.schedule_message import idle_bit
 from smartgo.broker.settings import SCHEDULE, store_config
-from smartgo.store import CommitLogReader, ConsumeQueueSet, Dispatcher, DiskFullError, IndexService
+from smartgo.store import CommitLogReader, ConsumeQueueSet, Dispatcher, DiskFullError, IndexService, OffsetGoneError
 from smartgo.store.record import SCHEDULE_TOPIC
 
 ROUND_RECORDS = 20_000     # bounds one round (~tens of ms) so the heartbeat keeps beating during a catch-up
@@ -70,9 +70,21 @@ class DispatchActor(Actor):
                 except DiskFullError as exc:
                     self.log.error("dispatch waits for disk space: %s", exc)
                     await asyncio.sleep(1.0)
+                except OffsetGoneError:
+                    self._skip_to_first_file()
                 await asyncio.sleep(PACE)
             else:
                 await sleep_flagged(self.bell, self.sleeping, lambda: written.get() > self.position, SAFETY_CHECK)
+
+    def _skip_to_first_file(self) -> None:
+        """The CommitLog starts past our position (a new slave's copy starts at the master's
+        oldest file): go on from its first file, as 4.x's ReputMessageService does."""
+        first = self.commitlog.min_offset()
+        if first <= self.position:
+            raise OffsetGoneError("commitlog", self.position)
+        self.log.warning("the CommitLog starts at %d, past %d: dispatching from there", first, self.position)
+        self.position = first
+        self.dispatched.set(first)
 
     def round(self, bound: int) -> None:
         rnd = self.dispatcher.dispatch(self.position, bound, ROUND_RECORDS)

@@ -47,7 +47,7 @@ class EndTransactionProcessor:
             log.warning("END_TRANSACTION from %s (group %s, offset %d, check %s) neither commits nor rolls back: %d",
                         conn.remote_address, group, offset, checked, ending)
             return None
-        refused = self.net.sends.refuse_if_read_only(request)
+        refused = self.net.sends.refuse_writes(request)
         if refused is not None:
             return refused
         view = self.net.view

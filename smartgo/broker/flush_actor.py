@@ -27,7 +27,7 @@ from pathlib import Path
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.broker import recovery
 from smartgo.broker.bells import FlagBell, sleep_flagged
-from smartgo.broker.settings import store_config
+from smartgo.broker.settings import commitlog_writer, store_config
 from smartgo.store import Checkpoint, ConsumeQueueFlusher, FlushPolicy, SegmentFlusher, mark_clean_shutdown
 from smartgo.store.index_file import HEADER, list_index_files
 from smartgo.store.mapped_file import MappedFile
@@ -151,7 +151,7 @@ class FlushActor(Actor):
         self.flush_commitlog(0)                 # the loops were cancelled; a round still in a thread ends first
         self.flush_queues(0)
         b = self.board
-        clean = (not b.actor_running("commit") and not b.actor_running("dispatch") and b.get("commit.intent") == 0
+        clean = (not b.actor_running(commitlog_writer(self.config)) and not b.actor_running("dispatch") and b.get("commit.intent") == 0
                  and b.get("commitlog.dispatched") == b.get("commitlog.written") == self.commitlog.flushed)
         if clean:
             mark_clean_shutdown(self.store.store_path)

@@ -5,7 +5,8 @@ Owned by the broker actor; persisted on every change to <store>/config/subscript
 as SubscriptionGroupWrapper ({"dataVersion":...,"subscriptionGroupTable":{G: config}}). A
 group is created with the defaults when a consumer of it heartbeats or pulls and
 auto_create_subscription_group is on (system groups always), or by
-UPDATE_AND_CREATE_SUBSCRIPTIONGROUP.
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP. A slave replaces the table by its master's (`adopt`,
+smartgo.broker.slave_sync).
 """
 
 from __future__ import annotations
@@ -68,6 +69,31 @@ def parse_group_body(raw: bytes | None) -> GroupConfig:
     return GroupConfig.from_fields(parse_body(raw, "SubscriptionGroupConfig"))
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """SubscriptionGroupWrapper: the table and its dataVersion - the file, and the body of
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG a slave copies (SlaveSynchronize)."""
+    version: int                        # dataVersion.counter
+    timestamp: int
+    table: dict[str, GroupConfig]
+
+    def wrapper_json(self) -> dict:
+        return {"dataVersion": {"counter": self.version, "timestamp": self.timestamp},
+                "subscriptionGroupTable": {n: c.to_json() for n, c in sorted(self.table.items())}}
+
+    def encode(self) -> bytes:
+        return fastjson.dumps(self.wrapper_json())
+
+
+def parse_group_snapshot(raw: bytes | None, body: str = "SubscriptionGroupWrapper") -> GroupSnapshot:
+    """SubscriptionGroupWrapper JSON (BodyError / ValueError name the problem)."""
+    obj = parse_body(raw, body)
+    table = {name: GroupConfig.from_fields(Fields(cfg, name, body))
+             for name, cfg in obj.obj.get("subscriptionGroupTable", {}).items()}
+    version = obj.obj.get("dataVersion") or {}
+    return GroupSnapshot(int(version.get("counter", 0)), int(version.get("timestamp", 0)), table)
+
+
 class SubscriptionGroups:
     def __init__(self, path: Path) -> None:
         self.file = PersistedFile(path)
@@ -85,13 +111,8 @@ class SubscriptionGroups:
         return groups
 
     def _decode(self, raw: bytes) -> bool:
-        obj = parse_body(raw, "subscriptionGroup.json")
-        table = {}
-        for name, cfg in obj.obj.get("subscriptionGroupTable", {}).items():
-            table[name] = GroupConfig.from_fields(Fields(cfg, name, "subscriptionGroup.json"))
-        version = obj.obj.get("dataVersion") or {}
-        self.table = table
-        self.version, self.timestamp = int(version.get("counter", 0)), int(version.get("timestamp", 0))
+        saved = parse_group_snapshot(raw, "subscriptionGroup.json")
+        self.table, self.version, self.timestamp = saved.table, saved.version, saved.timestamp
         return True
 
     def get(self, name: str) -> GroupConfig | None:
@@ -118,9 +139,15 @@ class SubscriptionGroups:
         self.timestamp = time.time_ns() // 1_000_000
         self.file.save(self.encode())
 
-    def wrapper_json(self) -> dict:
-        return {"dataVersion": {"counter": self.version, "timestamp": self.timestamp},
-                "subscriptionGroupTable": {n: c.to_json() for n, c in sorted(self.table.items())}}
+    def snapshot(self) -> GroupSnapshot:
+        return GroupSnapshot(self.version, self.timestamp, dict(self.table))
+
+    def adopt(self, snap: GroupSnapshot) -> None:
+        """Take another broker's table and dataVersion as they are (a slave its master's:
+        SlaveSynchronize.syncSubscriptionGroupConfig); persisted before memory changes, so a
+        failed write leaves both as they were."""
+        self.file.save(snap.encode())
+        self.table, self.version, self.timestamp = dict(snap.table), snap.version, snap.timestamp
 
     def encode(self) -> bytes:
-        return fastjson.dumps(self.wrapper_json())
+        return self.snapshot().encode()

@@ -3,7 +3,8 @@
 REGISTER_BROKER (103) goes to every registry at once, each on its own connection: at start, on
 every topic change and every register_interval (30 s). The body is RegisterBrokerBody JSON
 (reference C) with the whole topic table; bodyCrc32 is UtilAll.crc32 of it. UNREGISTER_BROKER
-(104) at a clean stop.
+(104) at a clean stop. A slave learns its master's addresses from the answers (masterAddr,
+haServerAddr), as 4.x's registerBrokerAll does.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class Registrar:
         self.registries = registries
         self.client = RemotingClient()
         self.registered: set[str] = set()      # registries that accepted the latest registration
+        self.master_addr: str | None = None     # a slave's master, as the registries last answered
+        self.master_ha_addr: str | None = None
 
     def _header(self) -> dict[str, str]:
         i = self.identity
@@ -74,6 +77,9 @@ class Registrar:
         if response.code != ResponseCode.SUCCESS:
             log.warning("registry %s refused code %d: %s %s", addr, cmd.code, response.code, response.remark)
             return False
+        ext = response.ext_fields or {}
+        if self.identity.broker_id and ext.get("masterAddr"):
+            self.master_addr, self.master_ha_addr = ext["masterAddr"], ext.get("haServerAddr") or None
         return True
 
     async def close(self) -> None:

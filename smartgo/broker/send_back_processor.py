@@ -45,7 +45,7 @@ class SendBackProcessor:
         group = request.ext_str("group")
         delay = request.ext_int("delayLevel")
         limit = request.ext_int("maxReconsumeTimes", None) if request.version >= MQVersion.V3_4_9 else None
-        refused = self.net.sends.refuse_if_read_only(request)
+        refused = self.net.sends.refuse_writes(request)
         if refused is not None:
             return refused
         view = self.view

@@ -10,6 +10,9 @@ iteration leaves in one ring batch (one doorbell at most).
 Replies (SendMessageResponseHeader): msgId = offsetMsgId (comma-joined for a batch), queueId,
 queueOffset (the first for a batch), MSG_REGION, TRACE_ON. Under sync flush a stored message is
 answered once commitlog.flushed passes its end, or FLUSH_DISK_TIMEOUT after sync_flush_timeout.
+Under sync replication (SYNC_MASTER) it also waits for commitlog.slave_acked (FLUSH_SLAVE_TIMEOUT),
+and is answered SLAVE_NOT_AVAILABLE at once when no slave is connected or the nearest one is more
+than ha_fall_behind_max behind (4.x's handleHA). A slave refuses every write.
 While the commit actor restarts sends wait in the ring; only sends that cannot be queued (ring
 full beyond BUSY_AFTER, commit down longer than COMMIT_DOWN_BUSY) get SYSTEM_BUSY.
 """
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING
 from smartgo.broker.channel import ChannelError
 from smartgo.broker.rings import SEND, STATUS_DISK_FULL, STATUS_OK, Batcher, iter_completions, send_prefix
 from smartgo.broker.schedule_message import delay_property, half_rewrite, schedule_rewrite
-from smartgo.broker.settings import delay_levels
+from smartgo.broker.settings import delay_levels, is_slave
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -62,7 +65,10 @@ _BATCH_FLAG = ("true", "1")
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)     # a plain int: IntEnum compares slowly on the hot path
 _V1_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE})     # the others: V2 names
 _NOT_QUEUED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
+STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+          ResponseCode.SLAVE_NOT_AVAILABLE)
+SLAVE_REMARK = ("service not available now: this broker is a slave; messages are put to its master "
+                "(brokerId 0)")
 _DELAYABLE = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _DELAY_PREFIX = "DELAY\x01"
 _TRAN_PREFIX = "TRAN_MSG\x01"
@@ -129,7 +135,7 @@ class PendingSend:
     request: RemotingCommand
     queue_id: int
     sizes: list[int]                # record sizes (batch msgIds)
-    wait_flush: bool
+    wait_flush: bool                # answered once durable (sync flush, sync replication)
     born: float = field(default_factory=time.monotonic)
     phys: int = 0                   # once stored (kept while waiting for the flush)
     queue_offset: int = 0
@@ -138,6 +144,7 @@ class PendingSend:
     topic: str = ""                 # as stored (statistics)
     answer: asyncio.Future | None = None    # gets the response instead of the connection
     counted: bool = True            # in the send statistics (False: the broker's own records)
+    no_slave: bool = False          # sync replication without a slave in reach: SLAVE_NOT_AVAILABLE once flushed
 
 
 class SendProcessor:
@@ -155,6 +162,12 @@ class SendProcessor:
         self.max_body = cfg.max_message_size
         self.auto_create = cfg.auto_create_topic == "true"
         self.sync_flush = cfg.flush == "sync"
+        self.slave = is_slave(cfg)
+        self.sync_slave = cfg.replication == "sync" and not self.slave
+        self.durable = self.sync_flush or self.sync_slave         # sends wait for a position to pass their end
+        self.slave_acked = net.board.scalar("commitlog.slave_acked")
+        self.slaves = net.board.scalar("ha.slaves")
+        self.fall_behind = cfg.ha_fall_behind_max
         self.flush_timeout = cfg.sync_flush_timeout
         self.broker_name = cfg.broker_name
         self.max_delay_level = len(delay_levels(cfg))
@@ -188,7 +201,7 @@ class SendProcessor:
               cfg: TopicConfig | None = None) -> int | RemotingCommand | None:
         """msgCheck (AbstractSendMessageProcessor): the queue id the message goes to, or the
         refusal; None for a topic this broker does not have (check_created creates it)."""
-        refused = self.refuse_if_read_only(request)
+        refused = self.refuse_writes(request)
         if refused is not None:
             return refused
         if h.topic in NOT_ALLOWED_SEND:
@@ -209,8 +222,11 @@ class SendProcessor:
                                          f"{cfg} Producer: {conn.remote_address}")
         return queue_id
 
-    def refuse_if_read_only(self, request: RemotingCommand) -> RemotingCommand | None:
-        """NO_PERMISSION while the broker takes no writes (brokerPermission without WRITE)."""
+    def refuse_writes(self, request: RemotingCommand) -> RemotingCommand | None:
+        """SERVICE_NOT_AVAILABLE on a slave (4.x's putMessage refuses there); NO_PERMISSION while
+        the broker takes no writes (brokerPermission without WRITE)."""
+        if self.slave:
+            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
         if self.view.read_only.get():
             return request.make_response(ResponseCode.NO_PERMISSION,
                                          f"the broker[{self.broker_name}] sending message is forbidden")
@@ -261,7 +277,7 @@ class SendProcessor:
         keeps it out of the send statistics (store_own)."""
         req_id = self._id_base | next(self._ids)
         self.pending[req_id] = PendingSend(conn, request, queue_id, sizes,
-                                           self.sync_flush and wait and not request.is_oneway, topic=topic,
+                                           self.durable and wait and not request.is_oneway, topic=topic,
                                            answer=answer, counted=counted)
         self._out.put(send_prefix(req_id, len(sizes), store_queue, topic.encode()) + block)
 
@@ -429,8 +445,8 @@ class SendProcessor:
                 await asyncio.sleep(OVERFLOW_POLL)
 
     def watch_commit(self) -> bool:
-        """Is the commit actor up? (Notes since when it is not.)"""
-        if self.net.board.actor_running("commit"):
+        """Is the commit actor up? (Notes since when it is not; a slave has none.)"""
+        if self.slave or self.net.board.actor_running("commit"):
             self.commit_down_since = 0.0
             return True
         if not self.commit_down_since:
@@ -462,7 +478,7 @@ class SendProcessor:
     # ---- completions -----------------------------------------------------------------------------------------
     def on_completions(self, records: list[memoryview]) -> None:
         pending = self.pending
-        flushed = self.view.flushed.get()
+        durable = self._durable()
         sync = self.sync_flush
         for mv in records:
             for req_id, status, _count, phys, queue_offset, end in iter_completions(mv):
@@ -472,7 +488,12 @@ class SendProcessor:
                 if sync and self._in_ring:
                     self._in_ring -= 1
                 if status == STATUS_OK:
-                    if p.wait_flush and end > flushed:
+                    if p.wait_flush and end > durable:
+                        if self.sync_slave and not self._slave_ok(end):
+                            p.no_slave = True
+                            if not self.sync_flush or end <= self.view.flushed.get():
+                                self._reply(p, self._stored(p, phys, queue_offset, ResponseCode.SLAVE_NOT_AVAILABLE))
+                                continue
                         self._wait_flush(p, phys, queue_offset, end)
                     else:
                         self._reply(p, self._stored(p, phys, queue_offset, ResponseCode.SUCCESS))
@@ -512,26 +533,45 @@ class SendProcessor:
                 self.stats.stored(p.topic, len(p.sizes), sum(p.sizes))
             self.stats.send.observe((time.monotonic() - p.born) * 1000.0)
 
-    # ---- sync flush --------------------------------------------------------------------------------------------
+    # ---- sync flush and sync replication ------------------------------------------------------------------
+    def _durable(self) -> int:
+        """What a waiting send needs to pass its end: the flushed position under sync flush, the
+        slave-acknowledged one under sync replication, the lower of the two under both."""
+        durable = self.view.flushed.get() if self.sync_flush else 1 << 62
+        return min(durable, self.slave_acked.get()) if self.sync_slave else durable
+
+    def _slave_ok(self, end: int) -> bool:
+        """HAService.isSlaveOK: a slave is connected and at most ha_fall_behind_max behind."""
+        return self.slaves.get() > 0 and end - self.slave_acked.get() < self.fall_behind
+
     def _wait_flush(self, p: PendingSend, phys: int, queue_offset: int, end: int) -> None:
         p.phys, p.queue_offset, p.end = phys, queue_offset, end
         heapq.heappush(self._waiting, (end, next(self._seq), p))
         self._waiting_fifo.append(p)
 
+    def _ready(self, p: PendingSend, flushed: int, durable: int) -> bool:
+        return p.end <= (flushed if p.no_slave else durable)
+
     def flush_ready(self) -> bool:
-        return bool(self._waiting) and self._waiting[0][0] <= self.view.flushed.get()
+        return bool(self._waiting) and self._ready(self._waiting[0][2], self.view.flushed.get(), self._durable())
 
     def release_flushed(self) -> None:
         flushed = self.view.flushed.get()
+        durable = self._durable()
         waiting = self._waiting
-        while waiting and waiting[0][0] <= flushed:
+        while waiting and self._ready(waiting[0][2], flushed, durable):
             p = heapq.heappop(waiting)[2]
             if not p.done:
-                self._answer_flushed(p, ResponseCode.SUCCESS)
+                self._answer_flushed(p, ResponseCode.SLAVE_NOT_AVAILABLE if p.no_slave else ResponseCode.SUCCESS)
         self._publish_flush_wait()
 
     def _answer_flushed(self, p: PendingSend, code: int) -> None:
         self._reply(p, self._stored(p, p.phys, p.queue_offset, code))
+
+    def _timeout_code(self, p: PendingSend) -> int:
+        if self.sync_slave and not p.no_slave and p.end > self.slave_acked.get():
+            return ResponseCode.FLUSH_SLAVE_TIMEOUT
+        return ResponseCode.FLUSH_DISK_TIMEOUT
 
     def housekeep(self, now: float) -> None:
         """Every 100 ms: FLUSH_DISK_TIMEOUT for sends waiting longer than sync_flush_timeout, and a
@@ -540,7 +580,7 @@ class SendProcessor:
         while fifo and (fifo[0].done or now - fifo[0].born > self.flush_timeout):
             p = fifo.popleft()
             if not p.done:
-                self._answer_flushed(p, ResponseCode.FLUSH_DISK_TIMEOUT)
+                self._answer_flushed(p, self._timeout_code(p))
         if self._waiting and not fifo:
             self._waiting.clear()
             self._publish_flush_wait()

@@ -51,7 +51,17 @@ def broker_addr(config: NodeConfig) -> str:
 
 
 def ha_addr(config: NodeConfig) -> str:
-    return f"{config.broker_ip}:{config.listen_port + 1}"
+    """Where slaves reach this master's replication service (registered as haServerAddr)."""
+    return f"{config.broker_ip}:{config.ha_port or config.listen_port + 1}"
+
+
+def is_slave(config: NodeConfig) -> bool:
+    return config.role == "slave"
+
+
+def commitlog_writer(config: NodeConfig) -> str:
+    """The actor that appends to the CommitLog: commit on a master, ha (replication) on a slave."""
+    return "ha" if is_slave(config) else "commit"
 
 
 def registry_addrs(config: NodeConfig) -> list[str]:

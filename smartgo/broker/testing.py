@@ -19,11 +19,11 @@ from pathlib import Path
 from smartgo.actors.testing import ROOT, SUPERVISOR, Node, NodeStartError, launch_node
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import FLAG_ONEWAY, PullSysFlag, RequestCode
+from smartgo.net.codes import FLAG_ONEWAY, PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import TRANSACTION_COMMIT_TYPE, encode_batch_body, encode_properties, parse_offset_msg_id
-from smartgo.testing import free_port, steady_disk_usage
+from smartgo.testing import free_port, free_ports, steady_disk_usage
 
 _uniq = itertools.count(1)
 _PREFIX = os.urandom(8).hex().upper()
@@ -196,10 +196,11 @@ def start_broker(base: Path, settings: dict | None = None, wait: bool = True, la
     usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
     attempts = 3
     while True:      # fresh ports when one picked free was taken before the node bound it
-        registry_port = free_port()
+        registry_port, ha_port = free_ports(2)
         try:
             node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "embedded_registry_port": registry_port,
-                                      **(settings or {})}, role="master", wait=wait, launcher=launcher)
+                                      "ha_port": ha_port, **(settings or {})}, role="master", wait=wait,
+                               launcher=launcher)
         except NodeStartError as exc:
             attempts -= 1
             if not exc.port_taken or not attempts:
@@ -207,18 +208,47 @@ def start_broker(base: Path, settings: dict | None = None, wait: bool = True, la
             shutil.rmtree(base)
             continue
         node.registry_port = registry_port       # type: ignore[attr-defined]
+        node.ha_port = ha_port                   # type: ignore[attr-defined]
         return node
 
 
-def restart_broker(node: Node) -> Node:
+def committed_total(addr: str, topic: str, group: str, queues: int) -> int | None:
+    """The sum of a group's committed offsets over a topic's queues at one broker (None while a
+    queue has none)."""
+    client = BlockingRemotingClient()
+    try:
+        total = 0
+        for q in range(queues):
+            r = client.invoke(addr, offset_command(RequestCode.QUERY_CONSUMER_OFFSET, topic, q, consumerGroup=group))
+            if r.code != ResponseCode.SUCCESS:
+                return None
+            total += int(r.ext_fields["offset"])
+        return total
+    finally:
+        client.close()
+
+
+def start_slave(base: Path, master: Node, settings: dict | None = None) -> Node:
+    """A slave (brokerId 1) of `master`: registers with the master's embedded registry, which
+    tells it where to replicate from."""
+    usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
+    node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "ha_port": free_port(),
+                              "registry": f"127.0.0.1:{master.registry_port}",      # type: ignore[attr-defined]
+                              "slave_sync_interval": 0.5, **(settings or {})}, role="slave")
+    node.registry_port = master.registry_port      # type: ignore[attr-defined]
+    return node
+
+
+def restart_broker(node: Node, role: str = "master") -> Node:
     """Start the node again on its store dir, config file and ports (after it stopped or was killed)."""
     config = node.store.with_name(node.store.name + ".toml")
-    cmd = [sys.executable, str(SUPERVISOR), "--role", "master", "--store-dir", str(node.store), "--config",
+    cmd = [sys.executable, str(SUPERVISOR), "--role", role, "--store-dir", str(node.store), "--config",
            str(config), "--listen-host", "127.0.0.1", "--listen-port", str(node.port)]
     with open(node.stderr, "ab") as f:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT)
     again = Node(proc, node.store, node.port, node.stderr)
     again.registry_port = node.registry_port      # type: ignore[attr-defined]
+    again.ha_port = getattr(node, "ha_port", 0)    # type: ignore[attr-defined]
     try:
         again.wait_healthy()
     except BaseException:

@@ -244,12 +244,22 @@ class ClientInstance:
         return addr
 
     async def master_addr(self, broker_name: str, topic: str | None = None) -> str:
-        addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
+        """findBrokerAddressInPublish: writes, locks and offset searches go to the master only."""
+        return await self._addr(broker_name, topic, True)
+
+    async def admin_addr(self, broker_name: str, topic: str | None = None) -> str:
+        """findBrokerAddressInAdmin: the master, else a slave (consumer offsets, and pulls, go on
+        at a slave while the master is away)."""
+        return await self._addr(broker_name, topic, False)
+
+    async def _addr(self, broker_name: str, topic: str | None, only_master: bool) -> str:
+        addr = self.broker_addr(broker_name, MASTER_ID, only_this=only_master)
         if addr is None and topic is not None:
             await self.update_route(topic)
-            addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
+            addr = self.broker_addr(broker_name, MASTER_ID, only_this=only_master)
         if addr is None:
-            raise NoRouteError(topic or broker_name, f"broker {broker_name} has no master address")
+            raise NoRouteError(topic or broker_name, f"broker {broker_name} has no "
+                                                     f"{'master ' if only_master else ''}address")
         return addr
 
     # -- heartbeats -------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ class OffsetStore(abc.ABC):
 
 
 class RemoteOffsetStore(OffsetStore):
-    """RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET at each queue's master."""
+    """RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET at each queue's
+    master (its slave while the master is away)."""
 
     def __init__(self, instance: ClientInstance, group: str) -> None:
         super().__init__()
@@ -56,7 +57,7 @@ class RemoteOffsetStore(OffsetStore):
         self.group = group
 
     async def read(self, mq: MessageQueue) -> int:
-        addr = await self.instance.master_addr(mq.broker_name, mq.topic)
+        addr = await self.instance.admin_addr(mq.broker_name, mq.topic)
         resp = await self.instance.invoke(addr, api.query_consumer_offset_request(self.group, mq.topic, mq.queue_id))
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
@@ -78,7 +79,7 @@ class RemoteOffsetStore(OffsetStore):
     async def _update(self, mq: MessageQueue, offset: int, acked: bool) -> None:
         cmd = api.update_consumer_offset_request(self.group, mq.topic, mq.queue_id, offset)
         try:
-            addr = await self.instance.master_addr(mq.broker_name, mq.topic)
+            addr = await self.instance.admin_addr(mq.broker_name, mq.topic)
             if acked:
                 api.check(await self.instance.invoke(addr, cmd), addr, f"update offset of {mq}")
             else:

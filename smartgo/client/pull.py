@@ -31,7 +31,7 @@ async def pull(instance: ClientInstance, group: str, mq: MessageQueue, sub: Subs
     addr = instance.broker_addr(mq.broker_name, broker_id)
     if addr is None:
         await instance.update_route(mq.topic)
-        addr = await instance.master_addr(mq.broker_name, mq.topic)
+        addr = await instance.admin_addr(mq.broker_name, mq.topic)
     if broker_id != MASTER_ID:
         sys_flag &= ~PullSysFlag.COMMIT_OFFSET  # only a master takes commits
     cmd = api.pull_request(group, mq.topic, mq.queue_id, offset, max_nums, sys_flag, commit_offset, suspend_ms,

@@ -153,7 +153,8 @@ def test_one_supervisor_per_store_dir(start_node):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--role", "slave"], "role 'slave' is not yet available"),
+    (["--role", "slave", "--broker-id", "0"], "broker_id 0: a master is 0, a slave 1 or more"),
+    (["--role", "slave", "--replication", "sync"], "replication=sync is a master's setting"),
     (["--role", "nope"], "unknown role 'nope'"),
     ([], "no role"),
     (["--role", "registry", "--config", "/nonexistent.toml"], "config file /nonexistent.toml not found"),

@@ -158,3 +158,35 @@ def test_producer_and_push_consumer_ride_through_a_kill_of_the_whole_node(cpp_ho
         assert sorted(m["msgId"] for m in consumed) == sorted(r["msgId"] for r in sent)   # all, once each (uniq ids)
     finally:
         node.reap()
+
+
+def test_push_consumer_reads_on_from_the_slave_after_the_master_is_killed(cpp_home, tmp_path):
+    """A standalone registry, a master and its slave. The C++ consumer group reads the first
+    round from the master; after a second round the master is killed (-9), and the group reads
+    exactly the second round from the slave (its offsets came with SlaveSynchronize)."""
+    from smartgo.actors.testing import launch_node
+    from smartgo.broker.testing import committed_total, start_slave
+    registry_node = launch_node(tmp_path / "registry", {}, role="registry")
+    nodes = [registry_node]
+    try:
+        registry = f"127.0.0.1:{registry_node.port}"
+        master = start_broker(tmp_path / "master", {"topics": "CppFailover:4", "registry": registry})
+        nodes.append(master)
+        slave = start_slave(tmp_path / "slave", master, {"registry": registry})
+        nodes.append(slave)
+        push = {"op": "push", "topic": "CppFailover", "group": "CG_CPP_FAILOVER", "expect": 100, "timeoutS": 60,
+                "settleS": 1}
+        first_sent = cpp(cpp_home, registry, [{"op": "send", "topic": "CppFailover", "n": 100}])[0]
+        first = cpp(cpp_home, registry, [push])[0]
+        second_sent = cpp(cpp_home, registry, [{"op": "send", "topic": "CppFailover", "n": 100}])[0]
+        wait_until(lambda: slave.health()["fields"]["commitlog.written"] == master.health()["fields"][
+            "commitlog.written"], timeout=20, message="the slave to catch up")
+        wait_until(lambda: committed_total(f"127.0.0.1:{slave.port}", "CppFailover", "CG_CPP_FAILOVER", 4) == 100,
+                   timeout=20, message="the group's offsets on the slave")
+        master.stop(signal.SIGKILL)
+        second = cpp(cpp_home, registry, [push], timeout=120)[0]
+        assert sorted(m["msgId"] for m in first) == sorted(r["msgId"] for r in first_sent)
+        assert sorted(m["msgId"] for m in second) == sorted(r["msgId"] for r in second_sent)
+    finally:
+        for node in nodes:
+            node.reap()

@@ -1,0 +1,177 @@
+"""The slave's side of replication (RocketMQ 4.x HAClient), in the ha actor: the only writer of a
+slave's CommitLog.
+
+It connects to the master's HA address (ha_master_address, or the haServerAddr the registry
+answered the slave's registration with, which the broker actor leaves in <run>/ha_master),
+reports its CommitLog position, and appends every frame verbatim at the offset it names. A
+frame that does not continue the log ends the connection; the next one starts again from the
+position reported then.
+
+Frames are cut wherever the master's batch limit falls, so the tail may end inside a record.
+The slave publishes commitlog.written only at record ends (walking the record and file-end
+headers that arrived): dispatch and readers never see a partial record, and a restart resumes
+from a whole record. It reports the raw position, which is what a SYNC_MASTER waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from smartgo.broker import recovery
+from smartgo.broker.bells import FlagBell
+from smartgo.net.ha_codec import HAProtocolError, TransferDecoder, encode_report
+from smartgo.store import CommitLogReader, CommitLogWriter, StoreError
+from smartgo.store.mapped_file import segment_name, segment_starts
+from smartgo.store.record import BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
+
+if TYPE_CHECKING:
+    from smartgo.broker.ha_actor import HAActor
+
+log = logging.getLogger("smartgo.broker.ha_client")
+
+MASTER_FILE = "ha_master"        # <run>/ha_master: the master's HA address, from the registry
+RECONNECT = 1.0                  # s between connection attempts
+CONNECT_TIMEOUT = 3.0
+READ_SIZE = 256 * 1024
+
+
+def master_file(run_path: Path) -> Path:
+    return run_path / MASTER_FILE
+
+
+class HAClient:
+    def __init__(self, actor: HAActor) -> None:
+        self.actor = actor
+        cfg = actor.config
+        self.store = actor.store
+        b = actor.board
+        self.written = b.scalar("commitlog.written", writer=actor.name)
+        self.store_ts = b.scalar("commitlog.store_ts", writer=actor.name)
+        rec = recovery.load(actor.ctx.run_path)
+        self.aligned = max(self.written.get(), rec.written)
+        self.last_ts = max(self.store_ts.get(), rec.last_store_timestamp)
+        self.log_writer = self._open(self.aligned)
+        self.reader = CommitLogReader(self.store.commitlog_dir, self.store.commitlog_file_size)
+        self.written.set(self.aligned)
+        self.store_ts.set(self.last_ts)
+        self.heartbeat = cfg.ha_heartbeat_interval
+        self.silence = cfg.ha_housekeeping_interval
+        self.bells = [FlagBell(b, actor.ctx.run_path, "dispatch", "dispatch.sleeping")]
+        if cfg.flush == "sync":
+            self.bells.append(FlagBell(b, actor.ctx.run_path, "flush", "flush.sleeping"))
+        self.connected_to: str | None = None
+
+    def _open(self, position: int) -> CommitLogWriter:
+        return CommitLogWriter(self.store.commitlog_dir, self.store.commitlog_file_size, position, {},
+                               release_interval=self.store.release_interval_bytes,
+                               last_store_timestamp=self.last_ts)
+
+    def master_address(self) -> str | None:
+        configured = self.actor.config.ha_master_address
+        if configured:
+            return configured
+        try:
+            return master_file(self.actor.ctx.run_path).read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    async def run(self) -> None:
+        waiting_logged = False
+        while True:
+            addr = self.master_address()
+            if addr is None:
+                if not waiting_logged:
+                    log.info("no master HA address yet (set ha_master_address, or wait for the registry's answer)")
+                    waiting_logged = True
+            else:
+                try:
+                    await self._replicate(addr)
+                except (OSError, HAProtocolError, StoreError) as exc:
+                    log.warning("replication from %s stopped at %d: %s; reconnecting", addr, self.aligned, exc)
+                self.connected_to = None
+            await asyncio.sleep(RECONNECT)
+
+    async def _replicate(self, addr: str) -> None:
+        host, _, port = addr.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT)
+        try:
+            if self.log_writer.wrote_position != self.aligned:      # drop a partial record: it comes again
+                self.log_writer.close()
+                self.log_writer = self._open(self.aligned)
+            self.connected_to = addr
+            log.info("replicating from %s, starting at %d", addr, self.aligned)
+            writer.write(encode_report(self.aligned))
+            reported = time.monotonic()
+            decoder = TransferDecoder()
+            while True:
+                try:
+                    data = await asyncio.wait_for(reader.read(READ_SIZE), self.silence)
+                except TimeoutError:
+                    raise HAProtocolError(f"the master sent nothing for {self.silence:g}s") from None
+                if not data:
+                    raise ConnectionError("the master closed the connection")
+                moved = False
+                for offset, chunk in decoder.feed(data):
+                    if chunk:
+                        self._append(offset, chunk)
+                        moved = True
+                if moved:
+                    self._publish()
+                now = time.monotonic()
+                if moved or now - reported >= self.heartbeat:
+                    writer.write(encode_report(self.log_writer.wrote_position))
+                    reported = now
+        finally:
+            writer.close()
+
+    def _append(self, offset: int, chunk: bytes) -> None:
+        position = self.log_writer.wrote_position
+        if offset != position:
+            if self.aligned == 0 and position == 0 and offset % self.store.commitlog_file_size == 0:
+                log.info("empty slave: the master's CommitLog starts at %d (dispatch follows from there)", offset)
+                self.log_writer.close()
+                for start in segment_starts(Path(self.store.commitlog_dir)):     # the empty first file
+                    (Path(self.store.commitlog_dir) / segment_name(start)).unlink()
+                self.log_writer = self._open(offset)
+                self.aligned = offset
+            else:
+                raise HAProtocolError(f"the master sent data for {offset}, this slave's log ends at {position}")
+        self.log_writer.append_replica(offset, chunk)
+
+    def _publish(self) -> None:
+        """Move commitlog.written to the end of the last whole record that arrived."""
+        end = self.log_writer.wrote_position
+        pos = self.aligned
+        last = -1
+        fs = self.store.commitlog_file_size
+        while end - pos >= 8:
+            mf = self.reader.segment(pos)
+            rel = pos - mf.start
+            size, magic = SIZE_MAGIC.unpack_from(mf.mm, rel)
+            if magic == BLANK_MAGIC and size == fs - rel:
+                pos = mf.start + fs
+                continue
+            if magic != MESSAGE_MAGIC or size < FIXED_SIZE or rel + size > fs:
+                raise HAProtocolError(f"the replicated data at {pos} is not a record (size {size}, magic {magic})")
+            if pos + size > end:
+                break
+            last = pos
+            pos += size
+        if pos == self.aligned:
+            return
+        if last >= 0:
+            mf = self.reader.segment(last)
+            self.last_ts = store_timestamp_at(mf.view, last - mf.start)
+            self.store_ts.set(self.last_ts)
+        self.aligned = pos
+        self.written.set(pos)
+        for bell in self.bells:
+            bell.ring()
+
+    def close(self) -> None:
+        self.log_writer.close()
+        self.reader.close()

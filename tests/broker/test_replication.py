@@ -1,0 +1,261 @@
+"""Master/slave replication against real nodes: a slave's CommitLog is the master's, byte for
+byte, through restarts and kill -9; a slave takes no writes; SYNC_MASTER answers follow the
+slave; garbage on either end of the HA stream costs one connection, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from pathlib import Path
+
+import psutil
+import pytest
+
+from smartgo.broker.testing import (batch_command, committed_total, message_properties, restart_broker, send_command,
+                                    start_slave, uniq_key)
+from smartgo.net.codes import ResponseCode
+from smartgo.net.ha_codec import encode_header
+from smartgo.testing import free_port, steady_disk_usage, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def commitlog_bytes(store: Path, end: int, file_size: int = 1 << 20, start: int = 0) -> bytes:
+    """The CommitLog's bytes [start, end) from its files (SMALL_NODE's 1 MiB files; start is a
+    file's)."""
+    out = bytearray()
+    while start < end:
+        data = (store / "commitlog" / f"{start:020d}").read_bytes()
+        out += data[:min(file_size, end - start)]
+        start += file_size
+    return bytes(out)
+
+
+def field(node, name: str) -> int:
+    report = node.health()
+    assert report is not None
+    return report["fields"][name]
+
+
+def caught_up(master, slave) -> int:
+    """Wait until the slave has published everything the master wrote; returns that position."""
+    wait_until(lambda: field(slave, "commitlog.written") == field(master, "commitlog.written") > 0, timeout=20,
+               message="the slave to catch up")
+    return field(master, "commitlog.written")
+
+
+def assert_same_log(master, slave) -> int:
+    end = caught_up(master, slave)
+    assert commitlog_bytes(slave.store, end) == commitlog_bytes(master.store, end)
+    return end
+
+
+def send_many(broker, topic: str, count: int, size: int, start: int = 0) -> None:
+    for i in range(start, start + count):
+        r = broker.call(send_command(topic, bytes([65 + i % 26]) * size, queue_id=i % 4, keys=f"k{i}"))
+        assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+
+
+@pytest.fixture
+def slaves(tmp_path):
+    made = []
+
+    def start(master, settings=None, name="slave"):
+        node = start_slave(tmp_path / f"{name}{len(made)}", master, settings)
+        made.append(node)
+        return node
+
+    start.made = made            # restarted slaves are added here, to be reaped too
+    yield start
+    for node in made:
+        node.reap()
+
+
+def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, slaves):
+    master = start_node({"topics": "Rep:4"})
+    slave = slaves(master.node)
+    send_many(master, "Rep", 200, 700)                 # frames are cut at 32 KiB, inside records
+    r = master.call(batch_command("Rep", [(b"b%d" % i, message_properties(uniq=uniq_key())) for i in range(32)]))
+    assert r.code == ResponseCode.SUCCESS
+    end = assert_same_log(master.node, slave)
+    wait_until(lambda: field(master.node, "commitlog.slave_acked") == end, timeout=10)
+    assert field(master.node, "ha.slaves") == 1
+    assert field(slave, "commitlog.dispatched") == end           # its own ConsumeQueues follow
+
+    slave_addr = f"127.0.0.1:{slave.port}"
+    refused = master.client.invoke(slave_addr, send_command("Rep", b"no"))
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "slave" in refused.remark
+    again = master.client.invoke(slave_addr, send_command("Rep", b"no"))      # the connection is kept
+    assert again.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert field(slave, "commitlog.written") == end
+
+
+def test_a_late_slave_catches_up_across_files_and_resumes_after_restart_and_kill9(start_node, slaves):
+    master = start_node({"topics": "Rep:4"})
+    send_many(master, "Rep", 1500, 1000)                # ~1.6 MB: two CommitLog files of 1 MiB
+    slave = slaves(master.node)
+    first = assert_same_log(master.node, slave)
+    assert first > 1 << 20
+
+    slave.stop()                                        # clean stop, then more data meanwhile
+    send_many(master, "Rep", 300, 1000, start=1500)
+    slave = restart_broker(slave, role="slave")
+    slaves.made.append(slave)
+    assert_same_log(master.node, slave)
+    assert "starting at %d" % first in slave.log_text()         # resumed, not copied again
+
+    ha = psutil.Process(slave.actor("ha")["pid"])
+    send_many(master, "Rep", 300, 1000, start=1800)
+    slave.stop(9)                                       # kill -9 of the whole slave, maybe mid-frame
+    ha.wait(5)
+    send_many(master, "Rep", 100, 1000, start=2100)
+    slave = restart_broker(slave, role="slave")
+    slaves.made.append(slave)
+    end = assert_same_log(master.node, slave)
+    assert field(slave, "commitlog.dispatched") == end
+
+
+def test_sync_master_answers_follow_the_slave(start_node, slaves):
+    master = start_node({"topics": "Sync:1", "replication": "sync", "sync_flush_timeout": 1.0})
+    alone = master.call(send_command("Sync", b"alone"))
+    assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE               # stored, but no slave has it
+    assert alone.ext_fields["msgId"] and alone.ext_fields["queueOffset"] == "0"
+
+    slave = slaves(master.node)
+    wait_until(lambda: field(master.node, "ha.slaves") == 1, timeout=10)
+    ok = master.call(send_command("Sync", b"replicated"))
+    assert ok.code == ResponseCode.SUCCESS
+    assert field(master.node, "commitlog.slave_acked") >= field(master.node, "commitlog.written")
+
+    ha = psutil.Process(slave.actor("ha")["pid"])
+    ha.suspend()
+    try:
+        late = master.call(send_command("Sync", b"late"))
+        assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
+        assert late.ext_fields["queueOffset"] == "2"
+    finally:
+        ha.resume()
+    assert master.call(send_command("Sync", b"after")).code == ResponseCode.SUCCESS
+    assert_same_log(master.node, slave)
+
+
+def test_garbage_on_the_ha_port_costs_that_connection_only(start_node, slaves):
+    master = start_node({"topics": "Rep:4"})
+    slave = slaves(master.node)
+    send_many(master, "Rep", 10, 100)
+    caught_up(master.node, slave)
+    with socket.create_connection(("127.0.0.1", master.node.ha_port), timeout=5) as s:
+        s.sendall(struct.pack(">q", -5))
+        s.settimeout(5)
+        assert s.recv(64) == b""                         # closed on us
+    wait_until(lambda: "broke the protocol: a slave reported the negative offset -5" in master.node.log_text(),
+               timeout=10)
+    send_many(master, "Rep", 10, 100, start=10)
+    assert_same_log(master.node, slave)
+    assert field(master.node, "ha.slaves") == 1
+
+
+def test_a_slave_fed_garbage_drops_the_connection_and_keeps_its_log(tmp_path, start_node, slaves):
+    """A 'master' that answers with data for the wrong offset, then with a frame that is not one:
+    the slave logs it, reconnects, and publishes nothing from it."""
+    master = start_node({"topics": "Rep:4"})
+    fake_port = free_port()
+    frames = [encode_header(4096, 3) + b"abc", b"\xff" * 12]
+    served = []
+
+    async def fake_master(reader, writer):
+        await reader.readexactly(8)
+        served.append(1)
+        writer.write(frames[min(len(served), len(frames)) - 1])
+        await writer.drain()
+        await reader.read(100)
+        writer.close()
+
+    async def run_fake(stop: asyncio.Event):
+        server = await asyncio.start_server(fake_master, "127.0.0.1", fake_port)
+        async with server:
+            await stop.wait()
+
+    import threading
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    t = threading.Thread(target=lambda: loop.run_until_complete(run_fake(stop)), daemon=True)
+    t.start()
+    try:
+        slave = slaves(master.node, {"ha_master_address": f"127.0.0.1:{fake_port}"})
+        wait_until(lambda: len(served) >= 2, timeout=15)
+        log = slave.log_text()
+        assert "the master sent data for 4096, this slave's log ends at 0" in log
+        assert "not an HA frame" in log
+        assert field(slave, "commitlog.written") == 0
+        assert slave.health()["healthy"]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        t.join(10)
+
+
+def test_a_new_slave_of_a_master_past_its_first_file_starts_at_the_oldest_file(tmp_path, start_node, slaves):
+    """An empty slave takes the master's oldest file on; its dispatch goes on from there (4.x's
+    ReputMessageService moves to the CommitLog's minimum the same way)."""
+    full = steady_disk_usage(tmp_path / "full_disk", 0.8)         # over 75 %: expired files go at any hour
+    master = start_node({"topics": "Rep:4", "file_reserved_hours": 0.0003, "disk_usage_file": full})
+    send_many(master, "Rep", 2600, 1000)                          # ~2.8 MB: three 1 MiB files
+    wait_until(lambda: field(master.node, "commitlog.min") > 0, timeout=20, message="the first file to go")
+    slave = slaves(master.node)
+    end = caught_up(master.node, slave)
+    first = field(slave, "commitlog.min")
+    assert 0 < first < end
+    assert commitlog_bytes(slave.store, end, start=first) == commitlog_bytes(master.node.store, end, start=first)
+    wait_until(lambda: field(slave, "commitlog.dispatched") == end, timeout=10)
+    assert f"the CommitLog starts at {first}, past 0: dispatching from there" in slave.log_text()
+    assert slave.health()["healthy"]
+
+
+def test_consumers_read_on_from_the_slave_when_the_master_dies(tmp_path, start_node, slaves):
+    """A standalone registry, a master and its slave. A group consumes the first 100 messages
+    from the master; 100 more are sent; the master is killed (-9). A consumer of the same group
+    then gets exactly the other 100 from the slave: the slave has the messages and the group's
+    offsets (SlaveSynchronize), and the route still names it."""
+    from smartgo.actors.testing import launch_node
+    from smartgo.client import AsyncProducer, AsyncPushConsumer, ConsumeResult, Message
+    from smartgo.client.message import SendStatus
+    from smartgo.testing import async_wait_until
+
+    registry = launch_node(tmp_path / "registry", {}, role="registry")
+    try:
+        reg = f"127.0.0.1:{registry.port}"
+        master = start_node({"topics": "Fail:4", "registry": reg})
+        slave = slaves(master.node, {"registry": reg})
+
+        async def consume(expected: int) -> list[bytes]:
+            got: list[bytes] = []
+            c = AsyncPushConsumer("G", reg, listener=lambda m: got.append(m.body) or ConsumeResult.SUCCESS,
+                                  consume_from="CONSUME_FROM_FIRST_OFFSET")
+            c.subscribe("Fail", "*")
+            await c.start()
+            try:
+                await async_wait_until(lambda: len(got) >= expected, 30, message=f"{expected} messages")
+            finally:
+                await c.close()                              # commits the group's offsets
+            return got
+
+        async def send(prefix: str) -> None:
+            async with AsyncProducer("PG", reg) as p:
+                for i in range(100):
+                    assert (await p.send(Message("Fail", f"{prefix}{i}".encode()))).status is SendStatus.SEND_OK
+
+        asyncio.run(send("a"))
+        first = asyncio.run(consume(100))
+        asyncio.run(send("b"))
+        caught_up(master.node, slave)
+        wait_until(lambda: committed_total(f"127.0.0.1:{slave.port}", "Fail", "G", 4) == 100, timeout=15,
+                   message="the group's offsets on the slave")
+
+        master.node.stop(9)
+        second = asyncio.run(consume(100))
+        assert sorted(first) == sorted(f"a{i}".encode() for i in range(100))
+        assert sorted(set(second)) == sorted(f"b{i}".encode() for i in range(100))
+    finally:
+        registry.reap()
