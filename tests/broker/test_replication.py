@@ -259,3 +259,29 @@ def test_consumers_read_on_from_the_slave_when_the_master_dies(tmp_path, start_n
         assert sorted(set(second)) == sorted(f"b{i}".encode() for i in range(100))
     finally:
         registry.reap()
+
+
+def test_killing_either_ha_actor_mid_stream_costs_a_reconnect_only(start_node, slaves):
+    """kill -9 of the master's ha actor, then of the slave's, with a backlog in flight (the
+    slave's ha actor is stopped while it builds up): each is restarted by its supervisor, the slave
+    resumes from its last whole record, and the copy ends byte for byte equal."""
+    master = start_node({"topics": "Rep:4"})
+    slave = slaves(master.node)
+    for round_, victim in enumerate((master.node, slave)):
+        receiver = psutil.Process(slave.actor("ha")["pid"])
+        ha = psutil.Process(victim.actor("ha")["pid"])
+        receiver.suspend()
+        try:
+            send_many(master, "Rep", 1200, 1000, start=round_ * 1200)        # ~1.2 MB in flight
+            if victim is master.node:
+                ha.kill()
+        finally:
+            receiver.resume()
+        if victim is slave:
+            ha.kill()
+        ha.wait(5)
+        wait_until(lambda: victim.actor("ha")["pid"] != ha.pid and victim.health()["healthy"], timeout=20,
+                   message="the ha actor restarted")
+        assert_same_log(master.node, slave)
+    assert field(slave, "commitlog.dispatched") == field(master.node, "commitlog.written")
+    assert slave.log_text().count("replicating from") >= 3          # a new connection after each kill
