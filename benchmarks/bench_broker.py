@@ -104,6 +104,7 @@ async def batch_worker(a: dict, ready, go) -> dict:
                 stats["msgs"] += a["batch"]
         else:
             stats["errors"] += 1
+        stats["last_reply"] = time.monotonic()      # CLOCK_MONOTONIC: comparable with the parent's clock
         send_next()
 
     await _wait(ready, go)
@@ -175,7 +176,12 @@ async def sync_worker(a: dict, ready, go) -> dict:
     conns = [shared[i % len(shared)] for i in range(a["producers"])]
     latencies: list[float] = []
     stats = {"msgs": 0, "errors": 0, "connections": len(shared)}
+    error_codes: dict[str, int] = {}            # what the errors were: a response code's name, or the exception's
     cmds = [send_command(TOPIC, BODY, queue_id=q % QUEUES, uniq=uniq_key()) for q in range(64)]
+
+    def error(what: str) -> None:
+        stats["errors"] += 1
+        error_codes[what] = error_codes.get(what, 0) + 1
 
     async def producer(i: int, conn) -> None:
         n = i
@@ -184,15 +190,15 @@ async def sync_worker(a: dict, ready, go) -> dict:
             t0 = time.perf_counter()
             try:
                 r = await conn.invoke(cmds[n % 64], 5.0)
-            except Exception:
-                stats["errors"] += 1
+            except Exception as exc:
+                error(type(exc).__name__)
                 continue
             t1 = time.perf_counter()
             if r.code == ResponseCode.SUCCESS and t1 < end:
                 stats["msgs"] += 1
                 latencies.append(t1 - t0)
             elif r.code != ResponseCode.SUCCESS:
-                stats["errors"] += 1
+                error(_code_name(r.code))
 
     await _wait(ready, go)
     start = time.perf_counter()
@@ -201,9 +207,17 @@ async def sync_worker(a: dict, ready, go) -> dict:
     stats["seconds"] = time.perf_counter() - start
     latencies.sort()
     stats["latencies"] = latencies[::max(1, len(latencies) // 20000)]   # a sample, for the percentiles
+    stats["error_codes"] = error_codes
     for c in clients:
         await c.close()
     return stats
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return str(code)
 
 
 async def raw_sync_worker(a: dict, ready, go) -> dict:
@@ -407,11 +421,20 @@ class SyncLoad:
 
 def scenario_sync(workdir: Path, seconds: float, extra: dict, load: SyncLoad) -> dict:
     with broker_node(workdir, extra) as (node, addr):
-        jobs = [(load.worker, {"addr": addr, "seconds": seconds, "producers": load.producers // load.processes,
-                               "connections": max(1, load.connections // load.processes),
-                               "busy_poll_us": extra.get("net_busy_poll_us", 0)})
-                for _ in range(load.processes)]
-        results, cpu = run_workers(jobs, node)
+        results, cpu = run_workers(sync_jobs(addr, seconds, extra, load), node)
+    return sync_figures(results, cpu)
+
+
+def sync_jobs(addr: str, seconds: float, extra: dict, load: SyncLoad) -> list[tuple[str, dict]]:
+    """The load generator processes of a sync scenario against `addr` (for run_workers)."""
+    return [(load.worker, {"addr": addr, "seconds": seconds, "producers": load.producers // load.processes,
+                           "connections": max(1, load.connections // load.processes),
+                           "busy_poll_us": extra.get("net_busy_poll_us", 0)})
+            for _ in range(load.processes)]
+
+
+def sync_figures(results: list[dict], cpu: dict[str, float]) -> dict:
+    """A sync scenario's figures from its load generators' results and the broker's CPU."""
     msgs = sum(r["msgs"] for r in results)
     lat = sorted(x for r in results for x in r["latencies"])
     return {"msgs_s": msgs / max(r["seconds"] for r in results), "p50_ms": percentile(lat, 50) * 1000,

@@ -125,6 +125,18 @@ class Node:
         os.kill(self.proc.pid, sig)
         return self.proc.wait(timeout)
 
+    def kill(self) -> None:
+        """kill -9 of the whole node: every process at once, the supervisor included (a SIGKILL to
+        the supervisor alone lets its actors stop cleanly when their control pipes close)."""
+        self.remember()
+        procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait(10)
+
     def log_text(self) -> str:
         path = self.store / "logs" / "node.log"
         return path.read_text() if path.exists() else ""

@@ -11,7 +11,10 @@ commitlog.slave_acked and the number of slaves as ha.slaves. Under --replication
 actors answer a send once slave_acked passes its end; they ask for a doorbell through their
 `<net>.flush_wait` word, as sync flush does with the flush actor.
 
-Commit rings this actor (ha.sleeping) when it writes while every slave is caught up.
+Commit rings this actor (ha.sleeping) when it writes while a slave is connected and caught up.
+Under async replication the actor then waits PACE before it looks again, so that under load one
+wake-up (and one frame, and one report back) carries many of commit's batches; a sync master
+does not wait, since its senders do.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ log = logging.getLogger("smartgo.broker.ha_service")
 
 TRANSFER_BATCH = 32 * 1024      # haTransferBatchSize
 SAFETY_CHECK = 1.0              # s: the longest sleep without looking at the written position
+PACE = 0.001                    # s between wake-ups while data keeps coming (async replication)
 
 
 @dataclass(eq=False)
@@ -58,8 +62,10 @@ class HAService:
         self.silence = cfg.ha_housekeeping_interval
         self.net_bells = ([FlagBell(b, actor.ctx.run_path, net, f"{net}.flush_wait", self._waits_for_acked)
                            for net in actor.nets] if cfg.replication == "sync" else [])
+        self.pace = 0.0 if cfg.replication == "sync" else PACE
         self._seen = self.written.get()
         self._moved: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._linked = asyncio.Event()          # set while a slave is connected
         self.acked.set(0)
         self.slaves.set(0)
         self.server: asyncio.base_events.Server | None = None
@@ -75,15 +81,19 @@ class HAService:
         return 0 < word <= self.acked.get()
 
     async def _follow(self) -> None:
-        """Wake the push loops whenever the written position moves."""
+        """Wake the push loops whenever the written position moves (commit rings only while a
+        slave is connected)."""
         written = self.written
         while True:
+            await self._linked.wait()
             await sleep_flagged(self.actor.bell, self.sleeping, lambda: written.get() > self._seen, SAFETY_CHECK)
             now = written.get()
             if now > self._seen:
                 self._seen = now
                 moved, self._moved = self._moved, asyncio.get_running_loop().create_future()
                 moved.set_result(None)
+                if self.pace:
+                    await asyncio.sleep(self.pace)
 
     # ---- one slave --------------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -168,6 +178,10 @@ class HAService:
     # ---- published state ----------------------------------------------------------------------------------
     def _publish_slaves(self) -> None:
         self.slaves.set(len(self.links))
+        if self.links:
+            self._linked.set()
+        else:
+            self._linked.clear()
 
     def _publish_acked(self) -> None:
         """The highest report of a connected slave; it never goes back (push2SlaveMaxOffset)."""

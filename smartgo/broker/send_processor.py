@@ -504,7 +504,7 @@ class SendProcessor:
                     self._reply(p, p.request.make_response(
                         ResponseCode.MESSAGE_ILLEGAL, "the message cannot be stored: it does not fit a CommitLog "
                         f"file ({self.net.config.commitlog_file_size} bytes) or is malformed"))
-        if sync:
+        if self.durable:
             self._publish_flush_wait()
 
     def _stored(self, p: PendingSend, phys: int, queue_offset: int, code: int) -> RemotingCommand:

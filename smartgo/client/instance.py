@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
@@ -22,9 +23,12 @@ from smartgo.net.client import RemotingClient
 from smartgo.net.codes import MASTER_ID, RequestCode, ResponseCode, SerializeType
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection
-from smartgo.net.errors import RemotingError
+from smartgo.net.errors import RemotingConnectError, RemotingError
 
 log = logging.getLogger("smartgo.client.instance")
+
+EARLY_REFRESH_MIN = 1.0     # s between route refreshes that a refused connection triggers
+AVOID_REFUSING = 10.0       # s reads and offset requests go to another address of a broker that refused
 
 
 class Member(Protocol):
@@ -95,6 +99,9 @@ class ClientInstance:
         self._connections: dict[str, Connection] = {}
         self._tasks: list[asyncio.Task] = []
         self._route_locks: dict[str, asyncio.Lock] = {}
+        self._refresh: asyncio.Task | None = None       # an early route refresh after a broker went away
+        self._refreshed_at = 0.0
+        self._refused: dict[str, float] = {}            # address -> until when reads avoid it
         self.started = False
         self.closed = False
 
@@ -138,6 +145,8 @@ class ClientInstance:
         if self.closed:
             return
         self.closed = True
+        if self._refresh is not None:
+            self._tasks.append(self._refresh)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -154,10 +163,34 @@ class ClientInstance:
     # -- calls ------------------------------------------------------------------------------------
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
-        return await self.remoting.invoke(addr, cmd, self.config.timeout if timeout is None else timeout)
+        try:
+            return await self.remoting.invoke(addr, cmd, self.config.timeout if timeout is None else timeout)
+        except RemotingConnectError:
+            self._unreachable(addr)
+            raise
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
-        await self.remoting.invoke_oneway(addr, cmd)
+        try:
+            await self.remoting.invoke_oneway(addr, cmd)
+        except RemotingConnectError:
+            self._unreachable(addr)
+            raise
+
+    def _unreachable(self, addr: str) -> None:
+        """A broker refused the connection (it died): reads and offset requests of its broker
+        name go to its other addresses (a slave) for a while, and every route is refreshed now
+        rather than at the next poll (30 s), at most once a second - the registries may still
+        list the dead one for a moment."""
+        now = time.monotonic()
+        if self._refused.get(addr, 0.0) <= now:
+            log.info("%s: %s refused a connection: reads go to its broker's other addresses for %gs",
+                     self.client_id, addr, AVOID_REFUSING)
+        self._refused[addr] = now + AVOID_REFUSING
+        if self.closed or (self._refresh is not None and not self._refresh.done()) \
+                or now - self._refreshed_at < EARLY_REFRESH_MIN:
+            return
+        self._refreshed_at = now
+        self._refresh = asyncio.get_running_loop().create_task(self.refresh_routes())
 
     def cached_connection(self, addr: str) -> Connection | None:
         """The open connection to addr if there is one (callback-style sends use it without a
@@ -166,7 +199,11 @@ class ClientInstance:
         return conn if conn is not None and not conn.closed else None
 
     async def connect(self, addr: str) -> Connection:
-        conn = await self.remoting.connection(addr)
+        try:
+            conn = await self.remoting.connection(addr)
+        except RemotingConnectError:
+            self._unreachable(addr)
+            raise
         self._connections[addr] = conn
         return conn
 
@@ -234,14 +271,18 @@ class ClientInstance:
                 log.warning("%s: refreshing the route of %s failed: %s", self.client_id, topic, exc)
 
     def broker_addr(self, broker_name: str, broker_id: int = MASTER_ID, only_this: bool = False) -> str | None:
-        """The address of broker_name's broker_id, else (unless only_this) the master or any."""
+        """The address of broker_name's broker_id, else (unless only_this) the master or any,
+        passing over an address that refused a connection lately while another one is left."""
         b = self.brokers.get(broker_name)
         if b is None:
             return None
         addr = b.broker_addrs.get(broker_id)
-        if addr is None and not only_this:
-            addr = b.master_addr or next(iter(b.broker_addrs.values()), None)
-        return addr
+        if only_this:
+            return addr
+        candidates = [addr] if addr is not None else []
+        candidates += [a for _, a in sorted(b.broker_addrs.items()) if a != addr]      # the master (0) first
+        now = time.monotonic()
+        return next((a for a in candidates if self._refused.get(a, 0.0) <= now), candidates[0] if candidates else None)
 
     async def master_addr(self, broker_name: str, topic: str | None = None) -> str:
         """findBrokerAddressInPublish: writes, locks and offset searches go to the master only."""

@@ -30,6 +30,7 @@ from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
 from smartgo.client.subscription import SubscriptionData
 from smartgo.net.codes import RequestCode
+from smartgo.net.errors import RemotingConnectError
 from smartgo.store.record import MessageExt
 
 log = logging.getLogger("smartgo.client.push_consumer")
@@ -90,6 +91,7 @@ class AsyncPushConsumer:
             else LocalOffsetStore(Path(offset_store_dir), self.config.instance_name or "DEFAULT", group))
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._sub_queues: dict[str, list[MessageQueue]] = {}
+        self._route_addrs: dict[str, dict[str, dict[int, str]]] = {}     # topic -> broker -> id -> address
         self._runner: ListenerRunner | None = None
         self._rebalance_now: asyncio.Event | None = None
         self._rebalance_task: asyncio.Task | None = None
@@ -140,6 +142,10 @@ class AsyncPushConsumer:
 
     def on_route(self, topic: str, route: TopicRouteData) -> None:
         self._sub_queues[topic] = route.subscribe_queues(topic)
+        addrs = {b.broker_name: dict(b.broker_addrs) for b in route.broker_datas}
+        if self._route_addrs.get(topic, addrs) != addrs:
+            self.rebalance_soon()             # a broker came or went (a master died: read on at its slave)
+        self._route_addrs[topic] = addrs
 
     def heartbeat_entry(self) -> tuple[str, dict | None]:
         return "consumer", api.consumer_data(self.group, "CONSUME_PASSIVELY", self.model.value, self.consume_from.value,
@@ -276,15 +282,23 @@ class AsyncPushConsumer:
                      sorted(mq.queue_id for mq in self.process_queues if mq.topic == topic))
 
     async def consumer_ids(self, topic: str) -> list[str]:
-        """GET_CONSUMER_LIST_BY_GROUP at one broker of the topic (any knows the whole group)."""
+        """GET_CONSUMER_LIST_BY_GROUP at one broker of the topic (any knows the whole group:
+        consumers heartbeat to slaves too), its master first, then its slaves."""
         route = await self.instance.route(topic)
         brokers = [b for b in route.broker_datas if b.broker_addrs]
         if not brokers:
             raise NoRouteError(topic, "no broker address in its route")
         b = random.choice(brokers)
-        addr = b.master_addr or next(iter(b.broker_addrs.values()))
-        resp = await self.instance.invoke(addr, api.consumer_list_request(self.group))
-        return api.decode_consumer_list(resp, addr)
+        refused: RemotingConnectError | None = None
+        for _, addr in sorted(b.broker_addrs.items()):          # brokerId 0, the master, first
+            try:
+                resp = await self.instance.invoke(addr, api.consumer_list_request(self.group))
+            except RemotingConnectError as exc:
+                refused = exc
+                continue
+            return api.decode_consumer_list(resp, addr)
+        assert refused is not None
+        raise refused
 
     async def _add(self, mq: MessageQueue) -> bool:
         locked = False

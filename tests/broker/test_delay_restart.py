@@ -96,17 +96,6 @@ def wait_restarted(broker, old: int) -> None:
                              not in (0, old))
 
 
-def kill_node(broker) -> None:
-    procs = [psutil.Process(broker.node.proc.pid), *psutil.Process(broker.node.proc.pid).children(recursive=True)]
-    broker.node.remember()
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-    broker.node.proc.wait(10)
-
-
 def stopped(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_STOPPED
@@ -148,7 +137,7 @@ def test_kill_9_of_the_whole_node_with_copies_not_yet_counted(start_node, tmp_pa
         pid = schedule_pid(broker)
         fault(tmp_path, step, "stop")                             # the actor freezes itself at that step ...
         wait_until(lambda: stopped(pid), timeout=10, message=f"the schedule actor to stop at {step}")
-        kill_node(broker)                                         # ... and the node dies around it
+        broker.node.kill()                                        # ... and the node dies around it
         broker.node = restart_broker(broker.node)
     assert "abnormal" in broker.node.log_text()
     counts = exactly_once(broker, keys)

@@ -171,14 +171,7 @@ def test_kill_9_of_the_whole_node_under_sync_flush_keeps_every_acknowledged_mess
     load = Load(broker.addr, producers=4)
     load.start()
     load.wait_progress(200)
-    procs = [psutil.Process(broker.node.proc.pid), *psutil.Process(broker.node.proc.pid).children(recursive=True)]
-    broker.node.remember()
-    for p in procs:                                         # everything at once, supervisor included
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-    broker.node.proc.wait(10)
+    broker.node.kill()                                      # everything at once, supervisor included
     load.stop()
     assert (broker.node.store / "abort").exists()          # an unclean stop: abnormal recovery follows
     broker.node = restart_broker(broker.node)

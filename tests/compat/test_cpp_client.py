@@ -8,7 +8,6 @@ tests/compat/cpp_client.py in a process of its own (see conftest.cpp).
 
 from __future__ import annotations
 
-import signal
 import threading
 
 import pytest
@@ -149,7 +148,7 @@ def test_producer_and_push_consumer_ride_through_a_kill_of_the_whole_node(cpp_ho
              "settleS": 1}], timeout=170)[0]))
         consumer.start()
         sent = cpp(cpp_home, registry, [{"op": "send", "topic": "CppSurvivor", "n": 300}])[0]
-        node.stop(signal.SIGKILL)
+        node.kill()
         node.reap()
         node = restart_broker(node)
         sent += cpp(cpp_home, registry, [{"op": "send", "topic": "CppSurvivor", "n": 300}])[0]
@@ -183,7 +182,7 @@ def test_push_consumer_reads_on_from_the_slave_after_the_master_is_killed(cpp_ho
             "commitlog.written"], timeout=20, message="the slave to catch up")
         wait_until(lambda: committed_total(f"127.0.0.1:{slave.port}", "CppFailover", "CG_CPP_FAILOVER", 4) == 100,
                    timeout=20, message="the group's offsets on the slave")
-        master.stop(signal.SIGKILL)
+        master.kill()
         second = cpp(cpp_home, registry, [push], timeout=120)[0]
         assert sorted(m["msgId"] for m in first) == sorted(r["msgId"] for r in first_sent)
         assert sorted(m["msgId"] for m in second) == sorted(r["msgId"] for r in second_sent)
