@@ -115,6 +115,8 @@ class HAService:
                     link.error = link.error or "closed the connection"
                     break
                 acked = decoder.feed(data)
+                if acked > self.written.get():          # it would release sync sends nobody has
+                    raise HAProtocolError(f"a slave reported {acked}, ahead of this master's {self.written.get()}")
                 if acked >= 0:
                     link.acked = acked
                     link.reported.set()

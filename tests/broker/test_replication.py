@@ -153,12 +153,14 @@ def test_garbage_on_the_ha_port_costs_that_connection_only(start_node, slaves):
     slave = slaves(master.node)
     send_many(master, "Rep", 10, 100)
     caught_up(master.node, slave)
-    with socket.create_connection(("127.0.0.1", master.node.ha_port), timeout=5) as s:
-        s.sendall(struct.pack(">q", -5))
-        s.settimeout(5)
-        assert s.recv(64) == b""                         # closed on us
-    wait_until(lambda: "broke the protocol: a slave reported the negative offset -5" in master.node.log_text(),
-               timeout=10)
+    for report, logged in ((-5, "a slave reported the negative offset -5"),
+                           (1 << 40, f"a slave reported {1 << 40}, ahead of this master's")):
+        with socket.create_connection(("127.0.0.1", master.node.ha_port), timeout=5) as s:
+            s.sendall(struct.pack(">q", report))
+            s.settimeout(5)
+            assert s.recv(64) == b""                     # closed on us
+        wait_until(lambda: f"broke the protocol: {logged}" in master.node.log_text(), timeout=10)
+    assert field(master.node, "commitlog.slave_acked") == field(master.node, "commitlog.written")
     send_many(master, "Rep", 10, 100, start=10)
     assert_same_log(master.node, slave)
     assert field(master.node, "ha.slaves") == 1
