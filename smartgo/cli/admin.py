@@ -110,6 +110,13 @@ def _when(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds") if ms > 0 else "-"
 
 
+def _behind(broker_id: int, master_end: str | None, end: str | None) -> str:
+    """A slave's distance from its master: CommitLog bytes the master has and it has not yet."""
+    if broker_id == 0 or master_end is None or end is None:
+        return "-"
+    return f"{max(0, int(master_end) - int(end))} B"
+
+
 def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:
     if args.json:
         emit({"messages": [message_to_json(m) for m in msgs]})
@@ -158,7 +165,7 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
         elif cmd == "cluster-list":
             info = await admin.cluster_info()
             runtime = {}
-            for _, addr in info.masters():
+            for addr in sorted({a for b in info.brokers.values() for a in b.broker_addrs.values()}):
                 try:
                     runtime[addr] = await admin.broker_runtime_info(addr)
                 except Exception as exc:  # an older broker without the code still lists
@@ -170,11 +177,15 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
                 for cluster, names in sorted(info.clusters.items()):
                     for name in names:
                         b = info.brokers.get(name)
-                        for bid, addr in sorted((b.broker_addrs if b else {}).items()):
+                        addrs = b.broker_addrs if b else {}
+                        master_end = runtime.get(addrs.get(0, ""), {}).get("commitLogMaxOffset")
+                        for bid, addr in sorted(addrs.items()):
                             rt = runtime.get(addr, {})
                             rows.append((cluster, name, bid, addr, rt.get("brokerVersionDesc", rt.get("version", "-")),
-                                         rt.get("putTps", "-"), rt.get("getTransferedTps", rt.get("getTps", "-"))))
-                print(table(rows, ("CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "PUT TPS", "GET TPS")))
+                                         rt.get("putTps", "-"), rt.get("getTransferedTps", rt.get("getTps", "-")),
+                                         _behind(bid, master_end, rt.get("commitLogMaxOffset"))))
+                print(table(rows, ("CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "PUT TPS", "GET TPS",
+                                   "SLAVE BEHIND")))
         elif cmd == "consumer-progress":
             stats = await admin.consumer_progress(args.group, args.topic)
             if args.json:

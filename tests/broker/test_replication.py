@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -83,6 +85,12 @@ def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, 
     wait_until(lambda: field(master.node, "commitlog.slave_acked") == end, timeout=10)
     assert field(master.node, "ha.slaves") == 1
     assert field(slave, "commitlog.dispatched") == end           # its own ConsumeQueues follow
+
+    listed = subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", "cluster-list", "-n", master.registry],
+                            capture_output=True, text=True, timeout=30)
+    rows = {line.split()[2]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert rows["0"][-1] == "-" and rows["1"][-2:] == ["0", "B"]             # SLAVE BEHIND
+    assert rows["1"][3] == f"127.0.0.1:{slave.port}" and rows["1"][4] != "-"  # the slave answers runtime info
 
     slave_addr = f"127.0.0.1:{slave.port}"
     refused = master.client.invoke(slave_addr, send_command("Rep", b"no"))
