@@ -162,10 +162,16 @@ def _groups(per_minute, span: TimeRange):
 
 
 def _lag_minutes(records):
+    """Lag per (group, topic, minute), summed over queues and brokers. A master and its slaves
+    report the same queues (a slave's offsets are copies of its master's): per broker name and
+    queue the lowest brokerId's snapshot counts, so a slave's counts only while its master
+    reports nothing."""
     import pyspark.sql.functions as F
 
-    rows = records.select("ts", F.explode("lag").alias("l")).select(
-        "ts", "l.group", "l.topic", F.greatest(_zero("l.lag"), F.lit(0)).alias("lag"))
+    rows = records.select("ts", "broker", "broker_id", F.explode("lag").alias("l")).select(
+        "ts", "broker", "broker_id", "l.group", "l.topic", "l.queue_id",
+        F.greatest(_zero("l.lag"), F.lit(0)).alias("lag"))
+    rows = rows.groupBy("ts", "broker", "group", "topic", "queue_id").agg(F.min_by("lag", "broker_id").alias("lag"))
     return rows.groupBy("group", "topic", "ts").agg(
         F.sum("lag").alias("lag"), F.max("lag").alias("max_queue_lag"), F.count("*").alias("queues"))
 

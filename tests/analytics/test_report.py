@@ -101,6 +101,22 @@ def test_lag_per_group_over_time(report):
     assert (summary["latest_lag"], summary["peak_lag"], summary["latest_ts"]) == (66, 170, T2)
 
 
+def test_a_slave_s_lag_counts_only_while_its_master_reports_nothing(spark, tmp_path):
+    """broker-a's slave (brokerId 1) reports the same queues as its master, from copied offsets:
+    at T0 the master's snapshot counts alone; at T1 only the slave reported (its master was down)."""
+    slave = Broker("broker-a", 1, "127.0.0.1:11911")
+    write_stats(tmp_path / "master", [StatsRecord(A, T0, lag={("G1", "Orders", 0): (1000, 900),
+                                                                ("G1", "Orders", 1): (500, 480)})])
+    write_stats(tmp_path / "slave", [StatsRecord(slave, T0, lag={("G1", "Orders", 0): (990, 850),
+                                                                  ("G1", "Orders", 1): (500, 480)}),
+                                     StatsRecord(slave, T1, lag={("G1", "Orders", 0): (1000, 930)})])
+    r = run_report(spark, [str(tmp_path / "master"), str(tmp_path / "slave")], tmp_path / "out", progress=None)
+    lag = by(r.frames["consumer_lag"], "group", "topic", "ts")
+    assert (lag["G1", "Orders", T0]["lag"], lag["G1", "Orders", T0]["queues"]) == (120, 2)
+    assert lag["G1", "Orders", T1]["lag"] == 70
+    assert len(r.frames["broker_minutes"]) == 3          # the slave's minutes are its own
+
+
 def test_latency_histograms_are_merged_not_averaged(report):
     lat = by(report.frames["latency"], "kind", "ts")
     send0 = lat["send", T0]  # merged {0.5: 2, 1: 6, 5: 2}, max 4.0
