@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from smartgo.broker import recovery
 from smartgo.broker.bells import FlagBell
 from smartgo.net.ha_codec import HAProtocolError, TransferDecoder, encode_report
-from smartgo.store import CommitLogReader, CommitLogWriter, StoreError
+from smartgo.store import CommitLogReader, CommitLogWriter, CorruptRecordError, StoreError
 from smartgo.store.mapped_file import segment_name, segment_starts
-from smartgo.store.record import BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
+from smartgo.store.record import store_timestamp_at
 
 if TYPE_CHECKING:
     from smartgo.broker.ha_actor import HAActor
@@ -143,33 +143,11 @@ class HAClient:
         self.log_writer.append_replica(offset, chunk)
 
     def _publish(self) -> None:
-        """Move commitlog.written to the end of the last whole record that arrived (a tight
-        loop per file: it is most of a slave's CPU)."""
-        end = self.log_writer.wrote_position
-        pos = self.aligned
-        last = -1
-        fs = self.store.commitlog_file_size
-        unpack = SIZE_MAGIC.unpack_from
-        while end - pos >= 8:
-            mf = self.reader.segment(pos)
-            mm, base = mf.mm, mf.start
-            rel, limit = pos - base, min(fs, end - base)
-            size = magic = 0
-            while rel + 8 <= limit:
-                size, magic = unpack(mm, rel)
-                if magic != MESSAGE_MAGIC or size < FIXED_SIZE or rel + size > limit:
-                    break
-                last = base + rel
-                rel += size
-            pos = base + rel
-            if rel + 8 > limit:
-                break                                       # the next header has not arrived
-            if magic == BLANK_MAGIC and size == fs - rel:
-                pos = base + fs                             # the file's end filler
-                continue
-            if magic != MESSAGE_MAGIC or size < FIXED_SIZE or rel + size > fs:
-                raise HAProtocolError(f"the replicated data at {pos} is not a record (size {size}, magic {magic})")
-            break                                           # a record still arriving
+        """Move commitlog.written to the end of the last whole record that arrived."""
+        try:
+            pos, last = self.reader.whole_records(self.aligned, self.log_writer.wrote_position)
+        except CorruptRecordError as exc:
+            raise HAProtocolError(f"the replicated data is not a CommitLog: {exc}") from None
         if pos == self.aligned:
             return
         if last >= 0:

@@ -230,6 +230,40 @@ class CommitLogReader:
             raise CorruptRecordError("no record starts here", offset)
         return mf.view[rel:rel + size]
 
+    def whole_records(self, start: int, end: int) -> tuple[int, int]:
+        """Where the whole records from ``start`` (a record or file start) end below ``end``,
+        which may cut a record anywhere (a slave's replicated tail): (that position, the start
+        of the last whole record, or -1 for none); never past ``end``. A file's end filler is
+        stepped over once all of it is in. CorruptRecordError where the bytes are neither."""
+        fs = self.file_size
+        unpack = SIZE_MAGIC.unpack_from
+        pos = start
+        last = -1
+        while end - pos >= 8:
+            mf = self.segment(pos)
+            mm, base = mf.mm, mf.start
+            rel, limit = pos - base, min(fs, end - base)
+            size = magic = 0
+            while rel + 8 <= limit:                         # the hot loop: a header per record
+                size, magic = unpack(mm, rel)
+                if magic != MESSAGE_MAGIC or size < FIXED_SIZE or rel + size > limit:
+                    break
+                last = base + rel
+                rel += size
+            pos = base + rel
+            if rel + 8 > limit:
+                break                                       # the next header has not arrived
+            if magic == BLANK_MAGIC and size == fs - rel:
+                if base + fs > end:
+                    break                                   # the filler has not all arrived
+                pos = base + fs
+                continue
+            if magic != MESSAGE_MAGIC or size < FIXED_SIZE or rel + size > fs:
+                raise CorruptRecordError(f"neither a record nor a file-end filler (size {size}, magic {magic})",
+                                         pos)
+            break                                           # a record still arriving
+        return pos, last
+
     def walk(self, start: int, bound: int | None = None, *, verify: bool = False) -> RecordWalk:
         return RecordWalk(self, start, bound, verify)
 

@@ -189,6 +189,52 @@ def test_replica_append_copies_bytes_verbatim(config, tmp_path):
         x.close()
 
 
+def test_whole_records_end_at_a_record_for_every_cut_of_a_replicated_tail(config, tmp_path):
+    """A slave copies the master's bytes in chunks cut anywhere (mid-header, mid-record, inside
+    a file's end filler): whole_records always stops at a record boundary at or below the copy's
+    end, and reaches the master's written position when the copy does. 4 KiB files: fillers."""
+    from .conftest import small_config
+    w = writer(config)
+    for i in range(40):
+        w.append([Block(rec(body=bytes([65 + i % 26]) * (150 + 37 * i % 400)), ("TopicA", 0))])
+    end = w.wrote_position
+    src = CommitLogReader(config.commitlog_dir, config.commitlog_file_size)
+    records = [(phys, size) for phys, _, _, size in src.walk(0, end)]
+    starts = {phys for phys, _ in records}
+    fs = config.commitlog_file_size
+    boundaries = starts | {phys + size for phys, size in records}      # record starts and ends
+    for step in (1, 7, 90, 1000):
+        slave_cfg = small_config(tmp_path / f"slave{step}")
+        slave = writer(slave_cfg)
+        copy = CommitLogReader(slave_cfg.commitlog_dir, fs)
+        pos = aligned = 0
+        while pos < end:
+            chunk = src.read(pos, min(step, fs - pos % fs, end - pos), end)
+            pos = slave.append_replica(pos, chunk)
+            aligned, last = copy.whole_records(aligned, pos)
+            assert aligned <= pos and aligned in boundaries, (step, pos, aligned)
+            assert last == -1 or last in starts
+        assert aligned == end
+        slave.close()
+        copy.close()
+    src.close()
+    w.close()
+
+
+def test_whole_records_refuses_bytes_that_are_not_a_log(config):
+    w = writer(config)
+    w.append([Block(rec(), ("TopicA", 0))])
+    first = w.wrote_position
+    w.append([Block(rec(), ("TopicA", 0))])
+    reader = CommitLogReader(config.commitlog_dir, config.commitlog_file_size, writable=True)
+    SIZE_MAGIC.pack_into(reader.segment(0).mm, first, 100, 12345)      # the second record's header
+    assert reader.whole_records(0, first) == (first, 0)
+    with pytest.raises(CorruptRecordError, match="neither a record nor a file-end filler"):
+        reader.whole_records(0, w.wrote_position)
+    w.close()
+    reader.close()
+
+
 def test_released_pages_keep_their_data(config):
     """madvise(DONTNEED) behind the writer drops pages from RSS, never data."""
     w = writer(config)
