@@ -5,8 +5,9 @@ Scenarios (each run on a fresh master + slave pair, 1 net actor, async flush, 12
   catch_up       the master gets a backlog first (--catch-up-mb, batched sends of 32 1-KiB messages), then
                  the slave starts: its catch-up rate in MB/s from its connection (the master's ha.slaves
                  turns 1; the slave reports its position at once) until its commitlog.written equals the
-                 master's, and the CPU ms per MB of the master's and of the slave's ha actor over that time
-                 (psutil on the actor pids)
+                 master's, the CPU ms per MB of the master's and of the slave's ha actor over that time
+                 (psutil on the actor pids), and both ha actors' RSS at the end (mapped CommitLog pages they
+                 touched count; they drop them every 64 MiB)
   async_batched  bench_broker's batch load (32 messages a request, one connection, 32 requests in flight)
                  with a slave attached: msgs/s; the replication lag (commitlog.written - commitlog.slave_acked
                  on the master, read from its board every 10 ms while the producer runs): p50/p99/max KiB;
@@ -153,6 +154,8 @@ def scenario_catch_up(workdir: Path, backlog: int) -> dict:
                     watcher.join(5)
                     slave_cpu = cpu_s(connected["ha"]) - connected["ha_cpu"]
                     behind = end - s["commitlog.written"]
+                    rss = {"master_ha_rss_mb": master_ha.memory_info().rss / MB,
+                           "slave_ha_rss_mb": connected["ha"].memory_info().rss / MB}
                 finally:
                     s.close()
         finally:
@@ -162,7 +165,8 @@ def scenario_catch_up(workdir: Path, backlog: int) -> dict:
     seconds = done - connected["at"]
     mb = end / MB
     return {"mb_s": mb / seconds, "backlog_mb": mb, "seconds": seconds, "behind_bytes": behind,
-            "master_ha_cpu_ms_per_mb": master_cpu * 1000 / mb, "slave_ha_cpu_ms_per_mb": slave_cpu * 1000 / mb}
+            "master_ha_cpu_ms_per_mb": master_cpu * 1000 / mb, "slave_ha_cpu_ms_per_mb": slave_cpu * 1000 / mb,
+            **rss}
 
 
 # ---- async_batched -------------------------------------------------------------------------------------------

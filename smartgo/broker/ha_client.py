@@ -37,6 +37,7 @@ MASTER_FILE = "ha_master"        # <run>/ha_master: the master's HA address, fro
 RECONNECT = 1.0                  # s between connection attempts
 CONNECT_TIMEOUT = 3.0
 READ_SIZE = 256 * 1024
+RELEASE_EVERY = 64 << 20         # bytes published between drops of the reader's pages from RSS
 
 
 def master_file(run_path: Path) -> Path:
@@ -63,7 +64,7 @@ class HAClient:
         self.bells = [FlagBell(b, actor.ctx.run_path, "dispatch", "dispatch.sleeping")]
         if cfg.flush == "sync":
             self.bells.append(FlagBell(b, actor.ctx.run_path, "flush", "flush.sleeping"))
-        self.connected_to: str | None = None
+        self._unreleased = 0                    # bytes published since the last release_pages
 
     def _open(self, position: int) -> CommitLogWriter:
         return CommitLogWriter(self.store.commitlog_dir, self.store.commitlog_file_size, position, {},
@@ -92,7 +93,6 @@ class HAClient:
                     await self._replicate(addr)
                 except (OSError, HAProtocolError, StoreError) as exc:
                     log.warning("replication from %s stopped at %d: %s; reconnecting", addr, self.aligned, exc)
-                self.connected_to = None
             await asyncio.sleep(RECONNECT)
 
     async def _replicate(self, addr: str) -> None:
@@ -102,7 +102,6 @@ class HAClient:
             if self.log_writer.wrote_position != self.aligned:      # drop a partial record: it comes again
                 self.log_writer.close()
                 self.log_writer = self._open(self.aligned)
-            self.connected_to = addr
             log.info("replicating from %s, starting at %d", addr, self.aligned)
             writer.write(encode_report(self.aligned))
             reported = time.monotonic()
@@ -150,6 +149,10 @@ class HAClient:
             raise HAProtocolError(f"the replicated data is not a CommitLog: {exc}") from None
         if pos == self.aligned:
             return
+        self._unreleased += pos - self.aligned
+        if self._unreleased >= RELEASE_EVERY:
+            self._unreleased = 0
+            self.reader.release_pages(pos)
         if last >= 0:
             mf = self.reader.segment(last)
             self.last_ts = store_timestamp_at(mf.view, last - mf.start)

@@ -37,12 +37,14 @@ log = logging.getLogger("smartgo.broker.ha_service")
 TRANSFER_BATCH = 32 * 1024      # haTransferBatchSize
 SAFETY_CHECK = 1.0              # s: the longest sleep without looking at the written position
 PACE = 0.001                    # s between wake-ups while data keeps coming (async replication)
+RELEASE_EVERY = 64 << 20        # bytes sent between drops of the mapped pages from this actor's RSS
 
 
 @dataclass(eq=False)
 class SlaveLink:
     peer: str
     acked: int = -1
+    sent: int = -1                   # the position the next frame starts at (-1 before the first)
     reported: asyncio.Event = field(default_factory=asyncio.Event)
     error: str | None = None         # why the connection ends
 
@@ -66,6 +68,7 @@ class HAService:
         self._seen = self.written.get()
         self._moved: asyncio.Future = asyncio.get_running_loop().create_future()
         self._linked = asyncio.Event()          # set while a slave is connected
+        self._unreleased = 0                    # bytes sent since the last release_pages
         self.acked.set(0)
         self.slaves.set(0)
         self.server: asyncio.base_events.Server | None = None
@@ -162,8 +165,9 @@ class HAService:
                 n = min(TRANSFER_BATCH, written - pos, mf.size - rel)
                 writer.write(encode_header(pos, n))
                 writer.write(mf.view[rel:rel + n])
-                pos += n
+                pos = link.sent = pos + n
                 last_sent = time.monotonic()
+                self._sent(n)
                 await writer.drain()
                 continue
             idle = time.monotonic() - last_sent
@@ -176,6 +180,12 @@ class HAService:
                 await asyncio.wait_for(asyncio.shield(self._moved), self.heartbeat - idle)
             except TimeoutError:
                 pass
+
+    def _sent(self, n: int) -> None:
+        self._unreleased += n
+        if self._unreleased >= RELEASE_EVERY:
+            self._unreleased = 0
+            self.reader.release_pages(min(link.sent for link in self.links if link.sent >= 0))
 
     # ---- published state ----------------------------------------------------------------------------------
     def _publish_slaves(self) -> None:

@@ -184,6 +184,8 @@ class CommitLogWriter:
             self._file.mm[self._pos:self._pos + take] = mv[:take]
             self._pos += take
             mv = mv[take:]
+        if self._pos - self._file.released >= self._release_interval:
+            self._file.release(self._pos)
         return self.wrote_position
 
     def flush(self, begin: int, end: int) -> int:
@@ -229,6 +231,13 @@ class CommitLogReader:
         if magic != MESSAGE_MAGIC or size < FIXED_SIZE or rel + size > limit:
             raise CorruptRecordError("no record starts here", offset)
         return mf.view[rel:rel + size]
+
+    def release_pages(self, below: int) -> None:
+        """Drop the pages this process has touched from its RSS (the page cache keeps them) and
+        unmap the files that end at or before ``below``: a long-lived reader (replication) calls
+        it every so many bytes, so a catch-up does not grow it by the backlog's size."""
+        self.files.forget_before(below)
+        self.files.release_all()
 
     def whole_records(self, start: int, end: int) -> tuple[int, int]:
         """Where the whole records from ``start`` (a record or file start) end below ``end``,

@@ -18,6 +18,7 @@ def test_bench_replication_quick(tmp_path):
     assert up["backlog_mb"] >= 20 and up["behind_bytes"] == 0           # the slave has the whole backlog
     assert up["mb_s"] > 0 and up["seconds"] > 0
     assert up["master_ha_cpu_ms_per_mb"] > 0 and up["slave_ha_cpu_ms_per_mb"] > 0
+    assert 0 < up["master_ha_rss_mb"] and 0 < up["slave_ha_rss_mb"]
 
     batched = r["async_batched"]
     assert batched["errors"] == 0 and batched["msgs_s"] > 0 and batched["behind_bytes"] == 0
