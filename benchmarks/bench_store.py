@@ -30,6 +30,7 @@ from smartgo.store import (  # noqa: E402
     StoreReader, recover,
 )
 from smartgo.store.damage import SCRUB_STEP, ScrubCursor, scrub  # noqa: E402
+from smartgo.store.lazy_numpy import load as load_numpy  # noqa: E402
 from smartgo.store.record import encode_properties, encode_record, pack_host  # noqa: E402
 from smartgo.store.store_files import mark_clean_shutdown, mark_running  # noqa: E402
 
@@ -249,6 +250,7 @@ def bench_rss(base: Path, quick: bool, gigabytes: float) -> dict[str, float]:
 
 
 def main() -> int:
+    load_numpy()        # steady-state figures: a node's dispatch actor imports numpy at its start
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print all figures as one JSON object on the last line")
     ap.add_argument("--quick", action="store_true", help="a few-second smoke run")

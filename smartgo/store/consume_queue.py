@@ -6,6 +6,7 @@ read entries below the queue's published max offset through their own read-only 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import struct
@@ -14,17 +15,19 @@ from pathlib import Path
 
 from smartgo.store.config import CQ_UNIT, round_up_to_unit
 from smartgo.store.errors import OffsetGoneError
+from smartgo.store.lazy_numpy import np
 from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, keep_warm
 
 log = logging.getLogger("smartgo.store.consume_queue")
 
 ENTRY = struct.Struct(">qiq")
-try:  # the same layout as a numpy dtype, for dispatch's columnar path
-    import numpy as _np
 
-    ENTRY_DTYPE = _np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-except ImportError:  # pragma: no cover - a core dependency
-    ENTRY_DTYPE = None
+
+@functools.cache
+def entry_dtype():
+    """ENTRY as a numpy dtype, for dispatch's columnar path."""
+    return np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+
 HOLE_SIZE = 0x7FFFFFFF  # pre-fill entry (0, Integer.MAX_VALUE, 0) for a queue starting mid-file
 _HOLE = ENTRY.pack(0, HOLE_SIZE, 0)
 QueueKey = tuple[str, int]

@@ -16,28 +16,29 @@ without numpy, take the per-record path, which writes the same bytes.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import NamedTuple
 
 from smartgo.store.commitlog import CommitLogReader, QueueKey
-from smartgo.store.consume_queue import ENTRY_DTYPE, ConsumeQueueSet, ConsumeQueueWriter
+from smartgo.store.consume_queue import ConsumeQueueSet, ConsumeQueueWriter, entry_dtype
 from smartgo.store.errors import CorruptRecordError, MessageIllegalError, OffsetGoneError, UnnamedRecordError
 from smartgo.store.index_file import IndexService
 from smartgo.store.java_hash import (
     byte_rows, java_hash_u32, positive_index_hashes, prefixed_hashes, span_hashes_u32, tags_code,
 )
+from smartgo.store.lazy_numpy import np as _np
 from smartgo.store.record import (
     BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, SCHEDULE_TOPIC, SIZE_MAGIC, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE, DispatchColumns, dispatch_columns, dispatch_properties, gather_properties, key_tokens,
     peek_head, property_values, schedule_tags_code, topic_field,
 )
 
-try:
-    import numpy as _np
 
-    _SIZE_MAGIC = _np.dtype([("size", ">i4"), ("magic", ">i4")])
-except ImportError:  # pragma: no cover - a core dependency; the per-record path needs none
-    _np = None
+@functools.cache
+def _size_magic():
+    return _np.dtype([("size", ">i4"), ("magic", ">i4")])
+
 
 log = logging.getLogger("smartgo.store.dispatch")
 
@@ -53,7 +54,7 @@ def _equal_sized_run(mm, rel: int, size: int, most: int):
     size and the message magic: exact, since each one's size puts the next where we look."""
     np = _np
     at = np.arange(rel, rel + most * size, size, dtype=np.int64)
-    heads = np.ndarray((len(mm) - 7,), _SIZE_MAGIC, mm, strides=(1,))[at]
+    heads = np.ndarray((len(mm) - 7,), _size_magic(), mm, strides=(1,))[at]
     ok = (heads["size"] == size) & (heads["magic"] == MESSAGE_MAGIC)
     return at if ok.all() else at[:int(np.argmin(ok))]
 
@@ -303,7 +304,7 @@ class Dispatcher:
         starts = np.cumsum(counts) - counts
         expected = first_offset[by_queue] + (np.arange(len(rows)) - starts[by_queue])
         irregular = np.bincount(by_queue, cols.queue_offset[rows] != expected, minlength=len(queues))
-        entries = np.empty(len(rows), ENTRY_DTYPE)
+        entries = np.empty(len(rows), entry_dtype())
         entries["phys"] = phys[rows]
         entries["size"] = cols.size[rows]
         entries["tags"] = tags[rows]

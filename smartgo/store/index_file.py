@@ -13,6 +13,7 @@ reading the record (MessageStore.query_by_key does).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import struct
@@ -23,6 +24,7 @@ from pathlib import Path
 from smartgo.store.java_hash import (
     index_hashes, index_hashes_vectorized, java_hash_u32, positive_index_hash, prefix_hash,
 )
+from smartgo.store.lazy_numpy import np as _np
 from smartgo.store.mapped_file import MappedFile, create_segment
 
 log = logging.getLogger("smartgo.store.index_file")
@@ -37,12 +39,10 @@ INVALID_INDEX = 0
 _INT32_MAX = 0x7FFFFFFF
 VECTORIZE_MIN = 64  # below this many keys per round the plain loop is faster
 
-try:
-    import numpy as _np
 
-    _ENTRY_DTYPE = _np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-except ImportError:  # pragma: no cover
-    _np = None
+@functools.cache
+def _entry_dtype():
+    return _np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 
 def index_file_size(slot_count: int, entry_count: int) -> int:
@@ -185,7 +185,7 @@ class IndexFile:
             self.begin_timestamp = int(t[0])
         begin_ts = self.begin_timestamp
         diff = np.clip((t - begin_ts) // 1000, 0, _INT32_MAX) if begin_ts > 0 else 0
-        entries = np.frombuffer(self.mm, dtype=_ENTRY_DTYPE, count=n, offset=self._entries_at + count * ENTRY_SIZE)
+        entries = np.frombuffer(self.mm, dtype=_entry_dtype(), count=n, offset=self._entries_at + count * ENTRY_SIZE)
         entries["hash"] = h
         entries["phys"] = p
         entries["diff"] = diff

@@ -8,6 +8,7 @@ int32. For ASCII the code units are the bytes, so the sum is one C-level
 
 from __future__ import annotations
 
+import functools
 import operator
 import sys
 from array import array
@@ -19,14 +20,14 @@ _POWERS = [pow(31, k, 1 << 32) for k in range(_CHUNK + 1)]
 _SUFFIX = [_POWERS[n - 1::-1] if n else [] for n in range(_CHUNK + 1)]
 _mul = operator.mul
 
-try:  # vectorised hashing of a whole dispatch round's tags and index keys
-    import numpy as _np
+from smartgo.store.lazy_numpy import np as _np    # vectorised hashing of a dispatch round's tags and keys
 
-    _NP_POWERS = _np.array(_POWERS, dtype=_np.uint32)
-    _NP_INVERSE_POWERS = _np.array([pow(31, -k, 1 << 32) for k in range(_CHUNK + 1)], dtype=_np.uint32)
-    _NP_COLUMNS = _np.arange(_CHUNK)
-except ImportError:  # pragma: no cover - a core dependency; the scalar functions still work
-    _np = None
+
+@functools.cache
+def _np_tables():
+    """31**k, its inverses mod 2**32 and the column numbers, as arrays (built on first use)."""
+    return (_np.array(_POWERS, dtype=_np.uint32),
+            _np.array([pow(31, -k, 1 << 32) for k in range(_CHUNK + 1)], dtype=_np.uint32), _np.arange(_CHUNK))
 
 
 def _hash_units(units) -> int:
@@ -123,6 +124,7 @@ def span_hashes_u32(buf, starts, lengths):
     """Unsigned Java hashes of the spans buf[start:start + length] of a uint8 array, as a
     uint32 array, plus a mask of the spans left for java_hash_u32 (non-ASCII, or longer
     than _CHUNK bytes; their slot holds garbage). Empty spans hash to 0, whatever their start."""
+    powers, inverse_powers, columns = _np_tables()
     lengths = _np.asarray(lengths, _np.int64)
     scalar = lengths > _CHUNK
     width = int(lengths.max(initial=0, where=~scalar))
@@ -134,13 +136,13 @@ def span_hashes_u32(buf, starts, lengths):
     uniform = bool((lengths == width).all())  # e.g. UNIQ_KEYs: no padding to mask or undo
     rows = byte_rows(buf, starts if uniform else _np.where(lengths > 0, starts, 0), width)
     if not uniform:
-        rows[_NP_COLUMNS[:width] >= lengths[:, None]] = 0
+        rows[columns[:width] >= lengths[:, None]] = 0
     if rows.max(initial=0) >= 0x80:
         scalar = scalar | (rows >= 0x80).any(axis=1)
-    padded = _np.einsum("ij,j->i", rows, _NP_POWERS[width - 1::-1], dtype=_np.uint32)
+    padded = _np.einsum("ij,j->i", rows, powers[width - 1::-1], dtype=_np.uint32)
     if uniform:
         return padded, scalar
-    return padded * _NP_INVERSE_POWERS[_np.clip(width - lengths, 0, _CHUNK)], scalar
+    return padded * inverse_powers[_np.clip(width - lengths, 0, _CHUNK)], scalar
 
 
 def positive_index_hashes(h_u32):
@@ -166,7 +168,7 @@ def index_hashes_vectorized(topics: list[bytes], keys: list[bytes], prefix_cache
 
 def prefixed_hashes(prefix_u32, key_u32, key_lengths):
     """Unsigned hash of prefix + key from the two parts' hashes (key: ASCII, <= _CHUNK bytes)."""
-    return prefix_u32 * _NP_POWERS[_np.minimum(key_lengths, _CHUNK)] + key_u32
+    return prefix_u32 * _np_tables()[0][_np.minimum(key_lengths, _CHUNK)] + key_u32
 
 
 def positive_index_hash(h_u32: int) -> int:

@@ -8,6 +8,7 @@ patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (offsets exporte
 
 from __future__ import annotations
 
+import functools
 import re
 import socket
 import struct
@@ -20,10 +21,7 @@ from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError, Mess
 from smartgo.store.java_hash import TAGS_CODES as _TAGS_CODES
 from smartgo.store.java_hash import byte_rows, tags_code
 
-try:  # dispatch parses whole rounds with numpy (a core dependency; peek_* work without it)
-    import numpy as _np
-except ImportError:  # pragma: no cover
-    _np = None
+from smartgo.store.lazy_numpy import np as _np    # dispatch parses whole rounds with it
 
 MESSAGE_MAGIC = 0xDAA320A7 - (1 << 32)  # -626843481, as the signed int32 Java writes
 BLANK_MAGIC = 0xCBD43194 - (1 << 32)  # -875286124: end-of-file filler
@@ -475,23 +473,26 @@ class PropertyRows(NamedTuple):
     width: int  # rows are this far apart (0: packed, one after the other)
 
 
-if _np is not None:
-    # TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN of an IPv4 record
-    _HEAD_V4 = _np.dtype({"names": ["size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "body_len"],
-                          "formats": [">i4", ">i4", ">i8", ">i4", ">i8", ">i4"],
-                          "offsets": [0, POS_QUEUEID, POS_QUEUEOFFSET, POS_SYSFLAG, POS_STORETIMESTAMP, POS_BODYLEN],
-                          "itemsize": HEADER_V4_SIZE})
-    _PROPERTY_SEPARATOR = ord(PROPERTY_SEPARATOR)
-    _NAME_VALUE_SEPARATOR = ord(NAME_VALUE_SEPARATOR)
-    _KEY_SEPARATOR = ord(" ")
-    _PAD = 256  # bytes before and after the rows, so hash windows (<= 256 wide) stay in the buffer
+@functools.cache
+def _head_v4():
+    """TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN of an IPv4 record."""
+    return _np.dtype({"names": ["size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "body_len"],
+                      "formats": [">i4", ">i4", ">i8", ">i4", ">i8", ">i4"],
+                      "offsets": [0, POS_QUEUEID, POS_QUEUEOFFSET, POS_SYSFLAG, POS_STORETIMESTAMP, POS_BODYLEN],
+                      "itemsize": HEADER_V4_SIZE})
+
+
+_PROPERTY_SEPARATOR = ord(PROPERTY_SEPARATOR)
+_NAME_VALUE_SEPARATOR = ord(NAME_VALUE_SEPARATOR)
+_KEY_SEPARATOR = ord(" ")
+_PAD = 256  # bytes before and after the rows, so hash windows (<= 256 wide) stay in the buffer
 
 
 def dispatch_columns(u8, positions, base: int = 0) -> DispatchColumns:
     """The dispatch fields of the well-formed records at positions (an int64 array) of a
     uint8 view of a mapped file starting at physical offset base. CorruptRecordError when a
     record's body and topic lengths do not fit its size."""
-    rows = byte_rows(u8, positions, HEADER_V4_SIZE).view(_HEAD_V4).ravel()
+    rows = byte_rows(u8, positions, HEADER_V4_SIZE).view(_head_v4()).ravel()
     size = rows["size"].astype(_np.int64)
     sys_flag = rows["sys_flag"].astype(_np.int64)
     store_ts = rows["store_timestamp"].astype(_np.int64)
