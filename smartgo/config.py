@@ -158,6 +158,11 @@ class NodeConfig:
                                                 "while nothing moves (haSendHeartbeatInterval)")
     ha_housekeeping_interval: float = setting(20.0, "seconds of silence after which a replication connection "
                                                     "is closed (haHousekeepingInterval)")
+    slave_read_enable: str = setting("false", "a pull that reads data older than the in-memory window "
+                                              "(access_message_in_memory_max_ratio) is told to go on at the "
+                                              "slave (suggestWhichBrokerId 1), which keeps a lagging consumer "
+                                              "off the master's page cache; the slave sends it back once it "
+                                              "reads recent data (slaveReadEnable)", choices=("true", "false"))
     slave_sync_interval: float = setting(10.0, "slave: seconds between copies of the master's topics, groups "
                                                "and consumer offsets (SlaveSynchronize)")
     # ---- supervision

@@ -14,7 +14,9 @@ queue's published max offset and the written position, and answers with the raw 
 memoryviews (no copy through another actor, none into the socket buffer's way). Response
 codes follow the reference's edge-case table (PullMessageProcessor + GetMessageStatus);
 suggestWhichBrokerId, nextBeginOffset, minOffset and maxOffset are in every answer, the remark
-is the status name. A PULL_OFFSET_MOVED answer also stores an OffsetMovedEvent in
+is the status name. suggestWhichBrokerId is 0 (the master), or 1 under slave_read_enable when the
+records served lie beyond the in-memory window (4.x's suggestPullingFromSlave), on a master and on
+a slave alike: a lagging consumer reads its backlog at the slave and comes back once it is recent. A PULL_OFFSET_MOVED answer also stores an OffsetMovedEvent in
 OFFSET_MOVED_EVENT (tag and key: the group), as 4.x does. Each answer counts in the net actor's
 statistics (messages and bytes per group and topic; latency from arrival, or from the last
 wake-up of a parked pull, to the answer).
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from smartgo.broker.subscriptions import GroupState, RegisteredSub
 
 DEADLINE_GRACE_MS = 2000          # after its deadline a parked pull is answered here, hold or no hold
+SLOW_CONSUMER_BROKER = "1"      # whichBrokerWhenConsumeSlowly's default: the first slave
 RELEASE_EVERY = 64 << 20          # bytes served between drops of the reader's pages from RSS
 
 _CODES = {
@@ -110,6 +113,7 @@ class PullProcessor:
         self.stats = net.stats
         self.broker_name = net.config.broker_name
         self.is_master = net.config.role == "master"
+        self.slave_read = net.config.slave_read_enable == "true"
         self.auto_create_groups = net.config.auto_create_subscription_group == "true"
         self.parks = Batcher(net.park_ring)       # a full ring (hold down): the deadline sweep answers them
         self.parked: dict[int, ParkedPull] = {}
@@ -205,7 +209,8 @@ class PullProcessor:
             self.link.commit_offset(h.group, h.topic, h.queue_id, h.commit_offset)
         reader = view.fresh_reader()
         max_offset = view.max_offset(h.topic, h.queue_id)
-        r = reader.get_messages(h.topic, h.queue_id, h.offset, h.max_nums, max_offset, view.written.get(), codes)
+        written = view.written.get()
+        r = reader.get_messages(h.topic, h.queue_id, h.offset, h.max_nums, max_offset, written, codes)
         if r.status in _EMPTY_QUEUE:
             code = ResponseCode.PULL_OFFSET_MOVED if h.offset != 0 else ResponseCode.PULL_NOT_FOUND
         else:
@@ -213,8 +218,10 @@ class PullProcessor:
         if code == ResponseCode.PULL_NOT_FOUND and may_suspend and h.sys_flag & PullSysFlag.SUSPEND:
             self.park(conn, request, h, monotonic_ms() + h.suspend_ms if deadline is None else deadline)
             return None
-        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
-               "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
+        cold = self.slave_read and r.buffers and not reader.in_memory(r.max_phys_offset_pulling, written)
+        ext = {"suggestWhichBrokerId": SLOW_CONSUMER_BROKER if cold else "0",
+               "nextBeginOffset": str(r.next_begin_offset), "minOffset": str(r.min_offset),
+               "maxOffset": str(r.max_offset)}
         if code != ResponseCode.SUCCESS:
             self.stats.pulled(h.group, h.topic, 0, 0)
             if code == ResponseCode.PULL_OFFSET_MOVED and self.is_master:

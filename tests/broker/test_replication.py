@@ -317,3 +317,43 @@ def test_killing_either_ha_actor_mid_stream_costs_a_reconnect_only(start_node, s
         assert_same_log(master.node, slave)
     assert field(slave, "commitlog.dispatched") == field(master.node, "commitlog.written")
     assert slave.log_text().count("replicating from") >= 3          # a new connection after each kill
+
+
+def test_slave_read_enable_sends_a_consumer_reading_old_data_to_the_slave(start_node, slaves):
+    """slave_read_enable with an in-memory window of 0 % (every record counts as old): the master
+    suggests brokerId 1, and an SDK consumer then reads much of its backlog at the slave. A slave
+    whose window holds everything suggests the master again."""
+    from smartgo.broker.testing import pull_command, stats_records
+    from smartgo.client import AsyncPushConsumer, ConsumeResult
+    from smartgo.testing import async_wait_until
+
+    master = start_node({"topics": "Cold:4", "slave_read_enable": "true", "access_message_in_memory_max_ratio": 0})
+    slave = slaves(master.node, {"slave_read_enable": "true", "stats_interval": 1})
+    send_many(master, "Cold", 400, 100)
+    caught_up(master.node, slave)
+    slave_addr = f"127.0.0.1:{slave.port}"
+    at_master = master.call(pull_command("Cold", 0, 0, group="G"))          # send_many: queues 0-3
+    assert at_master.code == ResponseCode.SUCCESS and at_master.ext_fields["suggestWhichBrokerId"] == "1"
+    wait_until(lambda: master.client.invoke(slave_addr, pull_command("Cold", 0, 0, group="G")).code
+               == ResponseCode.SUCCESS, timeout=10, message="the topic on the slave")
+    at_slave = master.client.invoke(slave_addr, pull_command("Cold", 0, 0, group="G"))
+    assert at_slave.ext_fields["suggestWhichBrokerId"] == "0"            # recent for the slave: back
+
+    async def consume() -> int:
+        got: list[bytes] = []
+        c = AsyncPushConsumer("GC", master.registry, listener=lambda m: got.append(m.body) or ConsumeResult.SUCCESS,
+                              consume_from="CONSUME_FROM_FIRST_OFFSET")
+        c.subscribe("Cold", "*")
+        await c.start()
+        try:
+            await async_wait_until(lambda: len(got) >= 400, 20, message="400 messages")
+        finally:
+            await c.close()
+        return len(got)
+
+    assert asyncio.run(consume()) >= 400
+
+    def read_at_slave() -> int:             # the consumer group's messages in the slave's statistics
+        return sum(g["get_msgs"] for rec in stats_records(slave.store) for g in rec["groups"] if g["group"] == "GC")
+    # old data at the master comes 8 a pull (4.x's in-disk limit), then the slave serves up to 32
+    wait_until(lambda: read_at_slave() >= 100, timeout=10, message="the group's reads at the slave")
