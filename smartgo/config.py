@@ -220,7 +220,8 @@ class NodeConfig:
                                    run_dir=str(self.run_path.resolve()), listen_port=port,
                                    vip_port=max(port - 2, 0) if self.vip_port < 0 else self.vip_port,
                                    ha_port=self.ha_port or port + 1,
-                                   broker_id=(1 if self.role == "slave" else 0) if self.broker_id < 0 else self.broker_id)
+                                   broker_id=(1 if self.role == "slave" else 0) if self.broker_id < 0
+                                   else self.broker_id)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -151,7 +151,8 @@ class FlushActor(Actor):
         self.flush_commitlog(0)                 # the loops were cancelled; a round still in a thread ends first
         self.flush_queues(0)
         b = self.board
-        clean = (not b.actor_running(commitlog_writer(self.config)) and not b.actor_running("dispatch") and b.get("commit.intent") == 0
+        clean = (not b.actor_running(commitlog_writer(self.config)) and not b.actor_running("dispatch")
+                 and b.get("commit.intent") == 0
                  and b.get("commitlog.dispatched") == b.get("commitlog.written") == self.commitlog.flushed)
         if clean:
             mark_clean_shutdown(self.store.store_path)

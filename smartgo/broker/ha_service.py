@@ -36,6 +36,7 @@ log = logging.getLogger("smartgo.broker.ha_service")
 
 TRANSFER_BATCH = 32 * 1024      # haTransferBatchSize
 SAFETY_CHECK = 1.0              # s: the longest sleep without looking at the written position
+BIND_RETRY = 5.0                # s between attempts to listen while the HA port is taken
 PACE = 0.001                    # s between wake-ups while data keeps coming (async replication)
 RELEASE_EVERY = 64 << 20        # bytes sent between drops of the mapped pages from this actor's RSS
 
@@ -74,9 +75,22 @@ class HAService:
         self.server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
-        cfg = self.actor.config
-        self.server = await asyncio.start_server(self._serve, cfg.listen_host, cfg.ha_port, reuse_address=True)
         self.actor.spawn(self._follow(), "follow")
+        self.actor.spawn(self._listen(), "listen")
+
+    async def _listen(self) -> None:
+        """A taken HA port costs replication, not the broker: clients are served meanwhile, and
+        the error is logged until the port is free (4.x would not start at all)."""
+        cfg = self.actor.config
+        while True:
+            try:
+                self.server = await asyncio.start_server(self._serve, cfg.listen_host, cfg.ha_port,
+                                                         reuse_address=True)
+                break
+            except OSError as exc:
+                log.error("replication port %s:%d unavailable (%s): no slave can connect; trying again in %gs",
+                          cfg.listen_host, cfg.ha_port, exc, BIND_RETRY)
+                await asyncio.sleep(BIND_RETRY)
         log.info("replication service on %s:%d (%s)", cfg.listen_host, cfg.ha_port,
                  "sync: sends wait for a slave" if cfg.replication == "sync" else "async")
 

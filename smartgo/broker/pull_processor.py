@@ -16,10 +16,10 @@ codes follow the reference's edge-case table (PullMessageProcessor + GetMessageS
 suggestWhichBrokerId, nextBeginOffset, minOffset and maxOffset are in every answer, the remark
 is the status name. suggestWhichBrokerId is 0 (the master), or 1 under slave_read_enable when the
 records served lie beyond the in-memory window (4.x's suggestPullingFromSlave), on a master and on
-a slave alike: a lagging consumer reads its backlog at the slave and comes back once it is recent. A PULL_OFFSET_MOVED answer also stores an OffsetMovedEvent in
-OFFSET_MOVED_EVENT (tag and key: the group), as 4.x does. Each answer counts in the net actor's
-statistics (messages and bytes per group and topic; latency from arrival, or from the last
-wake-up of a parked pull, to the answer).
+a slave alike: a lagging consumer reads its backlog at the slave and comes back once it is recent.
+A PULL_OFFSET_MOVED answer also stores an OffsetMovedEvent in OFFSET_MOVED_EVENT (tag and key:
+the group), as 4.x does. Each answer counts in the net actor's statistics (messages and bytes per
+group and topic; latency from arrival, or from the last wake-up of a parked pull, to the answer).
 
 A pull with the suspend flag that finds nothing (PULL_NOT_FOUND) is parked: the hold actor gets
 its token, queue, offset and deadline (now + suspendTimeoutMillis) and hands the token back when

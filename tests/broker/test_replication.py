@@ -202,9 +202,9 @@ def test_a_slave_fed_garbage_drops_the_connection_and_keeps_its_log(tmp_path, st
     try:
         slave = slaves(master.node, {"ha_master_address": f"127.0.0.1:{fake_port}"})
         wait_until(lambda: len(served) >= 2, timeout=15)
-        log = slave.log_text()
-        assert "the master sent data for 4096, this slave's log ends at 0" in log
-        assert "not an HA frame" in log
+        wait_until(lambda: "not an HA frame" in slave.log_text(), timeout=10,     # logged through the supervisor
+                   message="the second connection's error in the slave's log")
+        assert "the master sent data for 4096, this slave's log ends at 0" in slave.log_text()
         assert field(slave, "commitlog.written") == 0
         assert slave.health()["healthy"]
     finally:
@@ -357,3 +357,33 @@ def test_slave_read_enable_sends_a_consumer_reading_old_data_to_the_slave(start_
         return sum(g["get_msgs"] for rec in stats_records(slave.store) for g in rec["groups"] if g["group"] == "GC")
     # old data at the master comes 8 a pull (4.x's in-disk limit), then the slave serves up to 32
     wait_until(lambda: read_at_slave() >= 100, timeout=10, message="the group's reads at the slave")
+
+
+def test_a_taken_ha_port_costs_replication_not_the_broker(tmp_path, slaves):
+    """The HA port is held by someone else: the master serves clients and logs the error; once the
+    port is free its ha actor listens, and a slave replicates. (Started without the harness's wait,
+    which takes "address already in use" for a clash of the node's own ports and retries.)"""
+    from smartgo.broker.testing import start_broker
+    from smartgo.net.client import BlockingRemotingClient
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    node = start_broker(tmp_path / "master", {"topics": "Rep:4", "ha_port": port, "listen_host": "127.0.0.1"},
+                        wait=False)
+    client = BlockingRemotingClient()
+    try:
+        try:
+            node.wait_healthy()
+            served = client.invoke(f"127.0.0.1:{node.port}", send_command("Rep", b"served"), 5)
+            assert served.code == ResponseCode.SUCCESS
+            wait_until(lambda: f"replication port 127.0.0.1:{port} unavailable" in node.log_text(), timeout=10)
+            assert node.health()["healthy"]
+        finally:
+            holder.close()
+        wait_until(lambda: f"replication service on 127.0.0.1:{port}" in node.log_text(), timeout=15)
+        slave = slaves(node)
+        assert_same_log(node, slave)
+    finally:
+        client.close()
+        node.reap()

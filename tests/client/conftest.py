@@ -189,7 +189,7 @@ class RealCluster:
     def __init__(self, root: Path, topics: str = "", extra_args: tuple[str, ...] = ()) -> None:
         self.root = root
         self.extra_args = extra_args
-        self.registry_port, self.broker_port = free_ports(2)
+        self.registry_port, self.broker_port, self.ha_port = free_ports(3)
         self.registry = f"127.0.0.1:{self.registry_port}"
         self.broker = f"127.0.0.1:{self.broker_port}"
         self.topics = topics
@@ -203,6 +203,7 @@ class RealCluster:
         wait_for_port(self.registry_port)
         args = [sys.executable, "supervisor.py", "--role", "master", "--store-dir", str(self.root / "broker"),
                 "--listen-host", "127.0.0.1", "--listen-port", str(self.broker_port), "--vip-port", "0",
+                "--ha-port", str(self.ha_port),
                 "--registry", self.registry, "--net-actors", "1", *SMALL_STORE,
                 "--disk-usage-file", steady_disk_usage(self.root / "disk_usage")]
         if self.topics:
