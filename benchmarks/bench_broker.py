@@ -45,7 +45,7 @@ from smartgo.actors.testing import Node  # noqa: E402
 from smartgo.broker.testing import (batch_command, message_properties, pull_command, send_command,  # noqa: E402
                                     start_broker, uniq_key)
 from smartgo.net.client import RemotingClient  # noqa: E402
-from smartgo.net.codes import FLAG_SMARTGO, ResponseCode, SerializeType  # noqa: E402
+from smartgo.net.codes import FLAG_SMARTGO, ResponseCode, SerializeType, code_name  # noqa: E402
 from smartgo.net.busy_poll import poller_for  # noqa: E402
 from smartgo.net.frame import FrameDecoder, encode_command  # noqa: E402
 
@@ -198,7 +198,7 @@ async def sync_worker(a: dict, ready, go) -> dict:
                 stats["msgs"] += 1
                 latencies.append(t1 - t0)
             elif r.code != ResponseCode.SUCCESS:
-                error(_code_name(r.code))
+                error(code_name(r.code))
 
     await _wait(ready, go)
     start = time.perf_counter()
@@ -211,13 +211,6 @@ async def sync_worker(a: dict, ready, go) -> dict:
     for c in clients:
         await c.close()
     return stats
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ResponseCode(code).name
-    except ValueError:
-        return str(code)
 
 
 async def raw_sync_worker(a: dict, ready, go) -> dict:

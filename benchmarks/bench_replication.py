@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -244,11 +245,7 @@ def scenario_async_batched(workdir: Path, seconds: float) -> dict:
 def scenario_sync_master(workdir: Path, seconds: float, replication: str) -> dict:
     with pair(workdir, {"replication": replication}) as (master, addr, _fields):
         results, cpu = run_workers(sync_jobs(addr, seconds, {}, SyncLoad()), master)
-    codes: dict[str, int] = {}
-    for r in results:
-        for code, n in r["error_codes"].items():
-            codes[code] = codes.get(code, 0) + n
-    return {**sync_figures(results, cpu), "error_codes": codes}
+    return {**sync_figures(results, cpu), "error_codes": merged_codes(results)}
 
 
 # ---- runs ----------------------------------------------------------------------------------------------------
@@ -259,12 +256,13 @@ def summary(runs: list[dict]) -> dict:
     if "errors" in out:
         out["errors"] = sum(r["errors"] for r in runs)
     if "error_codes" in out:
-        codes: dict[str, int] = {}
-        for r in runs:
-            for code, n in r["error_codes"].items():
-                codes[code] = codes.get(code, 0) + n
-        out["error_codes"] = codes
+        out["error_codes"] = merged_codes(runs)
     return out
+
+
+def merged_codes(results: list[dict]) -> dict[str, int]:
+    """The error codes of several workers or runs, counted together."""
+    return dict(sum((Counter(r["error_codes"]) for r in results), Counter()))
 
 
 def main() -> None:

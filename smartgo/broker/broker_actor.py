@@ -82,6 +82,7 @@ class BrokerActor(Actor):
         cfg = ctx.config
         self._register_task: asyncio.Task | None = None
         self._register_waiters: list[asyncio.Future] = []   # wait for the next round to finish
+        self._noted_master: str | None = None               # a slave: the HA address in <run>/ha_master
         self.every(cfg.register_interval, self.register_soon, "register")
         self.every(cfg.offset_persist_interval, self.persist_offsets, "persist offsets")
         self.every(cfg.client_scan_interval, self.scan_clients, "scan clients")
@@ -372,13 +373,15 @@ class BrokerActor(Actor):
                         done.set_result(None)
 
     def _note_master(self) -> None:
-        """A slave's ha actor reads its master's HA address from <run>/ha_master (unless set)."""
+        """A slave's ha actor reads its master's HA address from <run>/ha_master (unless set);
+        written when the registries' answer names another one."""
         addr = self.registrar.master_ha_addr
-        path = master_file(self.ctx.run_path)
-        if addr and (not path.exists() or path.read_text() != addr):
+        if addr and addr != self._noted_master:
+            path = master_file(self.ctx.run_path)
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_text(addr)
             os.replace(tmp, path)
+            self._noted_master = addr
             self.log.info("master %s, replication from %s", self.registrar.master_addr, addr)
 
     async def stop(self) -> None:

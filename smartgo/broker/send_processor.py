@@ -574,8 +574,8 @@ class SendProcessor:
         return ResponseCode.FLUSH_DISK_TIMEOUT
 
     def housekeep(self, now: float) -> None:
-        """Every 100 ms: FLUSH_DISK_TIMEOUT for sends waiting longer than sync_flush_timeout, and a
-        last resort for lost batches."""
+        """Every 100 ms: FLUSH_DISK_TIMEOUT (FLUSH_SLAVE_TIMEOUT when the slave is what is missing)
+        for sends waiting longer than sync_flush_timeout, and a last resort for lost batches."""
         fifo = self._waiting_fifo
         while fifo and (fifo[0].done or now - fifo[0].born > self.flush_timeout):
             p = fifo.popleft()

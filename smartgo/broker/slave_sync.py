@@ -42,7 +42,7 @@ from smartgo.broker.offsets import decode as decode_offsets
 from smartgo.broker.schedule_offsets import DelayOffsetFile, DelayState, decode_state
 from smartgo.broker.topics import TopicSnapshot, parse_snapshot, write_snapshot
 from smartgo.net.client import RemotingClient
-from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.codes import RequestCode, ResponseCode, code_name
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
 
@@ -74,18 +74,11 @@ async def _fetch(client: RemotingClient, addr: str, code: RequestCode, parse: Ca
     except (RemotingError, OSError) as exc:
         raise SlaveSyncError(f"{what} failed: {exc}") from exc
     if response.code != ResponseCode.SUCCESS:
-        raise SlaveSyncError(f"{what} answered {_code_name(response.code)}: {response.remark}")
+        raise SlaveSyncError(f"{what} answered {code_name(response.code)} ({response.code}): {response.remark}")
     try:
         return parse(response.body_bytes())
     except Exception as exc:        # whatever a remote body makes a parser raise, it is a malformed body
         raise SlaveSyncError(f"{what}: malformed body ({type(exc).__name__}: {exc})") from exc
-
-
-def _code_name(code: int) -> str:
-    try:
-        return f"{ResponseCode(code).name} ({code})"
-    except ValueError:
-        return f"code {code}"
 
 
 async def fetch_master_state(client: RemotingClient, master_addr: str,

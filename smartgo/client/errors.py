@@ -3,7 +3,7 @@ type (and BrokerError.code), never on the text."""
 
 from __future__ import annotations
 
-from smartgo.net.codes import ResponseCode
+from smartgo.net.codes import code_name
 
 
 class ClientError(Exception):
@@ -30,10 +30,7 @@ class BrokerError(ClientError):
     """A broker (or registry) answered with a non-success response code."""
 
     def __init__(self, code: int, remark: str | None, addr: str = "", what: str = "") -> None:
-        try:
-            name = ResponseCode(code).name
-        except ValueError:
-            name = f"code {code}"
+        name = code_name(code)
         where = f" from {addr}" if addr else ""
         prefix = f"{what}: " if what else ""
         super().__init__(f"{prefix}{name}{where}: {remark or 'no remark'}")

@@ -185,3 +185,11 @@ class PermName:
 
 #: brokerId of a master (MixAll.MASTER_ID).
 MASTER_ID = 0
+
+
+def code_name(code: int) -> str:
+    """A response code's name for a message or a log line ("code N" for one we do not know)."""
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return f"code {code}"
