@@ -7,6 +7,8 @@ Scenarios (128-byte bodies, loopback, async flush unless noted):
              (one connection each; --sync-connections 1: all on one, as a RocketMQ client instance's threads)
   syncflush  the same with --flush sync                                           target >= 10,000 msgs/s
   pull       pull a 1,000,000-message backlog, 32 per request                     target >= 200,000 msgs/s
+  pullsql    a 1,000,000-message backlog with properties, pulled once with "*" and once with a SQL92
+             selector that takes half: scanned msgs/s of each and their ratio (no target)
   wake       long-poll wake latency, send -> consumer receipt, p99                target <= 10 ms
   scaling    the sync scenario with --net-actors 1, 2 and 4: msgs/s, broker CPU-us per message (psutil)
   rss        total RSS of all actors with a 5 GB backlog (a consumer reads the oldest 1 GB)   target <= 400 MB
@@ -250,8 +252,9 @@ async def pull_worker(a: dict, ready, go) -> dict:
     async def drain(q: int) -> None:
         offset, upto = 0, a["upto"][str(q)]
         while offset < upto and time.perf_counter() - start < a["seconds"]:
-            r = await conn.invoke(pull_command(TOPIC, q, offset, max_nums=32), 10.0)
-            if r.code != ResponseCode.SUCCESS:
+            r = await conn.invoke(pull_command(TOPIC, q, offset, max_nums=32, subscription=a.get("subscription", "*"),
+                                               expression_type=a.get("expression_type", "TAG")), 10.0)
+            if r.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY):
                 stats["errors"] += 1
                 break
             nxt = int(r.ext_fields["nextBeginOffset"])
@@ -355,12 +358,14 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
 
 
-def fill(addr: str, messages: int, body: bytes = BODY, batch: int = 32) -> None:
-    """Store `messages` messages spread over the queues (batched sends, several in flight)."""
+def fill(addr: str, messages: int, body: bytes = BODY, batch: int = 32, properties: tuple[str, ...] = ("",)) -> None:
+    """Store `messages` messages spread over the queues (batched sends, several in flight); the
+    items of a batch take `properties` in turn."""
     async def main() -> None:
         client = RemotingClient()
         conn = await client.connection(addr)
-        per_request = [batch_command(TOPIC, [(body, "")] * batch, queue_id=q) for q in range(QUEUES)]
+        items = [(body, properties[i % len(properties)]) for i in range(batch)]
+        per_request = [batch_command(TOPIC, items, queue_id=q) for q in range(QUEUES)]
         sem = asyncio.Semaphore(16)
         n_requests = -(-messages // batch)
 
@@ -449,6 +454,31 @@ def scenario_pull(workdir: Path, backlog: int, extra: dict) -> dict:
             "cpu_us_per_msg": _cpu_per_msg(cpu, msgs)}
 
 
+#: What the pullsql backlog's messages carry: a tag, a key and three user properties, half in "eu".
+SQL_PROPERTIES = tuple(message_properties(tags="Order", keys=f"order-{i}", extra={
+    "region": ("eu", "us")[i % 2], "amount": str(10 * i), "channel": "web"}) for i in range(8))
+SQL_SELECTOR = "region = 'eu' AND amount >= 0 AND channel IN ('web', 'app')"
+
+
+def scenario_pull_sql(workdir: Path, backlog: int, extra: dict) -> dict:
+    """The same backlog drained twice on one node: with "*" (TAG), then with SQL_SELECTOR."""
+    out = {}
+    with broker_node(workdir, extra) as (node, addr):
+        fill(addr, backlog, properties=SQL_PROPERTIES)
+        wait_dispatched(node)
+        upto = max_offsets(node)
+        halves = [list(range(0, QUEUES, 2)), list(range(1, QUEUES, 2))]
+        for name, sub in (("tag", {}), ("sql", {"subscription": SQL_SELECTOR, "expression_type": "SQL92"})):
+            results, cpu = run_workers([("pull", {"addr": addr, "seconds": 120, "queues": h, "upto": upto, **sub})
+                                        for h in halves], node)
+            msgs = sum(r["msgs"] for r in results)
+            out[f"{name}_msgs_s"] = msgs / max(r["seconds"] for r in results)
+            out[f"{name}_cpu_us_per_msg"] = _cpu_per_msg(cpu, msgs)
+            out["errors"] = out.get("errors", 0) + sum(r["errors"] for r in results)
+    out["sql_to_tag"] = out["sql_msgs_s"] / out["tag_msgs_s"]
+    return out
+
+
 def scenario_wake(workdir: Path, samples: int, extra: dict) -> dict:
     with broker_node(workdir, {**extra, "topics": f"{TOPIC}:{QUEUES};Wake:1"}) as (node, addr):
         results, _ = run_workers([("wake", {"addr": addr, "samples": samples, "offset": 0})], node)
@@ -500,7 +530,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a few-second smoke run with small sizes")
     ap.add_argument("--json", action="store_true", help="last line: one JSON object with every figure")
     ap.add_argument("--runs", type=int, default=3, help="runs per scenario (median reported)")
-    ap.add_argument("--only", default="", help="comma-separated scenarios (batch,sync,syncflush,pull,wake,scaling,rss)")
+    ap.add_argument("--only", default="", help="comma-separated scenarios (batch,sync,syncflush,pull,pullsql,wake,scaling,rss)")
     ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per throughput run")
     ap.add_argument("--net-actors", type=int, default=0, help="net actors for the non-scaling scenarios "
                                                                "(0: the node default)")
@@ -525,7 +555,8 @@ def main() -> None:
     quick = args.quick
     runs = 1 if quick else args.runs
     seconds = 1.5 if quick else args.seconds
-    only = set(filter(None, args.only.split(","))) or {"batch", "sync", "syncflush", "pull", "wake", "scaling", "rss"}
+    only = set(filter(None, args.only.split(","))) or {"batch", "sync", "syncflush", "pull", "pullsql", "wake", "scaling",
+                                                             "rss"}
     if quick:
         only -= {"rss", "syncflush", "scaling"}
     extra: dict = {"net_actors": args.net_actors} if args.net_actors else {}
@@ -551,6 +582,8 @@ def main() -> None:
             repeat("syncflush", lambda: scenario_sync(work, seconds, {**extra, "flush": "sync"}, load))
         if "pull" in only:
             repeat("pull", lambda: scenario_pull(work, 20_000 if quick else 1_000_000, extra))
+        if "pullsql" in only:
+            repeat("pullsql", lambda: scenario_pull_sql(work, 20_000 if quick else 1_000_000, extra))
         if "wake" in only:
             repeat("wake", lambda: scenario_wake(work, 30 if quick else 300, extra))
         if "scaling" in only:

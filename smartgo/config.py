@@ -80,6 +80,10 @@ class NodeConfig:
     auto_create_subscription_group: str = setting("true", "create a consumer group's config on its first heartbeat "
                                                           "or pull (autoCreateSubscriptionGroup; changeable at "
                                                           "runtime)", choices=("true", "false"))
+    enable_property_filter: str = setting("true", "serve consumers that subscribe with a SQL92 expression on "
+                                                  "message properties (MessageSelector.bySql); false answers them "
+                                                  "SYSTEM_ERROR as 4.x does by default (enablePropertyFilter)",
+                                          choices=("true", "false"))
     broker_permission: int = setting(6, "what the whole broker allows: READ 4 | WRITE 2 (brokerPermission; "
                                         "changeable at runtime, e.g. 4 to drain a broker)")
     offset_persist_interval: float = setting(5.0, "seconds between writes of changed consumer offsets")

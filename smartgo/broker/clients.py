@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from smartgo.broker.bodies import BodyError, Fields, as_int, parse_body
 from smartgo.broker.channel import ClientRef
+from smartgo.broker.message_filter import is_tag_type
 from smartgo.broker.subscriptions import RegisteredSub
 from smartgo.net.codes import LanguageCode
 
@@ -47,7 +48,10 @@ class SubscriptionData:
                 "subVersion": self.sub_version, "tagsSet": self.tags_set, "topic": self.topic}
 
     def registered(self) -> RegisteredSub:
-        """What a pull filters by: every tag for "*" (and class filter mode), else the codes."""
+        """What a pull filters by: every tag for "*" (and class filter mode), else the codes; a
+        SQL92 subscription by its expression (compiled by the net actors)."""
+        if not is_tag_type(self.expression_type):
+            return RegisteredSub(None, self.sub_version, self.expression_type, self.sub_string)
         reads_all = self.sub_string.strip() == SUB_ALL or not self.sub_string.strip() or self.class_filter_mode
         return RegisteredSub(None if reads_all else frozenset(self.code_set), self.sub_version,
                              self.expression_type)

@@ -32,6 +32,7 @@ from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.ring import CONSUMER, PRODUCER, wait_any
 from smartgo.broker import profiling
 from smartgo.broker.bodies import BodyError
+from smartgo.broker.message_filter import CheckClientConfigProcessor, Filters
 from smartgo.broker.broker_actor import FORWARDED_CODES
 from smartgo.broker.channel import BrokerLink, ChannelError, ClientRef, unpack_command
 from smartgo.broker.clients import parse_heartbeat
@@ -92,6 +93,7 @@ class NetActor(Actor):
         self.producers: dict[str, int] = {}     # client id -> the connection its producer heartbeats on
         self._producer_conns: dict[int, str] = {}   # and back, to forget it when the connection closes
         self.sends = SendProcessor(self)
+        self.filters = Filters(cfg.enable_property_filter == "true")
         self.pulls = PullProcessor(self)
         queries = QueryProcessor(self.view, store.default_query_max_num)
         replies = ReplyProcessor(self)
@@ -112,6 +114,7 @@ class NetActor(Actor):
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
             RequestCode.CONSUMER_SEND_MSG_BACK: SendBackProcessor(self).process,
             RequestCode.END_TRANSACTION: EndTransactionProcessor(self).process,
+            RequestCode.CHECK_CLIENT_CONFIG: CheckClientConfigProcessor(self.filters).process,
         }
         for code in FORWARDED_CODES:
             processors[code] = self._forward

@@ -36,13 +36,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from smartgo.broker.message_filter import FilterError, is_tag_type
 from smartgo.broker.rings import WAKE_ARRIVED, Batcher, iter_wakes, monotonic_ms, park_record
 from smartgo.broker.topics import OFFSET_MOVED_EVENT
 from smartgo.net import fastjson
 from smartgo.net.codes import PullSysFlag, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
-from smartgo.store.java_hash import tags_code
 from smartgo.store.reads import GetStatus
 
 if TYPE_CHECKING:
@@ -88,14 +88,6 @@ def parse_header(r: RemotingCommand) -> PullHeader:
                       r.ext_str("expressionType", "TAG"), r.ext_int("subVersion", 0))
 
 
-def tag_codes(expression: str | None) -> frozenset[int] | None:
-    """FilterAPI.buildSubscriptionData for TAG: None reads every message ("*" or empty)."""
-    if expression is None or expression.strip() in ("", "*"):
-        return None
-    tags = [t.strip() for t in expression.split("||") if t.strip()]
-    return frozenset(tags_code(t) for t in tags) if tags else None
-
-
 @dataclass(slots=True)
 class ParkedPull:
     conn: Connection
@@ -118,7 +110,7 @@ class PullProcessor:
         self.parks = Batcher(net.park_ring)       # a full ring (hold down): the deadline sweep answers them
         self.parked: dict[int, ParkedPull] = {}
         self._tokens = itertools.count(1)
-        self._filters: dict[str, frozenset[int] | None] = {}
+        self.filters = net.filters
         self._served = 0
         self.seen_groups: set[str] = set()        # unknown groups the broker actor was told of
 
@@ -166,16 +158,6 @@ class PullProcessor:
                                          f"pull {h.sub_version})")
         return sub
 
-    def _codes(self, expression: str | None) -> frozenset[int] | None:
-        if expression is None:
-            return None
-        codes = self._filters.get(expression, False)
-        if codes is False:
-            codes = self._filters[expression] = tag_codes(expression)
-            if len(self._filters) > 10_000:
-                self._filters.clear()
-        return codes
-
     def run(self, conn: Connection, request: RemotingCommand, h: PullHeader, deadline: int | None,
             may_suspend: bool) -> RemotingCommand | None:
         """The pull itself; None when it was parked (the answer comes later)."""
@@ -194,23 +176,35 @@ class PullProcessor:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig."
                                          f"readQueueNums:[{cfg.read_queues}] consumer:[{conn.remote_address}]")
-        if h.sys_flag & PullSysFlag.SUBSCRIPTION:
-            expression_type = h.expression_type
-            codes = self._codes(h.subscription)
+        flagged = h.sys_flag & PullSysFlag.SUBSCRIPTION
+        if flagged:
+            expression_type, expression = h.expression_type, h.subscription
         else:
             sub = self._registered(h, group, request)
             if isinstance(sub, RemotingCommand):
                 return sub
-            expression_type, codes = sub.expression_type, sub.codes
-        if expression_type != "TAG":
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to "
-                                         f"filter message by {expression_type}")
+            expression_type, expression = sub.expression_type, sub.expression
+        remark = self.filters.unsupported(expression_type)
+        if remark is not None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, remark)
+        if not flagged and is_tag_type(expression_type):
+            codes, match = sub.codes, None          # the codeSet the client registered
+        else:
+            try:
+                f = self.filters.get(expression_type, expression)
+            except FilterError as exc:
+                if flagged:
+                    return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                                 f"parse the consumer's subscription failed: {exc}")
+                return request.make_response(ResponseCode.FILTER_DATA_NOT_EXIST, "The broker's consumer filter "
+                                             f"data is not exist!Your expression may be wrong! ({exc})")
+            codes, match = f.codes, f.match
         if deadline is None and h.sys_flag & PullSysFlag.COMMIT_OFFSET and self.is_master:
             self.link.commit_offset(h.group, h.topic, h.queue_id, h.commit_offset)
         reader = view.fresh_reader()
         max_offset = view.max_offset(h.topic, h.queue_id)
         written = view.written.get()
-        r = reader.get_messages(h.topic, h.queue_id, h.offset, h.max_nums, max_offset, written, codes)
+        r = reader.get_messages(h.topic, h.queue_id, h.offset, h.max_nums, max_offset, written, codes, match)
         if r.status in _EMPTY_QUEUE:
             code = ResponseCode.PULL_OFFSET_MOVED if h.offset != 0 else ResponseCode.PULL_NOT_FOUND
         else:

@@ -1,7 +1,7 @@
 """What a pull needs to know about its consumer group, as the broker actor publishes it to the
 net actors: the group's config (consumeEnable, consumeBroadcastEnable), whether a consumer of it
 is online with which message model, and the subscription it registered per topic (tag codes,
-subVersion, expression type).
+subVersion, expression type, and a SQL92 subscription's expression).
 
 The broker actor owns the truth (groups.py, clients.py) and sends each group's state whenever
 it changes (channel event "group") and the whole table when a net actor asks ("groups", at its
@@ -19,6 +19,7 @@ class RegisteredSub:
     codes: frozenset[int] | None            # tag hash codes; None reads every tag ("*")
     version: int                            # subVersion
     expression_type: str
+    expression: str | None = None           # the SQL92 text (subString) of a non-TAG subscription
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,15 +32,15 @@ class GroupState:
 
     def to_wire(self) -> list:
         return [self.configured, self.consume_enable, self.broadcast_enable, self.model or "",
-                {t: [None if s.codes is None else sorted(s.codes), s.version, s.expression_type]
+                {t: [None if s.codes is None else sorted(s.codes), s.version, s.expression_type, s.expression]
                  for t, s in sorted(self.subs.items())}]
 
     @classmethod
     def from_wire(cls, raw: list) -> GroupState:
         configured, enable, broadcast, model, subs = raw
         return cls(configured, enable, broadcast, model or None,
-                   {t: RegisteredSub(None if codes is None else frozenset(codes), version, expr)
-                    for t, (codes, version, expr) in subs.items()})
+                   {t: RegisteredSub(None if codes is None else frozenset(codes), version, expr, text)
+                    for t, (codes, version, expr, text) in subs.items()})
 
 
 #: The state of a group nobody configured and no consumer registered (a pull of it is checked

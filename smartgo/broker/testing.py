@@ -84,7 +84,7 @@ def end_transaction_command(prepared: RemotingCommand, group: str, ending: int =
 
 def pull_command(topic: str, queue_id: int, offset: int, *, max_nums: int = 32, suspend_ms: int | None = None,
                  subscription: str | None = "*", group: str = "test_consumer", commit_offset: int | None = None,
-                 sub_version: int = 0) -> RemotingCommand:
+                 sub_version: int = 0, expression_type: str = "TAG") -> RemotingCommand:
     """PULL_MESSAGE; with a subscription (default "*") it carries FLAG_SUBSCRIPTION, as a pull
     consumer's does; subscription=None relies on what the group registered by HEART_BEAT."""
     sys_flag = (PullSysFlag.SUSPEND if suspend_ms is not None else 0) | \
@@ -95,7 +95,7 @@ def pull_command(topic: str, queue_id: int, offset: int, *, max_nums: int = 32, 
            "suspendTimeoutMillis": str(suspend_ms or 0), "subVersion": str(sub_version)}
     if subscription is not None:
         ext["subscription"] = subscription
-        ext["expressionType"] = "TAG"
+        ext["expressionType"] = expression_type
     return RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=ext)
 
 
@@ -112,22 +112,26 @@ def stats_records(store: Path) -> list[dict]:
     return out
 
 
-def subscription_json(topic: str, expression: str = "*", version: int | None = None) -> dict:
-    """SubscriptionData as the Java client writes it (FilterAPI.buildSubscriptionData)."""
-    tags = [] if expression.strip() == "*" else [t.strip() for t in expression.split("||") if t.strip()]
-    return {"classFilterMode": False, "codeSet": [java_hash(t) for t in tags], "expressionType": "TAG",
+def subscription_json(topic: str, expression: str = "*", version: int | None = None,
+                      expression_type: str = "TAG") -> dict:
+    """SubscriptionData as the Java client writes it (FilterAPI.build: tags, or SQL92 as is)."""
+    tags = [] if expression.strip() == "*" or expression_type != "TAG" else \
+        [t.strip() for t in expression.split("||") if t.strip()]
+    return {"classFilterMode": False, "codeSet": [java_hash(t) for t in tags], "expressionType": expression_type,
             "subString": expression, "subVersion": int(time.time() * 1000) if version is None else version,
             "tagsSet": tags, "topic": topic}
 
 
 def heartbeat_body(client_id: str, consumers: dict[str, dict[str, str]] | None = None,
-                   producers: tuple[str, ...] = (), model: str = "CLUSTERING", version: int | None = None) -> bytes:
-    """HeartbeatData: consumers = {group: {topic: expression}}."""
+                   producers: tuple[str, ...] = (), model: str = "CLUSTERING", version: int | None = None,
+                   expression_type: str = "TAG") -> bytes:
+    """HeartbeatData: consumers = {group: {topic: expression}}, every expression of one type."""
     return fastjson.dumps({
         "clientID": client_id,
         "consumerDataSet": [{"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_PASSIVELY",
                              "groupName": g, "messageModel": model, "unitMode": False,
-                             "subscriptionDataSet": [subscription_json(t, e, version) for t, e in subs.items()]}
+                             "subscriptionDataSet": [subscription_json(t, e, version, expression_type)
+                                                     for t, e in subs.items()]}
                             for g, subs in (consumers or {}).items()],
         "producerDataSet": [{"groupName": g} for g in producers]})
 

@@ -1,12 +1,14 @@
 """`smartgo consume`: print a topic's messages as they arrive.
 
-    smartgo consume --topic T [--expression "TagA || TagB"] [--group G] [--from first|last|<ms>]
+    smartgo consume --topic T [--expression "TagA || TagB" | --sql "a > 5"] [--group G] [--from first|last|<ms>]
                     [--broadcast] [--orderly] [--count N] [--idle-timeout S] [--json]
     smartgo consume --topic T --pull [--from first|last|<ms>]   # no group, no commits: read the queues
 
 A push consumer by default (clustering; offsets committed for the group). --pull reads every
 queue directly with a pull consumer from --from on, commits nothing, and needs no consumer group
-on the broker. Stops after --count messages, after --idle-timeout seconds without one, or on ^C.
+on the broker. --sql takes the messages whose properties a SQL92 expression selects (the
+broker evaluates it, as for MessageSelector.bySql). Stops after --count messages, after
+--idle-timeout seconds without one, or on ^C.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 
 from smartgo.cli._common import add_common, client_options, emit, guarded
 from smartgo.cli.errors import CliError
-from smartgo.client import AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel, PullStatus
+from smartgo.client import (AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel, MessageSelector,
+                            PullStatus)
 from smartgo.client.message import message_to_json
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
@@ -29,7 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(p)
     p.add_argument("--topic", "-t", required=True)
-    p.add_argument("--expression", "-e", default="*", help='tags to take: "TagA || TagB" or "*" (default)')
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--expression", "-e", default="*", help='tags to take: "TagA || TagB" or "*" (default)')
+    which.add_argument("--sql", metavar="EXPR",
+                       help="SQL92 on message properties, e.g. \"a BETWEEN 1 AND 3 AND TAGS IN ('TagA')\"")
     p.add_argument("--group", "-g", help="consumer group (default: smartgo-cli-<pid>, a new group)")
     p.add_argument("--from", dest="start", default="last", metavar="first|last|MS",
                    help="where a new group starts: first, last (default) or a timestamp in ms")
@@ -95,12 +101,17 @@ async def _push(args: argparse.Namespace, printer: _Printer) -> None:
                                  model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
                                  consume_from=consume_from, consume_timestamp_ms=ts, orderly=args.orderly,
                                  consume_threads=1, **client_options(args))
-    consumer.subscribe(args.topic, args.expression)
+    consumer.subscribe(args.topic, _selector(args))
     async with consumer:
         await printer.wait()
 
 
+def _selector(args: argparse.Namespace) -> str | MessageSelector:
+    return MessageSelector.by_sql(args.sql) if args.sql else args.expression
+
+
 async def _pull(args: argparse.Namespace, printer: _Printer) -> None:
+    selector = _selector(args)
     async with AsyncPullConsumer(args.group or "smartgo-cli-pull", args.registry, **client_options(args)) as pc:
         queues = await pc.fetch_queues(args.topic)
         offsets = {}
@@ -114,7 +125,7 @@ async def _pull(args: argparse.Namespace, printer: _Printer) -> None:
 
         async def drain(q) -> None:
             while not printer.done.is_set():
-                result = await pc.pull_blocking(q, args.expression, offsets[q], 32, suspend=1.0)
+                result = await pc.pull_blocking(q, selector, offsets[q], 32, suspend=1.0)
                 if result.status is not PullStatus.FOUND:
                     offsets[q] = result.next_begin_offset
                     continue

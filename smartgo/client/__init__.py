@@ -12,7 +12,7 @@ A transactional producer takes `transaction_listener=` (execute and check, retur
 LocalTransactionState) and sends with `producer.send_in_transaction(msg, arg)`.
 
     consumer = PushConsumer("CG", "127.0.0.1:9876")
-    consumer.subscribe("TopicTest", "TagA || TagB")
+    consumer.subscribe("TopicTest", "TagA || TagB")     # or MessageSelector.by_sql("a > 5")
     consumer.set_listener(lambda msg: ConsumeResult.SUCCESS)
     consumer.start()
 
@@ -34,12 +34,14 @@ from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull_consumer import AsyncPullConsumer
 from smartgo.client.push_consumer import AsyncPushConsumer
 from smartgo.client.route import select_by_hash, select_random
+from smartgo.client.subscription import MessageSelector, SubscriptionError
 from smartgo.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
 __all__ = ["Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "BrokerError",
            "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere", "ConsumeResult",
            "LocalTransactionState", "Message", "MessageError", "MessageExt", "MessageModel", "MessageQueue",
-           "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",
+           "MessageSelector", "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",
            "RegistryUnavailableError", "RequestTimeoutError", "SendResult", "SendStatus", "SendTimeoutError",
-           "TransactionListener", "TransactionSendResult", "allocate_averagely", "allocate_by_circle",
-           "allocate_consistent_hash", "create_reply_message", "reply_topic", "select_by_hash", "select_random"]
+           "SubscriptionError", "TransactionListener", "TransactionSendResult", "allocate_averagely",
+           "allocate_by_circle", "allocate_consistent_hash", "create_reply_message", "reply_topic", "select_by_hash",
+           "select_random"]

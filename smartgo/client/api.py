@@ -186,6 +186,12 @@ def consumer_data(group: str, consume_type: str, model: str, consume_from: str,
             "messageModel": model, "subscriptionDataSet": list(subscriptions), "unitMode": False}
 
 
+def check_client_config_request(client_id: str, group: str, subscription: dict) -> RemotingCommand:
+    """CheckClientRequestBody: can the broker filter by this subscription (SQL92)?"""
+    body = {"clientId": client_id, "group": group, "subscriptionData": subscription}
+    return RemotingCommand(RC.CHECK_CLIENT_CONFIG, body=fastjson.dumps(body))
+
+
 def unregister_client_request(client_id: str, producer_group: str | None, consumer_group: str | None) -> RemotingCommand:
     return command(RC.UNREGISTER_CLIENT, {"clientID": client_id, "producerGroup": producer_group,
                                           "consumerGroup": consumer_group})

@@ -21,6 +21,7 @@ from smartgo.client.message import Message, SendResult
 from smartgo.client.producer import AsyncProducer, SendCallback
 from smartgo.client.pull_consumer import AsyncPullConsumer
 from smartgo.client.push_consumer import AsyncPushConsumer
+from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.net.loop import new_event_loop
 
 
@@ -155,7 +156,9 @@ class PushConsumer(_Facade):
 
     _core_class = AsyncPushConsumer
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """AsyncPushConsumer.subscribe; a SQL92 expression that does not compile raises here."""
+        SubscriptionData.build(topic, expression)
         core = self._create()
         self._thread.loop.call_soon_threadsafe(core.subscribe, topic, expression)  # type: ignore[union-attr]
         self._run(asyncio.sleep(0))  # ordered after the subscribe: it has happened on return

@@ -13,7 +13,7 @@ from smartgo.client.message import MessageQueue, PullResult
 from smartgo.client.offset_store import RemoteOffsetStore
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
-from smartgo.client.subscription import SubscriptionData
+from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.net.codes import RequestCode
 
 #: Java's DefaultMQPullConsumer: brokerSuspendMaxTimeMillis 20 s, consumerPullTimeoutMillis 10 s.
@@ -57,27 +57,28 @@ class AsyncPullConsumer(MemberClient):
         route = await self.instance.update_route(topic) or await self.instance.route(topic)
         return route.subscribe_queues(topic)
 
-    def _sub(self, topic: str, expression: str) -> SubscriptionData:
+    def _sub(self, topic: str, expression: str | MessageSelector) -> SubscriptionData:
         key = (topic, expression)
         sub = self._subs.get(key)
         if sub is None:
             sub = self._subs[key] = SubscriptionData.build(topic, expression)
         return sub
 
-    async def pull(self, queue: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32,
-                   timeout: float = PULL_TIMEOUT) -> PullResult:
-        """Messages from offset on (at most max_nums, tags per expression), without waiting."""
+    async def pull(self, queue: MessageQueue, expression: str | MessageSelector = "*", offset: int = 0,
+                   max_nums: int = 32, timeout: float = PULL_TIMEOUT) -> PullResult:
+        """Messages from offset on (at most max_nums; the tags the expression names, or what a
+        MessageSelector.by_sql selects), without waiting."""
         return await self._pull(queue, expression, offset, max_nums, False, timeout)
 
-    async def pull_blocking(self, queue: MessageQueue, expression: str = "*", offset: int = 0, max_nums: int = 32,
-                            suspend: float = BLOCK_SUSPEND_MS / 1000) -> PullResult:
+    async def pull_blocking(self, queue: MessageQueue, expression: str | MessageSelector = "*", offset: int = 0,
+                            max_nums: int = 32, suspend: float = BLOCK_SUSPEND_MS / 1000) -> PullResult:
         """Like pull, but the broker holds the request (long polling) up to `suspend` seconds
         until a message arrives."""
         return await self._pull(queue, expression, offset, max_nums, True, suspend + PULL_TIMEOUT,
                                 int(suspend * 1000))
 
-    async def _pull(self, queue: MessageQueue, expression: str, offset: int, max_nums: int, block: bool,
-                    timeout: float, suspend_ms: int = BLOCK_SUSPEND_MS) -> PullResult:
+    async def _pull(self, queue: MessageQueue, expression: str | MessageSelector, offset: int, max_nums: int,
+                    block: bool, timeout: float, suspend_ms: int = BLOCK_SUSPEND_MS) -> PullResult:
         if offset < 0:
             raise ValueError("offset must be >= 0")
         if max_nums <= 0:

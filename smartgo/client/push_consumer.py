@@ -28,7 +28,7 @@ from smartgo.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOff
 from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
-from smartgo.client.subscription import SubscriptionData
+from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.net.codes import RequestCode
 from smartgo.net.errors import RemotingConnectError
 from smartgo.store.record import MessageExt
@@ -123,8 +123,9 @@ class AsyncPushConsumer:
         self.listener = listener
         return listener
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume topic's messages whose tag the expression names ("TagA || TagB", or "*")."""
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume topic's messages whose tag the expression names ("TagA || TagB", or "*"), or
+        that a MessageSelector.by_sql expression selects (SubscriptionError if it does not compile)."""
         self.subscriptions[topic] = SubscriptionData.build(topic, expression)
         if self._running:
             self._spawn(self.instance.heartbeat_all())
@@ -171,6 +172,11 @@ class AsyncPushConsumer:
                 await self.instance.update_route(topic)
             except Exception as exc:
                 log.warning("%s: no route for %s yet (%s); rebalancing retries", self.group, topic, exc)
+        try:
+            await self._check_in_brokers()
+        except Exception:
+            await self.close()
+            raise
         await self.instance.heartbeat_all()
         self.instance.start_route_and_heartbeat()
         self.instance.every(self.config.persist_offset_interval, self.persist_offsets, "persist offsets")
@@ -180,6 +186,25 @@ class AsyncPushConsumer:
         self._rebalance_now.set()
         self._rebalance_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
         return self
+
+    async def _check_in_brokers(self) -> None:
+        """checkClientInBroker: every broker of a SQL92 subscription's topic must accept its
+        expression (CHECK_CLIENT_CONFIG), or start() fails with the broker's reason."""
+        for sub in self.subscriptions.values():
+            if sub.expression_type == "TAG":
+                continue
+            try:
+                route = await self.instance.route(sub.topic)
+            except Exception as exc:
+                log.warning("%s: cannot check %s's SQL92 subscription in its brokers yet: %s", self.group,
+                            sub.topic, exc)
+                continue
+            for broker in route.broker_datas:
+                addr = self.instance.broker_addr(broker.broker_name)
+                if addr is not None:
+                    cmd = api.check_client_config_request(self.client_id, self.group, sub.to_json())
+                    api.check(await self.instance.invoke(addr, cmd), addr, f"{sub.expression_type} subscription "
+                              f"{sub.sub_string!r:.100} of {sub.topic}")
 
     async def close(self) -> None:
         """Stop pulling, let running listeners finish (await_termination), commit offsets, leave

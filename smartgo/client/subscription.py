@@ -1,6 +1,9 @@
-"""Subscription expressions (FilterAPI.buildSubscriptionData): "*" takes everything, otherwise
-"TagA || TagB" names the tags. The broker filters by tag hash (codeSet) and the client re-filters
-by the tag string (tagsSet), because different tags can share a hash."""
+"""Subscription expressions (FilterAPI.build): by tag, "*" takes everything, otherwise "TagA ||
+TagB" names the tags. The broker filters by tag hash (codeSet) and the client re-filters by the
+tag string (tagsSet), because different tags can share a hash. By SQL92
+(MessageSelector.by_sql("a > 5 AND TAGS IN ('A', 'B')")) the broker evaluates the expression on
+each message's properties and the client takes what it gets; the expression is compiled here
+first, so a mistake shows at subscribe()."""
 
 from __future__ import annotations
 
@@ -8,14 +11,34 @@ import time
 from dataclasses import dataclass, field
 
 from smartgo.client.errors import ClientError
+from smartgo.filter import SelectorError, compile_selector
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import MessageExt
 
 SUB_ALL = "*"
+TAG = "TAG"
+SQL92 = "SQL92"
 
 
 class SubscriptionError(ClientError, ValueError):
-    """An expression that names no tag."""
+    """An expression that names no tag, or SQL92 that does not compile."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSelector:
+    """What subscribe() takes besides a tag expression string (Java's MessageSelector)."""
+
+    expression_type: str
+    expression: str
+
+    @classmethod
+    def by_sql(cls, sql: str) -> MessageSelector:
+        """Messages whose properties make the SQL92 expression TRUE (e.g. "a BETWEEN 0 AND 3")."""
+        return cls(SQL92, sql)
+
+    @classmethod
+    def by_tag(cls, tags: str = SUB_ALL) -> MessageSelector:
+        return cls(TAG, tags)
 
 
 @dataclass(slots=True)
@@ -28,8 +51,13 @@ class SubscriptionData:
     expression_type: str = "TAG"
 
     @classmethod
-    def build(cls, topic: str, expression: str | None = None, version_ms: int | None = None) -> SubscriptionData:
+    def build(cls, topic: str, expression: str | MessageSelector | None = None,
+              version_ms: int | None = None) -> SubscriptionData:
         sub = SubscriptionData(topic, sub_version=int(time.time() * 1000) if version_ms is None else version_ms)
+        if isinstance(expression, MessageSelector):
+            if expression.expression_type != TAG:
+                return sub._sql(expression)
+            expression = expression.expression
         expr = (expression or "").strip()
         if not expr or expr == SUB_ALL:
             return sub
@@ -43,8 +71,19 @@ class SubscriptionData:
             raise SubscriptionError(f"subscription expression {expression!r} names no tag")
         return sub
 
+    def _sql(self, selector: MessageSelector) -> SubscriptionData:
+        if selector.expression_type != SQL92:
+            raise SubscriptionError(f"unknown expression type {selector.expression_type!r} (TAG or SQL92)")
+        try:
+            compile_selector(selector.expression)
+        except SelectorError as exc:
+            raise SubscriptionError(f"SQL92 expression {selector.expression!r:.200} does not compile: {exc}") from None
+        self.sub_string, self.expression_type = selector.expression, SQL92
+        return self
+
     @property
     def takes_all(self) -> bool:
+        """Nothing left for the client to filter (every tag, or SQL92 the broker applied)."""
         return not self.tags_set
 
     def matches(self, msg: MessageExt) -> bool:

@@ -209,9 +209,10 @@ class MessageStore:
     # ------------------------------------------------------------------ reads
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
-                     tag_codes: set[int] | frozenset[int] | None = None) -> GetResult:
+                     tag_codes: set[int] | frozenset[int] | None = None,
+                     match: Callable[[bytes], bool] | None = None) -> GetResult:
         return self.reader.get_messages(topic, queue_id, offset, max_count, self.max_offsets.get((topic, queue_id), 0),
-                                        self.written, tag_codes)
+                                        self.written, tag_codes, match)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.max_offsets.get((topic, queue_id), 0)

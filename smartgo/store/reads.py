@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smartgo.store.commitlog import CommitLogReader, QueueKey
@@ -18,7 +19,7 @@ from smartgo.store.consume_queue import ENTRY, HOLE_SIZE, ConsumeQueueReader
 from smartgo.store.errors import CorruptRecordError, OffsetGoneError
 from smartgo.store.index_file import IndexReader
 from smartgo.store.record import (
-    MESSAGE_MAGIC, SIZE_MAGIC, MessageExt, decode_record, parse_offset_msg_id, peek_dispatch_fields,
+    MESSAGE_MAGIC, SIZE_MAGIC, MessageExt, decode_record, parse_offset_msg_id, peek_dispatch_fields, peek_head,
     store_timestamp_at,
 )
 
@@ -118,8 +119,11 @@ class StoreReader:
         return written - phys <= self.memory_window
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, max_offset: int, written: int,
-                     tag_codes: set[int] | frozenset[int] | None = None) -> GetResult:
-        """DefaultMessageStore.getMessage, group-agnostic, with the pull edge cases of facts F.5."""
+                     tag_codes: set[int] | frozenset[int] | None = None,
+                     match: Callable[[bytes], bool] | None = None) -> GetResult:
+        """DefaultMessageStore.getMessage, group-agnostic, with the pull edge cases of facts F.5.
+        tag_codes filters by the ConsumeQueue's tag hash (isMatchedByConsumeQueue); match, given a
+        record's raw properties, filters by the record itself (isMatchedByCommitLog: SQL92)."""
         if max_offset == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         cq = self.queue(topic, queue_id)
@@ -193,12 +197,23 @@ class StoreReader:
                     log.error("consume queue %s/%d offset %d points at no record (%d, %d bytes); skipped",
                               topic, queue_id, cur - 1, phys, size)
                     continue
+                if match is not None and not self._matches(match, mm, rel, phys):
+                    continue
                 buffers.append(view[rel:rel + size])
                 total += size
                 result.status = GetStatus.FOUND
         result.next_begin_offset = cur
         result.buffer_total_size = total
         return result
+
+    @staticmethod
+    def _matches(match: Callable[[bytes], bool], mm, rel: int, phys: int) -> bool:
+        try:
+            props = peek_head(mm, rel)[6]
+        except CorruptRecordError:
+            log.error("record at %d is damaged: its properties cannot be read for a filter; skipped", phys)
+            return False
+        return match(props)
 
     def _store_time(self, cq: ConsumeQueueReader, offset: int, written: int) -> int:
         phys, size, _ = cq.entry(offset)

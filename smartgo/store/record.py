@@ -166,15 +166,14 @@ def encode_properties(props: Mapping[str, str] | None) -> bytes:
 
 
 def decode_properties(raw: bytes | bytearray | memoryview | str) -> dict[str, str]:
-    """MessageDecoder.string2messageProperties: skips segments under 3 chars and empty names
-    or values; accepts a trailing \\x02."""
+    """MessageDecoder.string2messageProperties: skips segments without a name or a value (so any
+    under 3 chars); accepts a trailing \\x02."""
     text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
     props: dict[str, str] = {}
     for segment in text.split("\x02"):
-        if len(segment) >= 3:
-            name, sep, value = segment.partition("\x01")
-            if sep and name and value:
-                props[name] = value
+        name, _, value = segment.partition("\x01")
+        if value and name:
+            props[name] = value
     return props
 
 

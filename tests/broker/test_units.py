@@ -13,7 +13,8 @@ import pytest
 from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell, Ring
 from smartgo.broker.channel import BrokerLink, ChannelError, ChannelServer, ClientRef
 from smartgo.broker.cleanup_actor import CleanupPolicy, Decision, clean
-from smartgo.broker.pull_processor import tag_codes
+from smartgo.broker.message_filter import EVERYTHING, FilterError, Filters, tag_codes
+from smartgo.filter import compile_selector
 from smartgo.broker.send_processor import stored_properties
 from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, auto_created, default_topics,
                                    parse_static_topics, read_snapshot, write_snapshot)
@@ -127,6 +128,29 @@ def test_stored_properties_drop_wait_and_add_cluster():
 def test_tag_filters_are_java_hash_codes():
     assert tag_codes("*") is None and tag_codes(None) is None and tag_codes("  ") is None
     assert tag_codes("TagA || TagB ||") == frozenset({java_hash("TagA"), java_hash("TagB")})
+
+
+def test_filters_compile_once_and_remember_failures(monkeypatch):
+    filters = Filters(property_filter=True)
+    assert filters.get("TAG", "*") is EVERYTHING and filters.get("", None) is EVERYTHING   # no type is TAG
+    assert filters.get("TAG", "A || B").codes == frozenset({java_hash("A"), java_hash("B")})
+    sql = filters.get("SQL92", "a > 1")
+    assert sql is filters.get("SQL92", "a > 1") and sql.codes is None
+    assert sql.match(b"a\x012\x02b\x01x") is True and sql.match(b"a\x011") is False and sql.match(b"") is False
+    compiled = []
+
+    def counting(expression):
+        compiled.append(expression)
+        return compile_selector(expression)
+    monkeypatch.setattr("smartgo.broker.message_filter.compile_selector", counting)
+    for _ in range(3):                                  # a failure is kept too: no recompiling per pull
+        with pytest.raises(FilterError, match="invalid SQL92 expression 'a >'"):
+            filters.get("SQL92", "a >")
+    assert compiled == ["a >"]
+    with pytest.raises(FilterError, match="unknown expression type 'JS'"):
+        filters.get("JS", "true")
+    assert Filters(property_filter=False).unsupported("SQL92").endswith("filter message by SQL92")
+    assert Filters(property_filter=False).unsupported("TAG") is None
 
 
 # ---- the request channel, in one process ---------------------------------------------------------------

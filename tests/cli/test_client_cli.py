@@ -72,6 +72,26 @@ def test_consume_pull_json_lines(cluster, capsys):
     assert {d["keys"][0] for d in docs} == {"k0", "k1", "k2"}
 
 
+def test_consume_sql_sends_the_selector_and_refuses_a_bad_one(cluster, capsys):
+    registry, broker = cluster
+    records = [broker.record("T", 0, 0, b"m0", {"a": "1"})]
+
+    def pull(conn, cmd):
+        if int(cmd.ext_fields["queueId"]) == 0 and cmd.ext_fields["queueOffset"] == "0":
+            return pull_response(cmd, 0, 1, 0, 1, records[0])
+        return pull_response(cmd, ResponseCode.PULL_NOT_FOUND, int(cmd.ext_fields["queueOffset"]), 0, 1)
+    broker.handlers[RequestCode.PULL_MESSAGE] = pull
+    broker.handlers[RequestCode.GET_MIN_OFFSET] = lambda c, cmd: response(cmd, ext={"offset": "0"})
+    status, out, err = run_cli(capsys, "consume", "-n", registry, "--topic", "T", "--pull", "--from", "first",
+                               "--sql", "a = 1", "--count", "1", "--json")
+    assert status == 0, err
+    assert [json.loads(line)["body"] for line in out.splitlines()] == ["m0"]
+    ext = broker.of(RequestCode.PULL_MESSAGE)[0].ext_fields
+    assert (ext["expressionType"], ext["subscription"]) == ("SQL92", "a = 1")
+    status, _, err = run_cli(capsys, "consume", "-n", registry, "--topic", "T", "--sql", "a >", "--count", "1")
+    assert status == 1 and "does not compile" in err
+
+
 def test_admin_json(cluster, capsys):
     registry, broker = cluster
     status, out, err = run_cli(capsys, "admin", "topic-route", "-n", registry, "--topic", "T", "--json")

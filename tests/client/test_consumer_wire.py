@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from smartgo.client import (AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel, MessageQueue,
-                            PullStatus)
+from smartgo.client import (AsyncPullConsumer, AsyncPushConsumer, BrokerError, ConsumeResult, MessageModel,
+                            MessageQueue, MessageSelector, PullStatus, SubscriptionError)
 from smartgo.net.codes import PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.testing import async_wait_until
@@ -310,3 +310,48 @@ def test_blocking_facades(tmp):
     finally:
         bg.run(ctx.__aexit__(None, None, None))
         bg.stop()
+
+
+def test_sql92_consumer_checks_its_expression_in_the_brokers_at_start(tmp):
+    """checkClientInBroker: CHECK_CLIENT_CONFIG before the first heartbeat; a refusal fails start()
+    with the broker's reason, and the SQL92 subscription goes out as is (no tags, no codes)."""
+    async def main():
+        broker = FakeBroker(topics={"T": 1, "%RETRY%G": 1})
+        async with fake_cluster(tmp, [broker]) as (registry, _):
+            q = ScriptedQueues(broker, "T")
+            q.queues = {0: [(b"m", {"a": "1"})]}
+            q.offsets[("T", 0)] = 0
+            verdict = [ResponseCode.SUBSCRIPTION_PARSE_FAILED]
+            broker.handlers[RequestCode.CHECK_CLIENT_CONFIG] = lambda c, cmd: response(
+                cmd, verdict[0], remark="invalid SQL92 expression")
+            refused = AsyncPushConsumer("G", registry, listener=lambda m: ConsumeResult.SUCCESS)
+            refused.subscribe("T", MessageSelector.by_sql("a = 1"))
+            with pytest.raises(BrokerError, match="SUBSCRIPTION_PARSE_FAILED"):
+                await refused.start()
+            heartbeats_after_refusal = len(broker.of(RequestCode.HEART_BEAT))
+            verdict[0] = ResponseCode.SUCCESS
+            got = []
+            c = AsyncPushConsumer("G", registry, listener=lambda m: got.append(m.body))
+            c.subscribe("T", MessageSelector.by_sql("a = 1"))
+            async with c:
+                await async_wait_until(lambda: got, 10, message="the message")
+            return broker, heartbeats_after_refusal
+    broker, heartbeats_after_refusal = arun(main())
+    assert heartbeats_after_refusal == 0
+    checks = [json.loads(r.body) for r in broker.of(RequestCode.CHECK_CLIENT_CONFIG)]
+    assert len(checks) == 2 and checks[0]["group"] == "G" and checks[0]["clientId"]
+    assert {k: checks[0]["subscriptionData"][k] for k in ("topic", "subString", "expressionType", "tagsSet",
+                                                           "codeSet")} == \
+        {"topic": "T", "subString": "a = 1", "expressionType": "SQL92", "tagsSet": [], "codeSet": []}
+    pull = next(p.ext_fields for p in broker.of(RequestCode.PULL_MESSAGE) if p.ext_fields["topic"] == "T")
+    assert pull["expressionType"] == "SQL92" and pull["subscription"] == "a = 1"
+
+
+def test_sql92_subscription_errors_show_at_subscribe():
+    c = AsyncPushConsumer("G", "127.0.0.1:1", listener=lambda m: ConsumeResult.SUCCESS)
+    with pytest.raises(SubscriptionError, match="does not compile"):
+        c.subscribe("T", MessageSelector.by_sql("a >"))
+    with pytest.raises(SubscriptionError, match="unknown expression type"):
+        c.subscribe("T", MessageSelector("JAVASCRIPT", "true"))
+    c.subscribe("T", MessageSelector.by_tag("A || B"))
+    assert c.subscriptions["T"].tags_set == ["A", "B"] and c.subscriptions["T"].expression_type == "TAG"

@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 
-from smartgo.client import (AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, MessageModel)
+from smartgo.client import (AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, Message,
+                            MessageModel, MessageSelector)
 from smartgo.testing import async_wait_until
 
 from .conftest import ROOT, arun
@@ -204,3 +205,35 @@ def test_consumer_connections_admin(real_cluster):
     conn, cid = arun(main())
     assert cid in [x["clientId"] for x in conn["connectionSet"]]
     assert conn["messageModel"] == "CLUSTERING" and conn["subscriptionTable"][topic]["subString"] == "X || Y"
+
+
+def test_sql92_push_and_pull_consumers_get_what_the_expression_selects(real_cluster):
+    """MessageSelector.by_sql end to end: the broker evaluates the expression on each message's
+    properties (the push consumer's registered subscription, the pull consumer's in each request)."""
+    topic, group = name("SQL"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 2)
+        got: list[bytes] = []
+        c = AsyncPushConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
+                              listener=lambda m: got.append(m.body))
+        c.subscribe(topic, MessageSelector.by_sql("price > 50 AND region IN ('eu', 'us') AND TAGS <> 'skip'"))
+        async with AsyncProducer("PG", real_cluster.registry) as p:
+            for i in range(200):
+                await p.send(Message(topic, b"%d" % i, tags="skip" if i % 10 == 0 else "keep",
+                                     properties={"price": str(i % 100), "region": ("eu", "us", "cn")[i % 3]}))
+        async with c:
+            wanted = {b"%d" % i for i in range(200)
+                      if i % 100 > 50 and i % 3 != 2 and i % 10 != 0}
+            await async_wait_until(lambda: len(got) >= len(wanted), 30, 0.05, "the selected messages")
+            await async_wait_until(lambda: sum(c.offsets.memory_offset(mq) for mq in c.process_queues) == 200,
+                                   30, 0.05, "offsets past all 200 messages")
+        async with AsyncPullConsumer(name("PC"), real_cluster.registry) as pc:
+            pulled = []
+            for q in await pc.fetch_queues(topic):
+                r = await pc.pull(q, MessageSelector.by_sql("price < 3"), 0, 64)
+                pulled += [m.body for m in r.messages]
+        return wanted, got, pulled
+    wanted, got, pulled = arun(main())
+    assert sorted(got) == sorted(wanted)                            # each once, nothing else
+    assert sorted(pulled) == sorted(b"%d" % i for i in range(200) if i % 100 < 3)

@@ -17,7 +17,7 @@ import re
 import pytest
 
 from smartgo.client import AsyncPullConsumer, MessageQueue
-from smartgo.net.codes import RequestCode
+from smartgo.net.codes import PullSysFlag, RequestCode
 from smartgo.testing import wait_until
 
 from .conftest import arun, create_topic, ons, python_send, summary, topic_name
@@ -114,6 +114,23 @@ def test_clustering_consumer_resumes_from_committed_offsets(cluster):
     # this time every queue had an offset at the broker
     reads = [c for c in again["calls"] if c["code"] == RequestCode.QUERY_CONSUMER_OFFSET]
     assert reads and all(c["resp"] == 0 for c in reads), summary(again)
+
+
+def test_sql92_subscription_filters_at_the_broker(cluster):
+    """ali-ons' SQL92 subscription ({expressionType, subString}), which it sends with every pull
+    (postSubscriptionWhenPull); the broker evaluates it on each message. Needs 34, 38, 14, 15, 35."""
+    topic, group = topic_name("ONS_SQL"), "CG_ONS_SQL"
+    create_topic(cluster, topic, queues=2)
+    sent = python_send(cluster, topic, 30)
+    expression = {"expressionType": "SQL92", "subString": "idx >= 6 AND idx < 18 AND TAGS <> 'C'"}
+    got = consume(cluster, group, topic, 8, expression=expression, settleMs=1500)
+    check_clean(got)
+    wanted = {r.msg_id for i, (msg, r) in enumerate(sent) if 6 <= i < 18 and msg.tags != "C"}
+    assert len(wanted) == 8
+    assert sorted(m["properties"]["UNIQ_KEY"] for m in got["messages"]) == sorted(wanted), summary(got)
+    pulls = [c for c in got["calls"] if c["code"] == RequestCode.PULL_MESSAGE and c["ext"]["topic"] == topic]
+    assert pulls and all(c["ext"]["expressionType"] == "SQL92" and c["ext"]["subscription"] == expression["subString"]
+                         and int(c["ext"]["sysFlag"]) & PullSysFlag.SUBSCRIPTION for c in pulls)
 
 
 def test_ali_ons_producer_to_ali_ons_consumer(cluster):

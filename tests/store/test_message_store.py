@@ -21,7 +21,8 @@ from smartgo.store.cleanup import (
 from smartgo.store.consume_queue import ENTRY, queue_dir
 from smartgo.store.java_hash import tags_code
 from smartgo.store.mapped_file import segment_name
-from smartgo.store.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, decode_record, decode_records
+from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, decode_properties, decode_record,
+                                  decode_records)
 
 from .conftest import Clock, small_config
 
@@ -92,6 +93,28 @@ def test_tag_filter_and_no_match(store):
     assert bodies(got) == [b"m0", b"m5", b"m10", b"m15"] and got.next_begin_offset == 20
     none = store.get_messages("TopicA", 0, 16, 32, {tags_code("TagC")})
     assert (none.status, none.next_begin_offset, none.buffers) == (GetStatus.NO_MATCHED_MESSAGE, 20, [])
+
+
+def test_property_match_filters_by_the_record_itself(store, config, caplog):
+    """The SQL92 hook (isMatchedByCommitLog): match sees each candidate's raw properties, after the
+    tag filter; a record whose properties cannot be read is skipped with a log line."""
+    seen = []
+    results = [store.put(msg(i, tags="TagA" if i % 2 else "TagB")) for i in range(8)]
+
+    def match(props: bytes) -> bool:
+        seen.append(decode_properties(props)["UNIQ_KEY"])
+        return int(seen[-1][4:]) % 3 == 0
+    got = store.get_messages("TopicA", 0, 0, 32, {tags_code("TagA")}, match)
+    assert bodies(got) == [b"m3"] and got.next_begin_offset == 8
+    assert seen == [f"UNIQ{i:08d}" for i in (1, 3, 5, 7)]          # only what the tag filter let through
+    none = store.get_messages("TopicA", 0, 0, 32, None, lambda props: False)
+    assert (none.status, none.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 8)
+    with open(config.commitlog_dir / segment_name(0), "r+b") as f:
+        f.seek(results[6].physical_offset + 84)                     # BODYLEN of m6: past its record
+        f.write((1 << 30).to_bytes(4, "big"))
+    got = store.get_messages("TopicA", 0, 0, 32, None, lambda props: True)
+    assert bodies(got) == [b"m%d" % i for i in (0, 1, 2, 3, 4, 5, 7)]
+    assert "properties cannot be read" in caplog.text
 
 
 def test_pull_limits(tmp_path):
