@@ -1,10 +1,11 @@
 """Admin requests the broker actor serves (RocketMQ's AdminBrokerProcessor): topics
 (UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21,
 GET_TOPIC_STATS_INFO 202), subscription groups (200, 201, DELETE_SUBSCRIPTIONGROUP 207),
-consumer offsets (GET_ALL_CONSUMER_OFFSET 43, GET_CONSUME_STATS 208), GET_BROKER_RUNTIME_INFO
+consumer offsets (GET_ALL_CONSUMER_OFFSET 43, GET_CONSUME_STATS 208, INVOKE_BROKER_TO_RESET_OFFSET
+222), GET_BROKER_RUNTIME_INFO
 (28) and the broker config (GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25).
 
-Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats) are written as fastjson writes
+Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written as fastjson writes
 them, with the queue object in key position (facts D); SmartGo's and Java's clients read that.
 """
 
@@ -23,7 +24,7 @@ from smartgo.broker.channel import ClientRef
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
 from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics
 from smartgo.net import fastjson
-from smartgo.net.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from smartgo.net.codes import CURRENT_VERSION, FLAG_ONEWAY, LanguageCode, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.errors import MessageIllegalError
 from smartgo.store.record import topic_field
@@ -56,6 +57,7 @@ class AdminProcessor:
                 RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
                 RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
                 RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
                 RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
                 RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
                 RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config}
@@ -180,6 +182,52 @@ class AdminProcessor:
                                                  "lastTimestamp": max(last, 0)}))
             tps += b.stats.group_tps(group, t, now)
         return request.make_response(ResponseCode.SUCCESS, body=queue_keyed(entries, consumeTps=round(tps, 3)))
+
+    def reset_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET (Broker2Client.resetOffset): per write queue, the offset of
+        the first message stored at or after `timestamp` (-1: the queue's end), or the group's own
+        offset where that is lower and isForce is false. Every online consumer of the group gets the
+        table (RESET_CONSUMER_CLIENT_OFFSET, oneway) and moves there itself, as in 4.x: the broker's
+        offsets change when the consumers commit. An offline group is CONSUMER_NOT_ONLINE, on which
+        tools commit the offsets themselves (mqadmin's resetOffsetByTime falls back, as does
+        `smartgo admin reset-offset`). The answer carries the table."""
+        b = self.b
+        topic, group = request.ext_str("topic"), request.ext_str("group")
+        timestamp, force = request.ext_int("timestamp"), request.ext_bool("isForce", False)
+        cfg = b.snapshot.topics.get(topic)
+        if cfg is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "[reset-offset] reset offset failed, no topic "
+                                                                    f"in this broker. topic={topic}")
+        view = b.view
+        reader, written = view.fresh_reader(), view.written.get()
+        table = []
+        for q in range(cfg.write_queues):
+            current = b.offsets.query(group, topic, q)
+            if current == -1:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+            end = view.max_offset(topic, q)
+            target = end if timestamp == -1 else reader.search_offset_by_time(topic, q, timestamp, end, written)
+            target = max(target, 0)
+            table.append((q, target if force or target < current else current))
+        info = b.clients.consumers.get(group)
+        channels = list(info.channels.values()) if info is not None else []
+        if not channels:
+            return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online, so can not reset "
+                                         f"offset, Group: {group} Topic: {topic} Timestamp: {timestamp}")
+        old = [ch for ch in channels if ch.version < MQVersion.V3_0_7_SNAPSHOT]
+        if old:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "the client does not support this feature. "
+                                         f"version={old[0].version}")
+        java_body = queue_keyed([(self._mq(topic, q), offset) for q, offset in table])
+        c_body = fastjson.dumps({"offsetTable": [{**self._mq(topic, q), "offset": offset} for q, offset in table]})
+        ext = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "false"}
+        for ch in channels:                 # a C++ consumer reads the list form (ResetOffsetBodyForC)
+            b.channel.push(ch.ref, RemotingCommand(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, flag=FLAG_ONEWAY,
+                                                   ext_fields=ext,
+                                                   body=c_body if ch.language == LanguageCode.CPP else java_body))
+        self.b.log.info("[reset-offset] group %s topic %s to %s (timestamp %d, force %s): told %d consumers",
+                        group, topic, dict(table), timestamp, force, len(channels))
+        return request.make_response(ResponseCode.SUCCESS, body=java_body)
 
     # ---- runtime info and config ------------------------------------------------------------------------
     def get_broker_runtime_info(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:

@@ -70,7 +70,7 @@ FORWARDED_CODES = frozenset({
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.DELETE_SUBSCRIPTIONGROUP,
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_CONSUME_STATS, RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.GET_BROKER_CONFIG, RequestCode.UPDATE_BROKER_CONFIG,
-    RequestCode.GET_ALL_DELAY_OFFSET,
+    RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
 })
 STATS_GRACE_MS = int(FLUSH_INTERVAL * 1000) + 500      # a window is written this long after its end
 

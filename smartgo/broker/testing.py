@@ -19,7 +19,7 @@ from pathlib import Path
 from smartgo.actors.testing import ROOT, SUPERVISOR, Node, NodeStartError, launch_node
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import FLAG_ONEWAY, PullSysFlag, RequestCode, ResponseCode
+from smartgo.net.codes import FLAG_ONEWAY, LanguageCode, PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import TRANSACTION_COMMIT_TYPE, encode_batch_body, encode_properties, parse_offset_msg_id
@@ -148,18 +148,25 @@ def update_offset_command(group: str, topic: str, queue_id: int, offset: int, on
 
 
 class ClientStub:
-    """One client connection to a broker: heartbeats, and the NOTIFY_CONSUMER_IDS_CHANGED it gets."""
+    """One client connection to a broker: heartbeats, and the NOTIFY_CONSUMER_IDS_CHANGED and
+    RESET_CONSUMER_CLIENT_OFFSET requests it gets."""
 
     def __init__(self, addr: str, client_id: str) -> None:
         self.addr = addr
         self.client_id = client_id
         self.notified: list[str] = []
+        self.resets: list[RemotingCommand] = []
         self._lock = threading.Lock()
-        self.remoting = BlockingRemotingClient(processors={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify})
+        self.remoting = BlockingRemotingClient(processors={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify,
+                                                           RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset})
 
     async def _notify(self, conn, cmd: RemotingCommand) -> None:
         with self._lock:
             self.notified.append((cmd.ext_fields or {}).get("consumerGroup", ""))
+
+    async def _reset(self, conn, cmd: RemotingCommand) -> None:
+        with self._lock:
+            self.resets.append(cmd)
 
     def notifications(self, group: str) -> int:
         with self._lock:
@@ -168,8 +175,9 @@ class ClientStub:
     def call(self, cmd: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
         return self.remoting.invoke(self.addr, cmd, timeout)
 
-    def heartbeat(self, consumers: dict[str, dict[str, str]] | None = None, **kw: object) -> RemotingCommand:
-        return self.call(RemotingCommand(RequestCode.HEART_BEAT,
+    def heartbeat(self, consumers: dict[str, dict[str, str]] | None = None, language: int = LanguageCode.PYTHON,
+                  **kw: object) -> RemotingCommand:
+        return self.call(RemotingCommand(RequestCode.HEART_BEAT, language,
                                          body=heartbeat_body(self.client_id, consumers, **kw)))  # type: ignore[arg-type]
 
     def unregister(self, consumer_group: str) -> RemotingCommand:

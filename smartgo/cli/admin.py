@@ -5,6 +5,7 @@
     smartgo admin topic-delete --topic T [--cluster C]
     smartgo admin topic-list | topic-route --topic T | topic-status --topic T | cluster-list
     smartgo admin consumer-progress --group G [--topic T] | consumer-connections --group G
+    smartgo admin reset-offset --group G --topic T --to (MS | 2026-11-23T10:00 | end) [--no-force]
     smartgo admin group-create --group G [--retry-max-times 16] [--cluster C]
     smartgo admin query-key --topic T --key K | query-id --id ID [--topic T]
     smartgo admin query-offset --topic T --queue N --offset N [--broker-name B]
@@ -76,6 +77,25 @@ _command("cluster-list", "show clusters and brokers (with runtime figures when b
 _command("consumer-progress", "a group's offsets and lag per queue")(
     lambda c: (_group(c), c.add_argument("--topic", "-t")))
 _command("consumer-connections", "a group's connected clients and subscriptions")(_group)
+_command("reset-offset", "move a group's offsets in a topic to a point in time (consume again, or skip)")(
+    lambda c: (_group(c), _topic(c),
+               c.add_argument("--to", required=True, type=_point_in_time, metavar="MS|ISO-TIME|end",
+                              help="milliseconds since the epoch, an ISO 8601 time (local unless it names a zone), "
+                                   "or end (the end of each queue)"),
+               c.add_argument("--no-force", dest="force", action="store_false",
+                              help="only move offsets backwards (never skip messages)")))
+
+
+def _point_in_time(text: str) -> int:
+    """-1 for end (the broker's sign for the end of each queue), else milliseconds since the epoch."""
+    if text == "end":
+        return -1
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither milliseconds, an ISO 8601 time nor end") from None
 _command("group-create", "create or update a subscription group")(
     lambda c: (_group(c), c.add_argument("--retry-max-times", type=int, default=16), c.add_argument("--cluster", "-c"),
                c.add_argument("--no-broadcast", action="store_true", help="refuse broadcasting consumers")))
@@ -196,6 +216,15 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
                               q.lag, _when(q.last_timestamp)) for q in stats.queues],
                             ("TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST")))
                 print(f"consume TPS {stats.consume_tps:.1f}  total lag {stats.total_lag}")
+        elif cmd == "reset-offset":
+            moved = await admin.reset_offset_by_time(args.group, args.topic, args.to, args.force)
+            if args.json:
+                emit({"group": args.group, "topic": args.topic, "timestamp": args.to,
+                      "queues": [{"broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": offset}
+                                 for mq, offset in moved.items()]})
+            else:
+                print(table([(mq.broker_name, mq.queue_id, offset) for mq, offset in moved.items()],
+                            ("BROKER", "QUEUE", "NEW OFFSET")))
         elif cmd == "consumer-connections":
             conn = await admin.consumer_connections(args.group)
             if args.json:

@@ -214,6 +214,54 @@ class AsyncAdmin:
         stats.queues.sort(key=lambda q: q.queue)
         return stats
 
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int,
+                                   force: bool = True) -> dict[MessageQueue, int]:
+        """Move the group's offsets in topic to the first message stored at or after timestamp_ms
+        (-1: the end of each queue; force=False moves only backwards), as mqadmin resetOffsetByTime.
+        Each master tells the group's online consumers (INVOKE_BROKER_TO_RESET_OFFSET), which move
+        there at once; for an offline group the offsets are committed here (UPDATE_CONSUMER_OFFSET),
+        and the group starts there when its consumers come. Returns the new offset of each queue."""
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise NoRouteError(topic)
+        out: dict[MessageQueue, int] = {}
+        for broker in route.broker_datas:
+            addr = broker.master_addr
+            if not addr:
+                raise ClientError(f"broker {broker.broker_name} of {topic} has no master to reset offsets at")
+            what = f"reset offsets of {group} in {topic}"
+            resp = await self._call(addr, api.reset_offset_request(group, topic, timestamp_ms, force), what,
+                                    ok=(R.SUCCESS, R.CONSUMER_NOT_ONLINE))
+            if resp.code == R.SUCCESS:
+                try:
+                    out.update(bodies.parse_reset_offsets(resp.body_bytes()))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, what) from None
+            else:
+                out.update(await self._reset_offline(addr, group, topic, timestamp_ms, force))
+        return dict(sorted(out.items()))
+
+    async def _reset_offline(self, addr: str, group: str, topic: str, timestamp_ms: int,
+                             force: bool) -> dict[MessageQueue, int]:
+        """mqadmin's fallback (ResetOffsetByTimeOldCommand): per queue the group has an offset for,
+        search the timestamp and commit the result."""
+        resp = await self._call(addr, api.consume_stats_request(group, topic), f"consume stats of {group}")
+        try:
+            queues = bodies.parse_consume_stats(resp.body_bytes()).queues
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, f"consume stats of {group}") from None
+        out = {}
+        for q in queues:
+            mq = q.queue
+            code = RequestCode.GET_MAX_OFFSET if timestamp_ms == -1 else RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+            target = api.ext_long(await self.instance.invoke(addr, api.offset_request(
+                code, topic, mq.queue_id, None if timestamp_ms == -1 else timestamp_ms)), "offset", addr,
+                f"offset of {mq} at {timestamp_ms}")
+            out[mq] = target if force or target < q.consumer_offset else q.consumer_offset
+            await self._call(addr, api.update_consumer_offset_request(group, topic, mq.queue_id, out[mq]),
+                             f"commit offset {out[mq]} of {mq} for {group}")
+        return out
+
     async def consumer_connections(self, group: str) -> dict:
         """GET_CONSUMER_CONNECTION_LIST: the group's clients and subscriptions (ConsumerConnection)."""
         errors = []

@@ -271,6 +271,12 @@ def consume_stats_request(group: str, topic: str | None = None) -> RemotingComma
     return command(RC.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
 
 
+def reset_offset_request(group: str, topic: str, timestamp_ms: int, force: bool) -> RemotingCommand:
+    """INVOKE_BROKER_TO_RESET_OFFSET (ResetOffsetRequestHeader); timestamp -1: the queue ends."""
+    return command(RC.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": topic, "group": group, "timestamp": timestamp_ms,
+                                                      "isForce": force})
+
+
 def consumer_connection_request(group: str) -> RemotingCommand:
     return command(RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
 

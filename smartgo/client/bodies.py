@@ -137,6 +137,12 @@ def _queue_map(obj: Any, what: str) -> dict:
     return table
 
 
+def parse_reset_offsets(data: bytes) -> dict[MessageQueue, int]:
+    """ResetOffsetBody: {"offsetTable": {MessageQueue: offset}} (INVOKE_BROKER_TO_RESET_OFFSET's answer,
+    RESET_CONSUMER_CLIENT_OFFSET's body)."""
+    return {mq: int(offset) for mq, offset in _queue_map(loads(data), "reset offsets").items()}
+
+
 def parse_topic_stats(data: bytes) -> list[QueueStatus]:
     """TopicStatsTable: {"offsetTable": {MessageQueue: {minOffset, maxOffset, lastUpdateTimestamp}}}."""
     table = _queue_map(loads(data), "topic stats")

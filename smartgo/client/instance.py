@@ -1,7 +1,8 @@
 """ClientInstance (Java's MQClientInstance): the connections, the registry, the route and broker
 tables, and the periodic jobs of one client object - route refresh and heartbeats every 30 s,
 offset persistence every 5 s, rebalancing - plus the processors that answer the requests brokers
-send on our own connections (NOTIFY_CONSUMER_IDS_CHANGED, PUSH_REPLY_MESSAGE_TO_CLIENT).
+send on our own connections (NOTIFY_CONSUMER_IDS_CHANGED, PUSH_REPLY_MESSAGE_TO_CLIENT,
+CHECK_TRANSACTION_STATE, RESET_CONSUMER_CLIENT_OFFSET).
 
 Producers and consumers join an instance as members (Member below) and the instance drives them.
 """
@@ -15,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from smartgo.client import api
+from smartgo.client import api, bodies
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientStateError, NoRouteError, RegistryUnavailableError
 from smartgo.client.route import BrokerData, TopicRouteData
@@ -114,7 +115,8 @@ class ClientInstance:
             return
         processors = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify_ids_changed,
                       RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._push_reply,
-                      RequestCode.CHECK_TRANSACTION_STATE: self._check_transaction}
+                      RequestCode.CHECK_TRANSACTION_STATE: self._check_transaction,
+                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset_offset}
         self._remoting = RemotingClient(
             processors, connect_timeout=self.config.timeout,
             serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
@@ -356,6 +358,25 @@ class ClientInstance:
         log.info("%s: broker %s says the consumers of %s changed", self.client_id, conn.remote_address, group)
         for callback in self.on_consumer_ids_changed:
             callback(group)
+        return None
+
+    async def _reset_offset(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (an operator reset the group's offsets at the broker): the
+        group's consumer here moves the topic's queues to the table's offsets."""
+        ext = cmd.ext_fields or {}
+        group, topic = ext.get("group", ""), ext.get("topic", "")
+        try:
+            table = bodies.parse_reset_offsets(cmd.body_bytes())
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: reset offset of %s from %s is malformed: %s", self.client_id, group,
+                        conn.remote_address, exc)
+            return None
+        for member in self.members:
+            reset = getattr(member, "reset_offset", None)
+            if reset is not None and getattr(member, "group", None) == group:
+                log.info("%s: broker %s resets %s of %s to %s", self.client_id, conn.remote_address, topic, group,
+                         {mq.queue_id: offset for mq, offset in sorted(table.items())})
+                await reset(topic, table)
         return None
 
     async def _check_transaction(self, conn: Connection, cmd: RemotingCommand) -> None:

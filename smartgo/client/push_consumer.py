@@ -367,6 +367,27 @@ class AsyncPushConsumer:
         finally:
             self.offsets.remove(mq)
 
+    async def reset_offset(self, topic: str, table: dict[MessageQueue, int]) -> None:
+        """MQClientInstance.resetOffset: the topic's queues are dropped without committing (what
+        is consumed of them meanwhile is not committed either), the table's offsets are committed,
+        and the next rebalance takes the queues again from there. Every consumer of the group gets
+        the whole table and commits all of it: the same values, whoever owns a queue."""
+        async with self._rebalancing:
+            for mq in [mq for mq in self.process_queues if mq.topic == topic]:
+                pq = self.process_queues.pop(mq)
+                pq.dropped = True
+                for task in (pq.pull_task, pq.orderly_task):
+                    if task is not None:
+                        task.cancel()
+            for mq, offset in table.items():
+                self.offsets.update(mq, offset)
+            try:
+                await self.offsets.persist(list(table), acked=True)
+            finally:
+                for mq in table:
+                    self.offsets.remove(mq)
+        self.rebalance_soon()
+
     async def compute_pull_from(self, mq: MessageQueue) -> int:
         """The stored offset, else (a new group) where consume_from says (computePullFromWhere)."""
         last = await self.offsets.read(mq)

@@ -63,6 +63,7 @@ class RequestCode(IntEnum):
     GET_KVLIST_BY_NAMESPACE = 219
     RESET_CONSUMER_CLIENT_OFFSET = 220
     GET_CONSUMER_STATUS_FROM_CLIENT = 221
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
     GET_TOPICS_BY_CLUSTER = 224
     GET_CONSUMER_RUNNING_INFO = 307
     CONSUME_MESSAGE_DIRECTLY = 309
@@ -143,6 +144,7 @@ class SerializeType(IntEnum):
 class MQVersion(IntEnum):
     """MQVersion.Version ordinals that change behaviour on the other side (reference A.6)."""
 
+    V3_0_7_SNAPSHOT = 28
     V3_0_11 = 37
     V3_4_9 = 121
     V4_1_0_SNAPSHOT = 232

@@ -92,6 +92,43 @@ def test_consume_sql_sends_the_selector_and_refuses_a_bad_one(cluster, capsys):
     assert status == 1 and "does not compile" in err
 
 
+def test_admin_reset_offset_online_and_offline(cluster, capsys):
+    """Online: the broker's table (INVOKE_BROKER_TO_RESET_OFFSET). Offline (CONSUMER_NOT_ONLINE):
+    mqadmin's fallback, per queue of the group's consume stats: search the time, commit it."""
+    registry, broker = cluster
+    online = [True]
+
+    def reset(conn, cmd):
+        if not online[0]:
+            return response(cmd, ResponseCode.CONSUMER_NOT_ONLINE, remark="Consumer not online")
+        return response(cmd, body=b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:7,'
+                                  b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:3}}')
+    broker.handlers[RequestCode.INVOKE_BROKER_TO_RESET_OFFSET] = reset
+    broker.handlers[RequestCode.GET_CONSUME_STATS] = lambda c, cmd: response(cmd, body=(
+        b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:'
+        b'{"brokerOffset":9,"consumerOffset":9,"lastTimestamp":0},{"brokerName":"broker-a","queueId":1,"topic":"T"}:'
+        b'{"brokerOffset":5,"consumerOffset":1,"lastTimestamp":0}}}'))
+    broker.handlers[RequestCode.SEARCH_OFFSET_BY_TIMESTAMP] = lambda c, cmd: response(cmd, ext={"offset": "4"})
+    broker.handlers[RequestCode.UPDATE_CONSUMER_OFFSET] = lambda c, cmd: response(cmd)
+    status, out, err = run_cli(capsys, "admin", "reset-offset", "-n", registry, "-g", "G", "-t", "T",
+                               "--to", "2026-11-23T10:00:00+00:00", "--json")
+    assert status == 0, err
+    assert [(q["queue_id"], q["offset"]) for q in json.loads(out)["queues"]] == [(0, 7), (1, 3)]
+    ext = broker.of(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)[0].ext_fields
+    assert ext == {"topic": "T", "group": "G", "timestamp": "1795428000000", "isForce": "true"}
+    online[0] = False
+    status, out, err = run_cli(capsys, "admin", "reset-offset", "-n", registry, "-g", "G", "-t", "T",
+                               "--to", "1700000000000", "--no-force")
+    assert status == 0, err
+    assert out.split() == ["BROKER", "QUEUE", "NEW", "OFFSET", "broker-a", "0", "4", "broker-a", "1", "1"]
+    commits = [(c.ext_fields["queueId"], c.ext_fields["commitOffset"]) for c in broker.of(
+        RequestCode.UPDATE_CONSUMER_OFFSET)]
+    assert commits == [("0", "4"), ("1", "1")]          # not forced: queue 1 stays behind the time
+    with pytest.raises(SystemExit) as bad:
+        run_cli(capsys, "admin", "reset-offset", "-n", registry, "-g", "G", "-t", "T", "--to", "soon")
+    assert bad.value.code == 2 and "neither milliseconds" in capsys.readouterr().err
+
+
 def test_admin_json(cluster, capsys):
     registry, broker = cluster
     status, out, err = run_cli(capsys, "admin", "topic-route", "-n", registry, "--topic", "T", "--json")

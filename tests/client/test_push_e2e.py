@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -237,3 +238,49 @@ def test_sql92_push_and_pull_consumers_get_what_the_expression_selects(real_clus
     wanted, got, pulled = arun(main())
     assert sorted(got) == sorted(wanted)                            # each once, nothing else
     assert sorted(pulled) == sorted(b"%d" % i for i in range(200) if i % 100 < 3)
+
+
+def test_reset_offset_replays_for_online_consumers_and_moves_an_offline_group(real_cluster):
+    """admin.reset_offset_by_time: online, the broker tells the consumer (RESET_CONSUMER_CLIENT_OFFSET)
+    and it consumes again from the first message stored at the time; offline, the offsets are
+    committed directly and the group's next consumer starts there."""
+    topic, group = name("RESET"), name("G")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 2)
+        async with AsyncProducer("PG", real_cluster.registry) as p:
+            for i in range(20):
+                await p.send(Message(topic, b"early-%d" % i))
+            t0 = time.time() * 1000
+            await async_wait_until(lambda: time.time() * 1000 > t0 + 2, message="a later millisecond")
+            middle = int(time.time() * 1000)
+            for i in range(20):
+                await p.send(Message(topic, b"late-%d" % i))
+        got: list[bytes] = []
+        c = AsyncPushConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
+                              listener=lambda m: got.append(m.body))
+        c.subscribe(topic)
+        async with AsyncAdmin(real_cluster.registry) as admin:
+            async with c:
+                await async_wait_until(lambda: len(got) >= 40, 30, 0.05, "the first delivery")
+
+                async def committed() -> bool:      # the broker holds offsets for both queues
+                    progress = await admin.consumer_progress(group, topic)
+                    return len(progress.queues) == 2 and sum(q.consumer_offset for q in progress.queues) == 40
+                await async_wait_until(committed, 30, 0.2, "offsets committed")
+                first = len(got)
+                moved = await admin.reset_offset_by_time(group, topic, middle)
+                await async_wait_until(lambda: len(got) >= first + 20, 30, 0.05, "the replay")
+                replay = got[first:]
+            offline = await admin.reset_offset_by_time(group, topic, 0)
+        again: list[bytes] = []
+        c2 = AsyncPushConsumer(group, real_cluster.registry, listener=lambda m: again.append(m.body))
+        c2.subscribe(topic)
+        async with c2:
+            await async_wait_until(lambda: len(again) >= 40, 30, 0.05, "everything again")
+        return moved, replay, offline, again
+    moved, replay, offline, again = arun(main())
+    assert sum(moved.values()) == 20 and len(moved) == 2            # each queue at its first late message
+    assert sorted(replay) == sorted(b"late-%d" % i for i in range(20))
+    assert set(offline.values()) == {0}
+    assert sorted(again) == sorted([b"early-%d" % i for i in range(20)] + [b"late-%d" % i for i in range(20)])

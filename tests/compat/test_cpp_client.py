@@ -17,7 +17,7 @@ from smartgo.client import AsyncPullConsumer, MessageQueue
 from smartgo.client.message import Prop
 from smartgo.testing import wait_until
 
-from .conftest import arun, cpp, python_read, python_send, topic_name
+from .conftest import arun, cpp, create_topic, python_read, python_send, topic_name
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -189,3 +189,34 @@ def test_push_consumer_reads_on_from_the_slave_after_the_master_is_killed(cpp_ho
     finally:
         for node in nodes:
             node.reap()
+
+
+def test_push_consumer_consumes_again_after_an_offset_reset(cluster, cpp_home):
+    """An admin reset to time 0 while the C++ consumer runs: the broker sends it
+    RESET_CONSUMER_CLIENT_OFFSET in the list form the C++ client reads (4.x would send the map form
+    to a Java mqadmin's reset), and the consumer delivers every message a second time."""
+    from smartgo.broker.testing import committed_total
+    from smartgo.client import AsyncAdmin
+    topic, group = topic_name("CppReset"), topic_name("CG_CPP_RESET")
+    create_topic(cluster, topic, queues=2)
+    sent = python_send(cluster, topic, 20)
+    moved: dict = {}
+
+    def reset_once_committed() -> None:
+        wait_until(lambda: committed_total(cluster.broker, topic, group, 2) == 20, timeout=60,
+                   message="the C++ consumer's first pass committed")
+
+        async def main():
+            async with AsyncAdmin(cluster.registry) as admin:
+                moved.update(await admin.reset_offset_by_time(group, topic, 0))
+        arun(main())
+    resetter = threading.Thread(target=reset_once_committed)
+    resetter.start()
+    try:
+        (got,) = cpp(cpp_home, cluster.registry, [{"op": "push", "topic": topic, "group": group, "expect": 40,
+                                                   "timeoutS": 80, "settleS": 1.0}], timeout=110)
+    finally:
+        resetter.join(70)
+    assert sorted(moved.values()) == [0, 0]
+    ids = [m["msgId"] for m in got]
+    assert sorted(ids) == sorted([r.msg_id for _, r in sent] * 2)       # every message exactly twice
