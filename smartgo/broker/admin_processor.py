@@ -2,7 +2,7 @@
 (UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21,
 GET_TOPIC_STATS_INFO 202), subscription groups (200, 201, DELETE_SUBSCRIPTIONGROUP 207),
 consumer offsets (GET_ALL_CONSUMER_OFFSET 43, GET_CONSUME_STATS 208, INVOKE_BROKER_TO_RESET_OFFSET
-222), GET_BROKER_RUNTIME_INFO
+222, QUERY_TOPIC_CONSUME_BY_WHO 300), GET_BROKER_RUNTIME_INFO
 (28) and the broker config (GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25).
 
 Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written as fastjson writes
@@ -58,6 +58,7 @@ class AdminProcessor:
                 RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
                 RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
                 RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+                RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
                 RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
                 RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
                 RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config}
@@ -182,6 +183,15 @@ class AdminProcessor:
                                                  "lastTimestamp": max(last, 0)}))
             tps += b.stats.group_tps(group, t, now)
         return request.make_response(ResponseCode.SUCCESS, body=queue_keyed(entries, consumeTps=round(tps, 3)))
+
+    def query_topic_consume_by_who(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """GroupList of a topic: groups with an online consumer subscribed to it, and groups with
+        offsets in it (ConsumerManager.queryTopicConsumeByWho + whichGroupByTopic)."""
+        b = self.b
+        topic = request.ext_str("topic")
+        groups = {g for g, info in b.clients.consumers.items() if topic in info.subscriptions and info.channels}
+        groups |= b.offsets.groups_of(topic)
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"groupList": sorted(groups)}))
 
     def reset_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         """INVOKE_BROKER_TO_RESET_OFFSET (Broker2Client.resetOffset): per write queue, the offset of

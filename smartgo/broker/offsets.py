@@ -51,6 +51,10 @@ class ConsumerOffsets:
     def topics_of(self, group: str) -> list[str]:
         return sorted(t for t, g in self.table if g == group)
 
+    def groups_of(self, topic: str) -> set[str]:
+        """ConsumerOffsetManager.whichGroupByTopic."""
+        return {g for t, g in self.table if t == topic}
+
     def remove(self, topic: str | None = None, group: str | None = None) -> int:
         """Forget the offsets of a topic (all groups) or of a group (all topics)."""
         gone = [k for k in self.table if k[0] == topic or k[1] == group]

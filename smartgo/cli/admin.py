@@ -4,6 +4,7 @@
     smartgo admin topic-update ...            (same options; UPDATE_AND_CREATE_TOPIC)
     smartgo admin topic-delete --topic T [--cluster C]
     smartgo admin topic-list | topic-route --topic T | topic-status --topic T | cluster-list
+    smartgo admin topic-consumers --topic T
     smartgo admin consumer-progress --group G [--topic T] | consumer-connections --group G
     smartgo admin reset-offset --group G --topic T --to (MS | 2026-11-23T10:00 | end) [--no-force]
     smartgo admin group-create --group G [--retry-max-times 16] [--cluster C]
@@ -73,6 +74,7 @@ _command("topic-delete", "delete a topic from the brokers and registries")(
 _command("topic-list", "list every topic the registries know")(lambda c: None)
 _command("topic-route", "show a topic's route")(_topic)
 _command("topic-status", "show each queue's min and max offset")(_topic)
+_command("topic-consumers", "the groups that consume a topic, with their lag")(_topic)
 _command("cluster-list", "show clusters and brokers (with runtime figures when brokers answer)")(lambda c: None)
 _command("consumer-progress", "a group's offsets and lag per queue")(
     lambda c: (_group(c), c.add_argument("--topic", "-t")))
@@ -216,6 +218,17 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
                               q.lag, _when(q.last_timestamp)) for q in stats.queues],
                             ("TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST")))
                 print(f"consume TPS {stats.consume_tps:.1f}  total lag {stats.total_lag}")
+        elif cmd == "topic-consumers":
+            rows = []
+            for group in await admin.topic_consumers(args.topic):
+                stats = await admin.consumer_progress(group, args.topic)
+                rows.append({"group": group, "total_lag": stats.total_lag, "consume_tps": stats.consume_tps,
+                             "last": max((q.last_timestamp for q in stats.queues), default=0)})
+            if args.json:
+                emit({"topic": args.topic, "groups": rows})
+            else:
+                print(table([(r["group"], r["total_lag"], f"{r['consume_tps']:.1f}", _when(r["last"])) for r in rows],
+                            ("GROUP", "LAG", "TPS", "LAST CONSUMED")))
         elif cmd == "reset-offset":
             moved = await admin.reset_offset_by_time(args.group, args.topic, args.to, args.force)
             if args.json:

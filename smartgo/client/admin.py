@@ -192,13 +192,18 @@ class AsyncAdmin:
     async def _group_brokers(self, group: str, topic: str | None) -> list[str]:
         """Masters that may hold the group's offsets: those of the topic, else of the group's retry
         topic (brokers create it for every group), else every master."""
-        for t in ([topic] if topic else []) + ["%RETRY%" + group]:
-            route = await self.instance.fetch_route(t)
-            if route is not None:
-                return sorted({b.master_addr for b in route.broker_datas if b.master_addr})
-            if t == topic:
-                raise NoRouteError(topic)
-        return await self._masters(None, None)
+        if topic:
+            return await self._topic_masters(topic)
+        try:
+            return await self._topic_masters("%RETRY%" + group)
+        except NoRouteError:
+            return await self._masters(None, None)
+
+    async def _topic_masters(self, topic: str) -> list[str]:
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise NoRouteError(topic)
+        return sorted({b.master_addr for b in route.broker_datas if b.master_addr})
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
         """GET_CONSUME_STATS at each broker: per queue broker offset, group offset and lag."""
@@ -261,6 +266,20 @@ class AsyncAdmin:
             await self._call(addr, api.update_consumer_offset_request(group, topic, mq.queue_id, out[mq]),
                              f"commit offset {out[mq]} of {mq} for {group}")
         return out
+
+    async def topic_consumers(self, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO at each master of the topic: the groups with an online
+        consumer subscribed to it or with offsets in it."""
+        groups: set[str] = set()
+        for addr in await self._topic_masters(topic):
+            resp = await self._call(addr, api.command(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}),
+                                    f"consumers of {topic}")
+            obj = bodies.loads(resp.body_bytes()) if resp.body else {}
+            listed = obj.get("groupList") if isinstance(obj, dict) else None
+            if not isinstance(listed, list) or not all(isinstance(g, str) for g in listed):
+                raise BrokerError(R.SYSTEM_ERROR, f"malformed GroupList: {obj!r:.200}", addr, f"consumers of {topic}")
+            groups.update(listed)
+        return sorted(groups)
 
     async def consumer_connections(self, group: str) -> dict:
         """GET_CONSUMER_CONNECTION_LIST: the group's clients and subscriptions (ConsumerConnection)."""

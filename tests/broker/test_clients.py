@@ -15,7 +15,8 @@ import uuid
 import pytest
 
 from smartgo.actors.testing import ROOT
-from smartgo.broker.testing import ClientStub, group_command, heartbeat_body, pull_command, send_command
+from smartgo.broker.testing import (ClientStub, group_command, heartbeat_body, pull_command, send_command,
+                                    update_offset_command)
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
@@ -230,3 +231,18 @@ def test_silent_clients_expire_and_the_rest_are_notified(start_node):
     finally:
         live.close()
         silent.close()
+
+
+def test_query_topic_consume_by_who_lists_online_subscribers_and_offset_holders(broker, stubs):
+    topic, online, committed, elsewhere = uid("T"), uid("G_ON"), uid("G_OFF"), uid("G_ELSE")
+    c = stubs()
+    c.heartbeat({online: {topic: "*"}, elsewhere: {uid("Other"): "*"}})
+    assert broker.call(update_offset_command(committed, topic, 0, 3)).code == ResponseCode.SUCCESS
+
+    def groups():
+        r = broker.call(RemotingCommand(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, ext_fields={"topic": topic}))
+        assert r.code == ResponseCode.SUCCESS
+        return json.loads(r.body_bytes())["groupList"]
+    wait_until(lambda: groups() == sorted([online, committed]), message="both groups listed")
+    c.unregister(online)
+    wait_until(lambda: groups() == [committed], message="the departed consumer's group gone")

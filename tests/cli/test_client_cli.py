@@ -129,6 +129,22 @@ def test_admin_reset_offset_online_and_offline(cluster, capsys):
     assert bad.value.code == 2 and "neither milliseconds" in capsys.readouterr().err
 
 
+def test_admin_topic_consumers(cluster, capsys):
+    registry, broker = cluster
+    broker.handlers[RequestCode.QUERY_TOPIC_CONSUME_BY_WHO] = lambda c, cmd: response(
+        cmd, body=b'{"groupList":["G1"]}')
+    broker.handlers[RequestCode.GET_CONSUME_STATS] = lambda c, cmd: response(cmd, body=(
+        b'{"consumeTps":2.5,"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:'
+        b'{"brokerOffset":9,"consumerOffset":4,"lastTimestamp":0}}}'))
+    status, out, err = run_cli(capsys, "admin", "topic-consumers", "-n", registry, "-t", "T")
+    assert status == 0, err
+    assert out.split() == ["GROUP", "LAG", "TPS", "LAST", "CONSUMED", "G1", "5", "2.5", "-"]
+    assert broker.of(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO)[0].ext_fields == {"topic": "T"}
+    broker.handlers[RequestCode.QUERY_TOPIC_CONSUME_BY_WHO] = lambda c, cmd: response(cmd, body=b'{"groupList":7}')
+    status, _, err = run_cli(capsys, "admin", "topic-consumers", "-n", registry, "-t", "T")
+    assert status == 1 and "malformed GroupList" in err
+
+
 def test_admin_json(cluster, capsys):
     registry, broker = cluster
     status, out, err = run_cli(capsys, "admin", "topic-route", "-n", registry, "--topic", "T", "--json")

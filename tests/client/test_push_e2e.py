@@ -268,6 +268,7 @@ def test_reset_offset_replays_for_online_consumers_and_moves_an_offline_group(re
                     progress = await admin.consumer_progress(group, topic)
                     return len(progress.queues) == 2 and sum(q.consumer_offset for q in progress.queues) == 40
                 await async_wait_until(committed, 30, 0.2, "offsets committed")
+                assert await admin.topic_consumers(topic) == [group]
                 first = len(got)
                 moved = await admin.reset_offset_by_time(group, topic, middle)
                 await async_wait_until(lambda: len(got) >= first + 20, 30, 0.05, "the replay")
