@@ -5,8 +5,9 @@ A TAG subscription filters by the ConsumeQueue's tag hash. A SQL92 subscription
 (MessageSelector.bySql) is evaluated on each candidate record's properties, read from the
 mapped CommitLog; a message matches only when the expression is TRUE (an evaluation error or
 NULL does not match). Expressions are compiled once per net actor and kept by their text, since
-every pull of a group repeats it. `enable_property_filter` off answers SQL92 as a 4.x broker
-with enablePropertyFilter=false does. 4.x's optional bloom-filter bitmap in ConsumeQueueExt
+every pull of a group repeats it, within a budget of text: a compiled expression takes ~30x its
+text, and a client sending ever new 64 KiB expressions must not grow the net actor without bound.
+`enable_property_filter` off answers SQL92 as a 4.x broker with enablePropertyFilter=false does. 4.x's optional bloom-filter bitmap in ConsumeQueueExt
 is not kept: it only saves reading records that cannot match.
 
 A Java push consumer sends CHECK_CLIENT_CONFIG for every non-TAG subscription at its start, and
@@ -32,7 +33,8 @@ log = logging.getLogger("smartgo.broker.message_filter")
 
 TAG = "TAG"
 SQL92 = "SQL92"
-CACHE_MAX = 10_000          # expressions kept per net actor (cleared whole when full: they recompile)
+CACHE_CHARS = 1 << 20       # expression text kept compiled per net actor (~30x that in memory, worst case)
+ENTRY_CHARS = 100           # what an entry counts besides its text
 
 
 class FilterError(Exception):
@@ -69,9 +71,11 @@ def _property_match(expression: str) -> Callable[[bytes], bool]:
 class Filters:
     """Compiled filters by (expression type, expression) for one net actor."""
 
-    def __init__(self, property_filter: bool) -> None:
+    def __init__(self, property_filter: bool, budget: int = CACHE_CHARS) -> None:
         self.property_filter = property_filter
         self._cache: dict[tuple[str, str | None], MessageFilter | FilterError] = {}
+        self._budget = budget
+        self._chars = 0
 
     def unsupported(self, expression_type: str) -> str | None:
         """The remark of a broker that does not filter by this type (checked before parsing)."""
@@ -85,8 +89,11 @@ class Filters:
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = self._build(expression_type, expression)
-            if len(self._cache) > CACHE_MAX:
-                self._cache.clear()
+            self._chars += _cost(key)
+            while self._chars > self._budget and len(self._cache) > 1:     # the oldest go: they recompile
+                oldest = next(iter(self._cache))
+                del self._cache[oldest]
+                self._chars -= _cost(oldest)
         if isinstance(got, FilterError):
             raise got
         return got
@@ -102,6 +109,10 @@ class Filters:
             return MessageFilter(None, _property_match(expression or ""))
         except SelectorError as exc:
             return FilterError(f"invalid SQL92 expression {expression!r:.200}: {exc}")
+
+
+def _cost(key: tuple[str, str | None]) -> int:
+    return len(key[1] or "") + ENTRY_CHARS
 
 
 class CheckClientConfigProcessor:

@@ -55,7 +55,6 @@ What the Java code does, and this module therefore does:
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import re
@@ -913,19 +912,15 @@ class Selector:
 def compile_selector(expression: str) -> Selector:
     """Parse and compile a SQL92 selector; SelectorError for anything a Java 4.x broker rejects.
 
-    Compiled selectors are cached (like SelectorParser's cache of 100), so a consumer group
-    re-subscribing with the same expression costs a dictionary lookup.
+    Nothing is cached here (Java's SelectorParser keeps 100): a compiled selector takes about 30
+    times its text in memory, so a caller that evaluates one expression repeatedly keeps the
+    Selector itself, within a budget of its own (the broker's message_filter.Filters).
     """
     if not isinstance(expression, str):
         raise SelectorError(f"Invalid MessageSelector: expected a string, got {type(expression).__name__}")
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise SelectorError(f"Invalid MessageSelector: longer than {MAX_EXPRESSION_LENGTH} characters "
                             f"({len(expression)})")
-    return _compile_cached(expression)
-
-
-@functools.lru_cache(maxsize=100)
-def _compile_cached(expression: str) -> Selector:
     return Selector(expression, _build(_Parser(expression)))
 
 

@@ -149,6 +149,17 @@ def test_filters_compile_once_and_remember_failures(monkeypatch):
     assert compiled == ["a >"]
     with pytest.raises(FilterError, match="unknown expression type 'JS'"):
         filters.get("JS", "true")
+
+
+def test_filters_keep_compiled_expressions_within_a_text_budget():
+    filters = Filters(property_filter=True, budget=3 * (100 + 20))
+    texts = [f"a = '{i:014d}'" for i in range(4)]                # 20 characters each
+    first = [filters.get("SQL92", t) for t in texts]
+    assert all(filters.get("SQL92", texts[i]) is first[i] for i in (3, 2, 1))   # kept: no recompiling
+    assert filters.get("SQL92", texts[0]) is not first[0]        # the oldest was dropped, and recompiles
+    huge = "a IN (" + ",".join(f"'{i}'" for i in range(10_000)) + ")"
+    assert filters.get("SQL92", huge[:60_000].rsplit(",", 1)[0] + ")").match(b"a\x017") is True
+    assert len(filters._cache) == 1                              # over budget alone: only the newest stays
     assert Filters(property_filter=False).unsupported("SQL92").endswith("filter message by SQL92")
     assert Filters(property_filter=False).unsupported("TAG") is None
 

@@ -631,7 +631,6 @@ def test_selector_object():
     sel = compile_selector("a = '1'")
     assert isinstance(sel, Selector)
     assert sel.expression == "a = '1'"
-    assert compile_selector("a = '1'") is sel  # cached, like SelectorParser's cache
     with pytest.raises(dataclasses.FrozenInstanceError):
         sel.expression = "x"  # type: ignore[misc]
     assert "a = '1'" in repr(sel)
