@@ -84,6 +84,11 @@ class NodeConfig:
                                                   "message properties (MessageSelector.bySql); false answers them "
                                                   "SYSTEM_ERROR as 4.x does by default (enablePropertyFilter)",
                                           choices=("true", "false"))
+    acl_enable: str = setting("false", "check every request against the ACL file: access key, signature and "
+                                       "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable)",
+                              choices=("true", "false"))
+    acl_file: str = setting("", "the ACL file, RocketMQ's plain_acl.yml format, read again when it changes; "
+                                "default <store-dir>/plain_acl.yml", metavar="FILE")
     broker_permission: int = setting(6, "what the whole broker allows: READ 4 | WRITE 2 (brokerPermission; "
                                         "changeable at runtime, e.g. 4 to drain a broker)")
     offset_persist_interval: float = setting(5.0, "seconds between writes of changed consumer offsets")

@@ -31,6 +31,8 @@ import time
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.ring import CONSUMER, PRODUCER, wait_any
 from smartgo.broker import profiling
+from smartgo.acl import AclConfigError
+from smartgo.broker.acl_guard import AclGuard, acl_path
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.message_filter import CheckClientConfigProcessor, Filters
 from smartgo.broker.broker_actor import FORWARDED_CODES
@@ -120,6 +122,14 @@ class NetActor(Actor):
             processors[code] = self._forward
         processors[RequestCode.HEART_BEAT] = self._heart_beat
         processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
+        self.acl = None
+        if cfg.acl_enable == "true":
+            try:
+                self.acl = AclGuard(acl_path(cfg))
+            except (AclConfigError, OSError) as exc:
+                log.error("%s: acl_enable is on and the ACL file does not load, so nothing is served: %s", me, exc)
+                raise
+            processors = self.acl.guard(processors)
         ports = [cfg.listen_port] + ([vip_port(cfg)] if vip_port(cfg) else [])
         self.server = RemotingServer(cfg.listen_host, ports, processors, reuse_port=True,
                                      max_frame=max(16 << 20, cfg.max_message_size + (1 << 20)),
@@ -267,9 +277,12 @@ class NetActor(Actor):
 
     # ---- periodic -------------------------------------------------------------------------------------------
     def housekeep(self) -> None:
+        now = time.monotonic()
         self.sends.watch_commit()
-        self.sends.housekeep(time.monotonic())
+        self.sends.housekeep(now)
         self.pulls.housekeep(monotonic_ms())
+        if self.acl is not None:
+            self.acl.reload_if_changed(now)
 
     async def stop(self) -> None:
         """Stop accepting, answer what is in flight, then close every connection."""

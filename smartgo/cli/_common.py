@@ -30,6 +30,10 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="request timeout (default: 5)")
     p.add_argument("--log-level", default="ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="client log lines shown on stderr (default: %(default)s)")
+    p.add_argument("--access-key", default=os.environ.get("SMARTGO_ACCESS_KEY", ""), metavar="KEY",
+                   help="ACL access key: sign every request (default: $SMARTGO_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=os.environ.get("SMARTGO_SECRET_KEY", ""), metavar="SECRET",
+                   help="ACL secret key (default: $SMARTGO_SECRET_KEY; prefer it to the flag, which ps shows)")
 
 
 def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -70,4 +74,5 @@ def parse_properties(items: Iterable[str] | None) -> dict[str, str]:
 
 
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"timeout": args.timeout}
+    credentials = {"access_key": args.access_key, "secret_key": args.secret_key} if args.access_key else {}
+    return {"timeout": args.timeout, **credentials}

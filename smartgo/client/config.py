@@ -46,6 +46,11 @@ class ClientConfig:
     #: lower latency and, on VMs, less CPU per synchronous call; 0 (default) never spins.
     busy_poll_us: int = 0
     client_id: str = ""
+    #: ACL credentials (RocketMQ's SessionCredentials): when access_key is set, every request is
+    #: signed as AclClientRPCHook signs it, for brokers with ACL enabled.
+    access_key: str = ""
+    secret_key: str = ""
+    security_token: str = ""
 
     def __post_init__(self) -> None:
         if not self.client_id:

@@ -12,7 +12,7 @@ import concurrent.futures
 import logging
 import socket
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from smartgo.net.codes import SerializeType
@@ -40,11 +40,13 @@ class RemotingClient(Endpoint):
                  max_frame: int = DEFAULT_MAX_FRAME, connect_timeout: float = 3.0,
                  serialize_type: int = SerializeType.MSGPACK, compress_threshold: int = 0,
                  announce: bool = True, idle_timeout: float | None = None,
-                 scan_interval: float = 0.1, busy_poll_us: int = 0) -> None:
+                 scan_interval: float = 0.1, busy_poll_us: int = 0,
+                 request_hook: Callable[[RemotingCommand], None] | None = None) -> None:
         """processors serve requests the server sends on our connections (e.g. the broker's
         NOTIFY_CONSUMER_IDS_CHANGED). serialize_type MSGPACK is used only once the server has shown
         it is SmartGo (JSON until then, and always towards RocketMQ's own servers); announce=False
-        makes this client look exactly like a foreign one (JSON/ROCKETMQ only, no compression)."""
+        makes this client look exactly like a foreign one (JSON/ROCKETMQ only, no compression).
+        request_hook sees every request before it is sent (the ACL signature)."""
         options = EndpointOptions(
             processors=processors if processors is not None else {},
             default_processor=default_processor, listeners=tuple(listeners), max_frame=max_frame,
@@ -52,7 +54,7 @@ class RemotingClient(Endpoint):
             serialize_type=serialize_type if announce or serialize_type != SerializeType.MSGPACK
             else SerializeType.JSON,
             announce=announce, pause_reading_on_backpressure=False,
-            busy_poll_us=busy_poll_us)
+            busy_poll_us=busy_poll_us, request_hook=request_hook)
         super().__init__(options, scan_interval)
         self.connect_timeout = connect_timeout
         self._by_address: dict[str, Connection] = {}

@@ -88,6 +88,9 @@ class EndpointOptions:
     pause_reading_on_backpressure: bool = True
     #: Keep the loop polling this long after a read or a sent request (smartgo.net.busy_poll; 0: off).
     busy_poll_us: int = 0
+    #: Called with every request this side sends, before it is encoded (RocketMQ's
+    #: RPCHook.doBeforeRequest: the ACL signature).
+    request_hook: Callable[[RemotingCommand], None] | None = None
 
 
 class Endpoint:
@@ -160,6 +163,7 @@ class Connection(asyncio.Protocol):
         self._processors = opts.processors
         self._default_processor = opts.default_processor
         self._max_inflight = opts.max_inflight
+        self._request_hook = opts.request_hook
         self._decoder = FrameDecoder(opts.max_frame)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -248,6 +252,8 @@ class Connection(asyncio.Protocol):
         cmd.opaque = opaque
         cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         cmd.serialize_type = self._request_type
+        if self._request_hook is not None:
+            self._request_hook(cmd)
         self._pending[opaque] = (self._loop.time() + timeout, cmd.code, timeout, fut, callback)
         try:
             self.send(cmd)
@@ -267,6 +273,8 @@ class Connection(asyncio.Protocol):
         cmd.opaque = next(_opaques) & 0x7FFFFFFF
         cmd.flag = (cmd.flag & ~FLAG_RESPONSE) | FLAG_ONEWAY
         cmd.serialize_type = self._request_type
+        if self._request_hook is not None:
+            self._request_hook(cmd)
         self.send(cmd)
 
     async def drain(self) -> None:

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from smartgo.acl import sign
 from smartgo.cli.main import build_parser, main
 from smartgo.net.codes import RequestCode, ResponseCode
 
@@ -31,6 +32,19 @@ def test_send_json(cluster, capsys):
     assert doc["status"] == "SEND_OK" and len(doc["msg_id"]) == 32 and doc["topic"] == "T"
     sent = broker.of(RequestCode.SEND_MESSAGE_V2)[0]
     assert sent.body == b"hi" and "color\x01red" in sent.ext_fields["i"]
+
+
+def test_credentials_sign_every_request(cluster, capsys, monkeypatch):
+    registry, broker = cluster
+    broker.handlers[RequestCode.SEND_MESSAGE_V2] = broker.send_ok()
+    monkeypatch.setenv("SMARTGO_SECRET_KEY", "the-secret-1")
+    status, _, err = run_cli(capsys, "send", "-n", registry, "--topic", "T", "--body", "hi",
+                             "--access-key", "the-access")
+    assert status == 0, err
+    sent = broker.of(RequestCode.SEND_MESSAGE_V2)[0]
+    fields = {k: v for k, v in sent.ext_fields.items() if k != "Signature"}
+    assert sent.ext_fields["AccessKey"] == "the-access"
+    assert sent.ext_fields["Signature"] == sign(fields, sent.body, "the-access", "the-secret-1")["Signature"]
 
 
 def test_send_stdin_lines_human(cluster, capsys, monkeypatch):

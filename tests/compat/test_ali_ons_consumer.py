@@ -20,7 +20,7 @@ from smartgo.client import AsyncPullConsumer, MessageQueue
 from smartgo.net.codes import PullSysFlag, RequestCode
 from smartgo.testing import wait_until
 
-from .conftest import arun, create_topic, ons, python_send, summary, topic_name
+from .conftest import OnsError, arun, create_topic, ons, python_send, summary, topic_name
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("ali_ons")]
 
@@ -207,3 +207,44 @@ def test_retry_later_redelivers_through_the_retry_topic(cluster):
     assert m["properties"]["UNIQ_KEY"] == sent.msg_id
     assert m["properties"]["RETRY_TOPIC"] == topic and m["properties"]["ORIGIN_MESSAGE_ID"] == sent.offset_msg_id
     assert m["storeTimestamp"] - m["bornTimestamp"] >= 9000         # level 3 of "1s 5s 10s ..."
+
+
+ONS_ACL = """
+accounts:
+  - accessKey: compat-access-key
+    secretKey: compat-secret-key
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - ONS_ACL=PUB|SUB
+      - ONS_ACL_NO=SUB
+"""
+
+
+def test_signed_requests_pass_an_acl_enabled_broker(tmp_path):
+    """ali-ons signs as AclClientRPCHook does (plus its OnsChannel field): its producer and
+    consumer work against a broker with acl_enable; a wrong secret, or a topic the account may
+    only read, is refused with 4.x's reason."""
+    from smartgo.broker.testing import start_broker
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ONS_ACL)
+    node = start_broker(tmp_path / "node", {"acl_enable": "true", "acl_file": str(acl),
+                                            "topics": "ONS_ACL:2;ONS_ACL_NO:1"})
+    try:
+        registry = f"127.0.0.1:{node.registry_port}"
+        messages = [{"topic": "ONS_ACL", "tags": "T", "body": f"acl {i}"} for i in range(4)]
+        sent = ons("producer", {"nameSrv": registry, "group": "PG_ONS_ACL", "credentials": True,
+                                "messages": messages})["results"]
+        assert [r["sendStatus"] for r in sent] == ["SEND_OK"] * 4
+        got = ons("consumer", {"nameSrv": registry, "group": "CG_ONS_ACL", "topic": "ONS_ACL", "expect": 4,
+                               "credentials": True, "timeoutMs": 20000, "settleMs": 500})
+        check_clean(got)
+        assert sorted(m["msgId"] for m in got["messages"]) == sorted(r["msgId"] for r in sent)
+        with pytest.raises(OnsError, match="Check signature failed for accessKey=compat-access-key"):
+            ons("producer", {"nameSrv": registry, "group": "PG_ONS_ACL", "credentials": True,
+                             "secretKey": "another-secret", "messages": messages[:1]})
+        with pytest.raises(OnsError, match="No default permission for topic:ONS_ACL_NO"):
+            ons("producer", {"nameSrv": registry, "group": "PG_ONS_ACL", "credentials": True,
+                             "messages": [{"topic": "ONS_ACL_NO", "body": "x"}]})
+    finally:
+        node.reap()

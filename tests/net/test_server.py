@@ -396,3 +396,36 @@ def test_blocking_client(echo_server) -> None:
         with pytest.raises(RemotingConnectError):
             client.invoke(f"{HOST}:{free_port()}", RemotingCommand(5), timeout=1.0)
 
+
+
+def test_a_request_hook_sees_every_request_before_it_is_encoded(arun) -> None:
+    """EndpointOptions.request_hook (RPCHook.doBeforeRequest): what it adds goes on the wire, for
+    invoke, invoke_async and oneway requests alike, and never for the responses a client sends."""
+    seen: list[int] = []
+
+    def hook(cmd: RemotingCommand) -> None:
+        seen.append(cmd.code)
+        cmd.ext_fields = {**(cmd.ext_fields or {}), "Signed": "yes"}
+
+    async def main() -> list:
+        got: list[dict] = []
+        oneway_done = asyncio.Event()
+
+        async def record(conn, req):
+            got.append(dict(req.ext_fields or {}))
+            oneway_done.set()
+
+        async with RemotingServer(HOST, [0], {10: echo, 12: record}) as server, \
+                RemotingClient(request_hook=hook) as client:
+            answer = await client.invoke(_addr(server), RemotingCommand(10, ext_fields={"k": "v"}))
+            conn = await client.connection(_addr(server))
+            fut = asyncio.get_running_loop().create_future()
+            conn.invoke_async(RemotingCommand(10), 3.0, lambda r, e: fut.set_result(r))
+            again = await fut
+            conn.invoke_oneway(RemotingCommand(12, ext_fields={"x": "1"}))
+            await asyncio.wait_for(oneway_done.wait(), 5)
+        return [answer.ext_fields, again.ext_fields, got]
+    answer, again, got = arun(main())
+    assert answer == {"k": "v", "Signed": "yes"} and again == {"Signed": "yes"}
+    assert got == [{"x": "1", "Signed": "yes"}]
+    assert seen == [10, 10, 12]

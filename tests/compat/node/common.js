@@ -69,11 +69,11 @@ function clientOptions(spec, extra) {
     logger: stderrLogger,
     clientIP: '127.0.0.1',
     // no ONS credentials unless asked: then ali-ons adds AccessKey, Signature and OnsChannel
-    // to every request's extFields, which a RocketMQ broker ignores
+    // to every request's extFields, which a broker without ACL ignores (secretKey: another secret)
   }, extra);
   if (spec.credentials) {
     options.accessKeyId = 'compat-access-key';
-    options.accessKeySecret = 'compat-secret-key';
+    options.accessKeySecret = spec.secretKey || 'compat-secret-key';
   }
   if (spec.instanceName) {
     options.instanceName = spec.instanceName;

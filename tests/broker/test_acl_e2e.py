@@ -1,0 +1,165 @@
+"""A node with acl_enable against signed and unsigned clients: refusals with 4.x's texts while the
+connection goes on serving, permissions per topic and group, admin codes, the Python SDK with
+credentials end to end, the file read again when it changes, and a bad file at start."""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from smartgo.acl import sign_request
+from smartgo.actors.testing import NodeStartError
+from smartgo.broker.testing import pull_command, send_command, start_broker
+from smartgo.client import AsyncProducer, AsyncPushConsumer, BrokerError, Message
+from smartgo.net.client import BlockingRemotingClient
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.loop import run
+from smartgo.testing import async_wait_until, wait_until
+
+pytestmark = pytest.mark.timeout(90)
+
+ACL = """
+globalWhiteRemoteAddresses:
+  - 10.10.103.*
+accounts:
+  - accessKey: app-access
+    secretKey: app-secret-1
+    whiteRemoteAddress:
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - Orders=PUB|SUB
+      - Audit=SUB
+    groupPerms:
+      - Blocked=DENY
+  - accessKey: ops-access
+    secretKey: ops-secret-1
+    admin: true
+"""
+
+
+def uid(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    base = tmp_path_factory.mktemp("acl")
+    acl = base / "plain_acl.yml"
+    acl.write_text(ACL)
+    n = start_broker(base / "node", {"acl_enable": "true", "acl_file": str(acl)})
+    n.acl_file = acl                                      # type: ignore[attr-defined]
+    yield n
+    n.reap()
+
+
+def client(access_key: str | None = None, secret_key: str = "") -> BlockingRemotingClient:
+    hook = functools.partial(sign_request, access_key=access_key, secret_key=secret_key) if access_key else None
+    return BlockingRemotingClient(request_hook=hook)
+
+
+def call(c: BlockingRemotingClient, node, cmd: RemotingCommand) -> RemotingCommand:
+    return c.invoke(f"127.0.0.1:{node.port}", cmd, 5.0)
+
+
+def test_unsigned_and_wrongly_signed_requests_are_refused_and_the_connection_serves_on(node):
+    plain, wrong, app = client(), client("app-access", "not-the-secret"), client("app-access", "app-secret-1")
+    stranger = client("nobody-access", "whatever-1")
+    try:
+        r = call(plain, node, send_command("Orders", b"x"))
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "No accessKey is configured")
+        r = call(wrong, node, send_command("Orders", b"x"))
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "Check signature failed for accessKey=app-access")
+        r = call(stranger, node, send_command("Orders", b"x"))
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "No acl config for nobody-access")
+        assert call(app, node, send_command("Orders", b"signed")).code == ResponseCode.SUCCESS
+        # a refused connection is still open: the next request gets its answer too
+        assert call(plain, node, RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={
+            "topic": "Orders", "queueId": "0"})).remark == "No accessKey is configured"
+    finally:
+        for c in (plain, wrong, app, stranger):
+            c.close()
+    assert "refused by the ACL" in wait_until(lambda: _log(node, "refused by the ACL"), message="the log line")
+
+
+def _log(node, text: str) -> str | None:
+    logs = "".join(p.read_text(errors="replace") for p in Path(node.store, "logs").glob("*.log"))
+    return logs if text in logs else None
+
+
+def test_topic_group_and_admin_permissions(node):
+    app, ops = client("app-access", "app-secret-1"), client("ops-access", "ops-secret-1")
+    try:
+        assert call(app, node, send_command("Orders", b"ok")).code == ResponseCode.SUCCESS
+        audit = call(app, node, send_command("Audit", b"x"))           # SUB only
+        assert (audit.code, audit.remark) == (ResponseCode.SYSTEM_ERROR, "No default permission for topic:Audit")
+        other = call(app, node, send_command(uid("Other"), b"x"))       # default DENY
+        assert other.code == ResponseCode.SYSTEM_ERROR and other.remark.startswith("No default permission for topic:")
+        wait_until(lambda: call(app, node, pull_command("Orders", 0, 0, group="Readers")).code
+                   == ResponseCode.SUCCESS, message="a pull as group Readers (default SUB)")
+        blocked = call(app, node, pull_command("Orders", 0, 0, group="Blocked"))
+        assert (blocked.code, blocked.remark) == (ResponseCode.SYSTEM_ERROR, "No default permission for group:Blocked")
+        create = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
+            "topic": uid("Made"), "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1",
+            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+        refused = call(app, node, create)
+        assert refused.remark == "Need admin permission for request code=17, but accessKey=app-access is not"
+        assert call(ops, node, create).code == ResponseCode.SUCCESS                 # the admin account
+        assert call(ops, node, send_command(uid("Anything"), b"x")).code == ResponseCode.SUCCESS
+    finally:
+        app.close()
+        ops.close()
+
+
+def test_the_sdk_signs_every_request_it_makes(node):
+    """Producer, push consumer (heartbeats, consumer list, offsets, pulls, unregister) with the
+    account's keys; the same producer with a wrong secret fails with the broker's reason."""
+    registry = f"127.0.0.1:{node.registry_port}"
+    keys = {"access_key": "app-access", "secret_key": "app-secret-1"}
+
+    async def main():
+        async with AsyncProducer("PG", registry, **keys) as p:
+            sent = {(await p.send(Message("Orders", b"sdk-%d" % i))).msg_id for i in range(10)}
+        got = set()
+        c = AsyncPushConsumer("SdkReaders", registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
+                              listener=lambda m: got.add(m.uniq_key), **keys)
+        c.subscribe("Orders")
+        async with c:
+            await async_wait_until(lambda: sent <= got, 30, 0.05, "the signed consumer's messages")
+        async with AsyncProducer("PG", registry, access_key="app-access", secret_key="wrong-secret") as p:
+            with pytest.raises(BrokerError, match="Check signature failed for accessKey=app-access"):
+                await p.send(Message("Orders", b"refused"))
+        return sent, got
+    sent, got = run(main())
+    assert sent <= got
+
+
+def test_a_changed_file_applies_and_a_broken_one_keeps_the_rules(node):
+    app = client("app-access", "app-secret-1")
+    topic = uid("Later")
+    try:
+        assert call(app, node, send_command(topic, b"x")).code == ResponseCode.SYSTEM_ERROR
+        node.acl_file.write_text(ACL.replace("      - Audit=SUB", f"      - Audit=SUB\n      - {topic}=PUB"))
+        wait_until(lambda: call(app, node, send_command(topic, b"x")).code == ResponseCode.SUCCESS, timeout=15,
+                   message="the new rule")
+        node.acl_file.write_text("accounts: [ {accessKey: short} ]\n")
+        assert wait_until(lambda: _log(node, "does not load; the rules in force stay"), timeout=15)
+        assert call(app, node, send_command(topic, b"y")).code == ResponseCode.SUCCESS
+    finally:
+        node.acl_file.write_text(ACL)
+        app.close()
+
+
+def test_a_node_with_a_bad_acl_file_does_not_start(tmp_path):
+    bad = tmp_path / "plain_acl.yml"
+    bad.write_text("accounts:\n  - accessKey: app-access\n    secretKey: app-secret-1\n    topicPerms: [Orders=ALL]\n")
+    started = time.monotonic()
+    with pytest.raises(NodeStartError, match="topicPerms"):
+        start_broker(tmp_path / "node", {"acl_enable": "true", "acl_file": str(bad)})
+    assert time.monotonic() - started < 60
