@@ -331,12 +331,23 @@ def _java_order(keys: Iterable[str]) -> list[str]:
     return sorted(keys, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
 
 
+def _java_text(value: object) -> str:
+    """A field value as Java's StringBuilder.append writes it (a msgpack header may carry numbers)."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "true" if value else "false"
+    return str(value)
+
+
 def request_content(ext_fields: Mapping[str, str] | None, body: bytes | None, *,
                     with_unique_key: bool = False) -> bytes:
     """What is signed: the ext field values, by key in Java order, without Signature and (unless
     with_unique_key) _UNIQUE_KEY_QUERY, UTF-8, then the body."""
     fields = ext_fields or {}
-    text = "".join("null" if fields[k] is None else fields[k] for k in _java_order(fields)
+    text = "".join(_java_text(fields[k]) for k in _java_order(fields)
                    if k != SIGNATURE and (with_unique_key or k != UNIQUE_MSG_QUERY_FLAG))
     content = text.encode("utf-8", "surrogatepass")
     return content + body if body else content

@@ -14,8 +14,8 @@ import subprocess
 import pytest
 
 from smartgo.acl import (ADMIN_CODES, ANY, DENY, PUB, SUB, AclConfigError, AclError, AclValidator,
-                                address_strategy, check_permission, client_ip, load_acl, parse_acl, parse_perm,
-                                request_content, sign)
+                         address_strategy, check_permission, client_ip, load_acl, parse_acl, parse_perm,
+                         request_content, sign)
 from smartgo.net.codes import RequestCode
 
 pytestmark = pytest.mark.timeout(30)
@@ -618,3 +618,12 @@ def test_good_variants_load():
                                whiteRemoteAddress="'192.168.1.{1,2}'", topicPerms="[t=SUB|PUB]"))
     a = config.accounts["abcdefg"]
     assert a.secret_key == "0123456" and a.admin and a.resource_perms == {"t": PUB | SUB}
+
+
+def test_field_values_that_are_not_strings_are_signed_as_java_writes_them():
+    """A SmartGo msgpack header may carry numbers and booleans; the content is what Java's
+    StringBuilder.append would make of the decoded values, and nothing raises."""
+    assert request_content({"b": 7, "a": True, "c": None}, b"!") == b"true7null!"
+    fields = {"queueId": 3, "topic": "T"}
+    added = sign(fields, None, "ak-123456", "sk-1234567")
+    assert added["Signature"] == sign({"queueId": "3", "topic": "T"}, None, "ak-123456", "sk-1234567")["Signature"]
