@@ -89,6 +89,10 @@ class NodeConfig:
                               choices=("true", "false"))
     acl_file: str = setting("", "the ACL file, RocketMQ's plain_acl.yml format, read again when it changes; "
                                 "default <store-dir>/plain_acl.yml", metavar="FILE")
+    acl_access_key: str = setting("", "slave: the account its copies of an ACL-enabled master's topics, groups "
+                                      "and offsets are signed with (else the master must white-list its address)",
+                                  metavar="KEY")
+    acl_secret_key: str = setting("", "that account's secret key", metavar="SECRET")
     broker_permission: int = setting(6, "what the whole broker allows: READ 4 | WRITE 2 (brokerPermission; "
                                         "changeable at runtime, e.g. 4 to drain a broker)")
     offset_persist_interval: float = setting(5.0, "seconds between writes of changed consumer offsets")

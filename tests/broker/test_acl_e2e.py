@@ -163,3 +163,34 @@ def test_a_node_with_a_bad_acl_file_does_not_start(tmp_path):
     with pytest.raises(NodeStartError, match="topicPerms"):
         start_broker(tmp_path / "node", {"acl_enable": "true", "acl_file": str(bad)})
     assert time.monotonic() - started < 60
+
+
+def test_a_slave_signs_its_copies_from_an_acl_enabled_master(tmp_path):
+    """SlaveSynchronize's requests are checked like any others: a slave without credentials is
+    refused (and says why in its log), one with acl_access_key / acl_secret_key gets the tables."""
+    from smartgo.broker.testing import start_slave
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    master = start_broker(tmp_path / "master", {"acl_enable": "true", "acl_file": str(acl)})
+    nodes = [master]
+    try:
+        ops = client("ops-access", "ops-secret-1")
+        topic = uid("Replicated")
+        assert call(ops, master, send_command(topic, b"x")).code == ResponseCode.SUCCESS   # auto-created
+        ops.close()
+        anonymous = start_slave(tmp_path / "anonymous", master)
+        nodes.append(anonymous)
+        signed = start_slave(tmp_path / "signed", master, {"acl_access_key": "ops-access",
+                                                           "acl_secret_key": "ops-secret-1"})
+        nodes.append(signed)
+        wait_until(lambda: topic in _topics(signed), timeout=30, message="the signed slave's copy of the topics")
+        assert wait_until(lambda: _log(anonymous, "No accessKey is configured"), timeout=30)
+        assert topic not in _topics(anonymous)
+    finally:
+        for n in nodes:
+            n.reap()
+
+
+def _topics(node) -> str:
+    path = Path(node.store, "config", "topics.json")
+    return path.read_text() if path.exists() else ""
