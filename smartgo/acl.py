@@ -52,8 +52,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.clients import parse_heartbeat
 from smartgo.net.codes import RequestCode
@@ -456,7 +454,10 @@ def parse_acl(text: str, source: str = "plain_acl.yml") -> AclConfig:
 
 
 def _load_yaml(text: str, source: str) -> tuple[Any, Any]:
-    """The node tree (to see how a number was written) and the data, as yaml.safe_load."""
+    """The node tree (to see how a number was written) and the data, as yaml.safe_load. PyYAML
+    is imported here, not with the module: every actor of a node imports this module through the
+    net actor's, and only a node with ACL on reads YAML (about 1 MB an actor otherwise)."""
+    import yaml
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -470,6 +471,7 @@ def _load_yaml(text: str, source: str) -> tuple[Any, Any]:
 
 def _account_key_nodes(node: Any) -> dict[int, dict[str, Any]]:
     """accounts[i] -> {key: scalar node}, for the accessKey and secretKey checks."""
+    import yaml
     found: dict[int, dict[str, Any]] = {}
     if not isinstance(node, yaml.MappingNode):
         return found
