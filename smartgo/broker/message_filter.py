@@ -7,8 +7,9 @@ mapped CommitLog; a message matches only when the expression is TRUE (an evaluat
 NULL does not match). Expressions are compiled once per net actor and kept by their text, since
 every pull of a group repeats it, within a budget of text: a compiled expression takes ~30x its
 text, and a client sending ever new 64 KiB expressions must not grow the net actor without bound.
-`enable_property_filter` off answers SQL92 as a 4.x broker with enablePropertyFilter=false does. 4.x's optional bloom-filter bitmap in ConsumeQueueExt
-is not kept: it only saves reading records that cannot match.
+`enable_property_filter` off answers SQL92 as a 4.x broker with enablePropertyFilter=false does.
+4.x's optional bloom-filter bitmap in ConsumeQueueExt is not kept: it only saves reading records
+that cannot match.
 
 A Java push consumer sends CHECK_CLIENT_CONFIG for every non-TAG subscription at its start, and
 refuses to start unless the broker answers SUCCESS; a broker that cannot compile the expression
@@ -73,7 +74,9 @@ class Filters:
 
     def __init__(self, property_filter: bool, budget: int = CACHE_CHARS) -> None:
         self.property_filter = property_filter
-        self._cache: dict[tuple[str, str | None], MessageFilter | FilterError] = {}
+        # a failure is kept as its reason: raising one exception object again and again would
+        # chain every raise's frames onto its traceback
+        self._cache: dict[tuple[str, str | None], MessageFilter | str] = {}
         self._budget = budget
         self._chars = 0
 
@@ -94,21 +97,22 @@ class Filters:
                 oldest = next(iter(self._cache))
                 del self._cache[oldest]
                 self._chars -= _cost(oldest)
-        if isinstance(got, FilterError):
-            raise got
+        if isinstance(got, str):
+            raise FilterError(got)
         return got
 
     @staticmethod
-    def _build(expression_type: str, expression: str | None) -> MessageFilter | FilterError:
+    def _build(expression_type: str, expression: str | None) -> MessageFilter | str:
+        """The filter, or why there is none."""
         if is_tag_type(expression_type):
             codes = tag_codes(expression)
             return EVERYTHING if codes is None else MessageFilter(codes, None)
         if expression_type != SQL92:
-            return FilterError(f"unknown expression type {expression_type!r} (TAG or SQL92)")
+            return f"unknown expression type {expression_type!r} (TAG or SQL92)"
         try:
             return MessageFilter(None, _property_match(expression or ""))
         except SelectorError as exc:
-            return FilterError(f"invalid SQL92 expression {expression!r:.200}: {exc}")
+            return f"invalid SQL92 expression {expression!r:.200}: {exc}"
 
 
 def _cost(key: tuple[str, str | None]) -> int:

@@ -143,10 +143,13 @@ def test_filters_compile_once_and_remember_failures(monkeypatch):
         compiled.append(expression)
         return compile_selector(expression)
     monkeypatch.setattr("smartgo.broker.message_filter.compile_selector", counting)
+    raised = []
     for _ in range(3):                                  # a failure is kept too: no recompiling per pull
-        with pytest.raises(FilterError, match="invalid SQL92 expression 'a >'"):
+        with pytest.raises(FilterError, match="invalid SQL92 expression 'a >'") as failure:
             filters.get("SQL92", "a >")
+        raised.append(failure.value)
     assert compiled == ["a >"]
+    assert len({id(e) for e in raised}) == 3            # a fresh exception each time: no traceback chain grows
     with pytest.raises(FilterError, match="unknown expression type 'JS'"):
         filters.get("JS", "true")
 
