@@ -56,6 +56,7 @@ TOPIC = "Bench"
 QUEUES = 8
 TARGETS = {"batch_msgs_s": 150_000, "sync_msgs_s": 20_000, "sync_p99_ms": 5.0, "syncflush_msgs_s": 10_000,
            "pull_msgs_s": 200_000, "wake_p99_ms": 10.0, "rss_mb": 400}
+SCENARIOS = ("batch", "sync", "syncflush", "pull", "pullsql", "wake", "scaling", "rss")
 NODE = {"topics": f"{TOPIC}:{QUEUES}", "commitlog_file_size": 256 << 20, "consume_queue_file_size": 300_000 * 20,
         "index_slot_count": 500_000, "index_entry_count": 2_000_000, "heartbeat_interval": 0.2,
         "log_level": "WARNING"}
@@ -441,17 +442,24 @@ def sync_figures(results: list[dict], cpu: dict[str, float]) -> dict:
             "connections": sum(r["connections"] for r in results), "cpu_s": _rounded(cpu)}
 
 
+def drain_backlog(node: Node, addr: str, **subscription: str) -> dict:
+    """Two pull processes, half the queues each, from offset 0 to the dispatched end: msgs/s
+    (offsets passed), msgs, errors, broker CPU-us per message. subscription: subscription= and
+    expression_type= of every pull (default "*", TAG)."""
+    upto = max_offsets(node)
+    halves = [list(range(0, QUEUES, 2)), list(range(1, QUEUES, 2))]
+    results, cpu = run_workers([("pull", {"addr": addr, "seconds": 120, "queues": h, "upto": upto, **subscription})
+                                for h in halves], node)
+    msgs = sum(r["msgs"] for r in results)
+    return {"msgs_s": msgs / max(r["seconds"] for r in results), "msgs": msgs,
+            "errors": sum(r["errors"] for r in results), "cpu_us_per_msg": _cpu_per_msg(cpu, msgs)}
+
+
 def scenario_pull(workdir: Path, backlog: int, extra: dict) -> dict:
     with broker_node(workdir, extra) as (node, addr):
         fill(addr, backlog)
         wait_dispatched(node)
-        upto = max_offsets(node)
-        halves = [list(range(0, QUEUES, 2)), list(range(1, QUEUES, 2))]
-        results, cpu = run_workers([("pull", {"addr": addr, "seconds": 120, "queues": h, "upto": upto})
-                                    for h in halves], node)
-    msgs = sum(r["msgs"] for r in results)
-    return {"msgs_s": msgs / max(r["seconds"] for r in results), "msgs": msgs, "errors": sum(r["errors"] for r in results),
-            "cpu_us_per_msg": _cpu_per_msg(cpu, msgs)}
+        return drain_backlog(node, addr)
 
 
 #: What the pullsql backlog's messages carry: a tag, a key and three user properties, half in "eu".
@@ -462,21 +470,14 @@ SQL_SELECTOR = "region = 'eu' AND amount >= 0 AND channel IN ('web', 'app')"
 
 def scenario_pull_sql(workdir: Path, backlog: int, extra: dict) -> dict:
     """The same backlog drained twice on one node: with "*" (TAG), then with SQL_SELECTOR."""
-    out = {}
     with broker_node(workdir, extra) as (node, addr):
         fill(addr, backlog, properties=SQL_PROPERTIES)
         wait_dispatched(node)
-        upto = max_offsets(node)
-        halves = [list(range(0, QUEUES, 2)), list(range(1, QUEUES, 2))]
-        for name, sub in (("tag", {}), ("sql", {"subscription": SQL_SELECTOR, "expression_type": "SQL92"})):
-            results, cpu = run_workers([("pull", {"addr": addr, "seconds": 120, "queues": h, "upto": upto, **sub})
-                                        for h in halves], node)
-            msgs = sum(r["msgs"] for r in results)
-            out[f"{name}_msgs_s"] = msgs / max(r["seconds"] for r in results)
-            out[f"{name}_cpu_us_per_msg"] = _cpu_per_msg(cpu, msgs)
-            out["errors"] = out.get("errors", 0) + sum(r["errors"] for r in results)
-    out["sql_to_tag"] = out["sql_msgs_s"] / out["tag_msgs_s"]
-    return out
+        tag = drain_backlog(node, addr)
+        sql = drain_backlog(node, addr, subscription=SQL_SELECTOR, expression_type="SQL92")
+    return {"tag_msgs_s": tag["msgs_s"], "tag_cpu_us_per_msg": tag["cpu_us_per_msg"],
+            "sql_msgs_s": sql["msgs_s"], "sql_cpu_us_per_msg": sql["cpu_us_per_msg"],
+            "sql_to_tag": sql["msgs_s"] / tag["msgs_s"], "errors": tag["errors"] + sql["errors"]}
 
 
 def scenario_wake(workdir: Path, samples: int, extra: dict) -> dict:
@@ -530,7 +531,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a few-second smoke run with small sizes")
     ap.add_argument("--json", action="store_true", help="last line: one JSON object with every figure")
     ap.add_argument("--runs", type=int, default=3, help="runs per scenario (median reported)")
-    ap.add_argument("--only", default="", help="comma-separated scenarios (batch,sync,syncflush,pull,pullsql,wake,scaling,rss)")
+    ap.add_argument("--only", default="", help=f"comma-separated scenarios ({','.join(SCENARIOS)})")
     ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per throughput run")
     ap.add_argument("--net-actors", type=int, default=0, help="net actors for the non-scaling scenarios "
                                                                "(0: the node default)")
@@ -555,8 +556,7 @@ def main() -> None:
     quick = args.quick
     runs = 1 if quick else args.runs
     seconds = 1.5 if quick else args.seconds
-    only = set(filter(None, args.only.split(","))) or {"batch", "sync", "syncflush", "pull", "pullsql", "wake", "scaling",
-                                                             "rss"}
+    only = set(filter(None, args.only.split(","))) or set(SCENARIOS)
     if quick:
         only -= {"rss", "syncflush", "scaling"}
     extra: dict = {"net_actors": args.net_actors} if args.net_actors else {}

@@ -43,11 +43,13 @@ Departures from 4.9.x, each where 4.9.x misbehaves:
 
 from __future__ import annotations
 
+import abc
 import base64
+import functools
 import hashlib
 import hmac
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +63,7 @@ __all__ = [
     "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "PUB", "SECURITY_TOKEN", "SIGNATURE", "SUB",
     "UNIQUE_MSG_QUERY_FLAG", "Account", "AclConfig", "AclConfigError", "AclError", "AclValidator",
     "AddressStrategy", "address_strategy", "check_permission", "client_ip", "load_acl", "parse_acl",
-    "parse_perm", "request_content", "retry_topic", "sign", "sign_request",
+    "parse_perm", "request_content", "retry_topic", "sign", "sign_request", "signer",
 ]
 
 # SessionCredentials' ext field names
@@ -143,7 +145,7 @@ def describe_resource(resource: str) -> str:
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class AddressStrategy:
+class AddressStrategy(abc.ABC):
     """One whitelist pattern, parsed; match() takes a client address from client_ip()."""
 
     __slots__ = ("pattern",)
@@ -151,8 +153,9 @@ class AddressStrategy:
     def __init__(self, pattern: str | None) -> None:
         self.pattern = pattern
 
+    @abc.abstractmethod
     def match(self, ip: IPAddress | None) -> bool:
-        raise NotImplementedError
+        """Whether the client at ip is white-listed by this pattern."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.pattern!r})"
@@ -372,6 +375,16 @@ def sign(ext_fields: dict[str, str] | None, body: bytes | None, access_key: str,
     signature = _signature(request_content({**(ext_fields or {}), **added}, body), secret_key)
     added[SIGNATURE] = signature
     return added
+
+
+def signer(access_key: str, secret_key: str,
+           security_token: str | None = None) -> Callable[[RemotingCommand], None] | None:
+    """The request hook that signs with these credentials (AclClientRPCHook); None without an
+    access key, so an unconfigured client or broker signs nothing."""
+    if not access_key:
+        return None
+    return functools.partial(sign_request, access_key=access_key, secret_key=secret_key,
+                             security_token=security_token or None)
 
 
 def sign_request(cmd: RemotingCommand, access_key: str, secret_key: str, security_token: str | None = None) -> None:

@@ -5,8 +5,9 @@ consumer offsets (GET_ALL_CONSUMER_OFFSET 43, GET_CONSUME_STATS 208, INVOKE_BROK
 222, QUERY_TOPIC_CONSUME_BY_WHO 300), GET_BROKER_RUNTIME_INFO
 (28) and the broker config (GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25).
 
-Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written as fastjson writes
-them, with the queue object in key position (facts D); SmartGo's and Java's clients read that.
+Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written as
+fastjson writes them, with the queue object in key position (facts D); SmartGo's and Java's
+clients read that.
 """
 
 from __future__ import annotations
@@ -235,8 +236,8 @@ class AdminProcessor:
             b.channel.push(ch.ref, RemotingCommand(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, flag=FLAG_ONEWAY,
                                                    ext_fields=ext,
                                                    body=c_body if ch.language == LanguageCode.CPP else java_body))
-        self.b.log.info("[reset-offset] group %s topic %s to %s (timestamp %d, force %s): told %d consumers",
-                        group, topic, dict(table), timestamp, force, len(channels))
+        b.log.info("[reset-offset] group %s topic %s to %s (timestamp %d, force %s): told %d consumers",
+                   group, topic, dict(table), timestamp, force, len(channels))
         return request.make_response(ResponseCode.SUCCESS, body=java_body)
 
     # ---- runtime info and config ------------------------------------------------------------------------

@@ -26,12 +26,11 @@ in `_processors()` and add it to FORWARDED_CODES.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import time
 from datetime import date
 
-from smartgo.acl import sign_request
+from smartgo.acl import signer
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.health import CpuSampler
 from smartgo.actors.ring import CONSUMER, PRODUCER
@@ -133,10 +132,8 @@ class BrokerActor(Actor):
         self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg),
                                                   cfg.broker_id), registry_addrs(cfg))
         if is_slave(cfg):                               # topics, groups and offsets follow the master's
-            sign = functools.partial(sign_request, access_key=cfg.acl_access_key, secret_key=cfg.acl_secret_key) \
-                if cfg.acl_access_key else None
             self.spawn(run_slave_sync(self, lambda: self.registrar.master_addr, cfg.slave_sync_interval,
-                                      request_hook=sign), "slave sync")
+                                      request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key)), "slave sync")
         self.log.info("broker %s at %s: %d topics (version %d), %d groups, %d offset entries, registries %s",
                       cfg.broker_name, broker_addr(cfg), len(self.snapshot.topics), self.snapshot.version,
                       len(self.groups.table), len(self.offsets.table), ";".join(self.registrar.registries))

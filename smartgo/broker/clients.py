@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from smartgo.broker.bodies import BodyError, Fields, as_int, parse_body
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.message_filter import is_tag_type
 from smartgo.broker.subscriptions import RegisteredSub
+from smartgo.filter import is_tag_type
 from smartgo.net.codes import LanguageCode
 
 SUB_ALL = "*"

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from smartgo.broker.bodies import BodyError, Fields, parse_body
-from smartgo.filter import SelectorError, compile_selector
+from smartgo.filter import SQL92, TAG, SelectorError, compile_selector, is_tag_type
 from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
@@ -32,8 +32,6 @@ from smartgo.store.record import decode_properties
 
 log = logging.getLogger("smartgo.broker.message_filter")
 
-TAG = "TAG"
-SQL92 = "SQL92"
 CACHE_CHARS = 1 << 20       # expression text kept compiled per net actor (~30x that in memory, worst case)
 ENTRY_CHARS = 100           # what an entry counts besides its text
 
@@ -49,11 +47,6 @@ class MessageFilter:
 
 
 EVERYTHING = MessageFilter(None, None)
-
-
-def is_tag_type(expression_type: str | None) -> bool:
-    """ExpressionType.isTagType: no type at all means TAG."""
-    return not expression_type or expression_type == TAG
 
 
 def tag_codes(expression: str | None) -> frozenset[int] | None:

@@ -36,9 +36,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from smartgo.broker.message_filter import FilterError, is_tag_type
+from smartgo.broker.message_filter import FilterError
 from smartgo.broker.rings import WAKE_ARRIVED, Batcher, iter_wakes, monotonic_ms, park_record
 from smartgo.broker.topics import OFFSET_MOVED_EVENT
+from smartgo.filter import is_tag_type
 from smartgo.net import fastjson
 from smartgo.net.codes import PullSysFlag, ResponseCode
 from smartgo.net.command import RemotingCommand

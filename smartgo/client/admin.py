@@ -200,10 +200,7 @@ class AsyncAdmin:
             return await self._masters(None, None)
 
     async def _topic_masters(self, topic: str) -> list[str]:
-        route = await self.instance.fetch_route(topic)
-        if route is None:
-            raise NoRouteError(topic)
-        return sorted({b.master_addr for b in route.broker_datas if b.master_addr})
+        return sorted({b.master_addr for b in (await self.topic_route(topic)).broker_datas if b.master_addr})
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
         """GET_CONSUME_STATS at each broker: per queue broker offset, group offset and lag."""
@@ -226,11 +223,8 @@ class AsyncAdmin:
         Each master tells the group's online consumers (INVOKE_BROKER_TO_RESET_OFFSET), which move
         there at once; for an offline group the offsets are committed here (UPDATE_CONSUMER_OFFSET),
         and the group starts there when its consumers come. Returns the new offset of each queue."""
-        route = await self.instance.fetch_route(topic)
-        if route is None:
-            raise NoRouteError(topic)
         out: dict[MessageQueue, int] = {}
-        for broker in route.broker_datas:
+        for broker in (await self.topic_route(topic)).broker_datas:
             addr = broker.master_addr
             if not addr:
                 raise ClientError(f"broker {broker.broker_name} of {topic} has no master to reset offsets at")
@@ -255,13 +249,13 @@ class AsyncAdmin:
             queues = bodies.parse_consume_stats(resp.body_bytes()).queues
         except (ValueError, KeyError, TypeError) as exc:
             raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, f"consume stats of {group}") from None
+        code, at = ((RequestCode.GET_MAX_OFFSET, None) if timestamp_ms == -1
+                    else (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp_ms))
         out = {}
         for q in queues:
             mq = q.queue
-            code = RequestCode.GET_MAX_OFFSET if timestamp_ms == -1 else RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
-            target = api.ext_long(await self.instance.invoke(addr, api.offset_request(
-                code, topic, mq.queue_id, None if timestamp_ms == -1 else timestamp_ms)), "offset", addr,
-                f"offset of {mq} at {timestamp_ms}")
+            target = api.ext_long(await self.instance.invoke(addr, api.offset_request(code, topic, mq.queue_id, at)),
+                                  "offset", addr, f"offset of {mq} at {timestamp_ms}")
             out[mq] = target if force or target < q.consumer_offset else q.consumer_offset
             await self._call(addr, api.update_consumer_offset_request(group, topic, mq.queue_id, out[mq]),
                              f"commit offset {out[mq]} of {mq} for {group}")

@@ -10,14 +10,13 @@ Producers and consumers join an instance as members (Member below) and the insta
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from smartgo.acl import sign_request
+from smartgo.acl import signer
 from smartgo.client import api, bodies
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientStateError, NoRouteError, RegistryUnavailableError
@@ -122,16 +121,9 @@ class ClientInstance:
         self._remoting = RemotingClient(
             processors, connect_timeout=self.config.timeout,
             serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
-            busy_poll_us=self.config.busy_poll_us, request_hook=self._signer())
+            busy_poll_us=self.config.busy_poll_us,
+            request_hook=signer(self.config.access_key, self.config.secret_key, self.config.security_token))
         self.started = True
-
-    def _signer(self) -> Callable[[RemotingCommand], None] | None:
-        """AclClientRPCHook for configured credentials."""
-        cfg = self.config
-        if not cfg.access_key:
-            return None
-        return functools.partial(sign_request, access_key=cfg.access_key, secret_key=cfg.secret_key,
-                                 security_token=cfg.security_token or None)
 
     def every(self, interval: float, job: Callable[[], Awaitable[object]], name: str, first: float | None = None) -> None:
         """Run job every interval seconds (first after `first`, default interval) until close."""

@@ -29,6 +29,7 @@ from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
 from smartgo.client.subscription import MessageSelector, SubscriptionData
+from smartgo.filter import is_tag_type
 from smartgo.net.codes import RequestCode
 from smartgo.net.errors import RemotingConnectError
 from smartgo.store.record import MessageExt
@@ -191,7 +192,7 @@ class AsyncPushConsumer:
         """checkClientInBroker: every broker of a SQL92 subscription's topic must accept its
         expression (CHECK_CLIENT_CONFIG), or start() fails with the broker's reason."""
         for sub in self.subscriptions.values():
-            if sub.expression_type == "TAG":
+            if is_tag_type(sub.expression_type):
                 continue
             try:
                 route = await self.instance.route(sub.topic)
@@ -345,13 +346,19 @@ class AsyncPushConsumer:
         pq.pull_task = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq))
         return True
 
-    async def _drop(self, mq: MessageQueue) -> None:
+    def _detach(self, mq: MessageQueue) -> ProcessQueue | None:
+        """Stop pulling mq; what is consumed of it from now on is not committed."""
         pq = self.process_queues.pop(mq, None)
+        if pq is not None:
+            pq.dropped = True
+            if pq.pull_task is not None:
+                pq.pull_task.cancel()
+        return pq
+
+    async def _drop(self, mq: MessageQueue) -> None:
+        pq = self._detach(mq)
         if pq is None:
             return
-        pq.dropped = True
-        if pq.pull_task is not None:
-            pq.pull_task.cancel()
         try:
             if self.orderly and self.clustering:
                 try:  # let the message being consumed finish before another consumer takes over
@@ -374,11 +381,9 @@ class AsyncPushConsumer:
         the whole table and commits all of it: the same values, whoever owns a queue."""
         async with self._rebalancing:
             for mq in [mq for mq in self.process_queues if mq.topic == topic]:
-                pq = self.process_queues.pop(mq)
-                pq.dropped = True
-                for task in (pq.pull_task, pq.orderly_task):
-                    if task is not None:
-                        task.cancel()
+                pq = self._detach(mq)
+                if pq is not None and pq.orderly_task is not None:
+                    pq.orderly_task.cancel()
             for mq, offset in table.items():
                 self.offsets.update(mq, offset)
             try:

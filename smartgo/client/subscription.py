@@ -11,13 +11,11 @@ import time
 from dataclasses import dataclass, field
 
 from smartgo.client.errors import ClientError
-from smartgo.filter import SelectorError, compile_selector
+from smartgo.filter import SQL92, TAG, SelectorError, compile_selector
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import MessageExt
 
 SUB_ALL = "*"
-TAG = "TAG"
-SQL92 = "SQL92"
 
 
 class SubscriptionError(ClientError, ValueError):
@@ -48,7 +46,7 @@ class SubscriptionData:
     tags_set: list[str] = field(default_factory=list)
     code_set: list[int] = field(default_factory=list)
     sub_version: int = 0
-    expression_type: str = "TAG"
+    expression_type: str = TAG
 
     @classmethod
     def build(cls, topic: str, expression: str | MessageSelector | None = None,

@@ -813,7 +813,8 @@ _CONVERTERS: dict[type, Callable[[str], Any]] = {
 
 
 def _compile_eq_fast(node: _Eq) -> Evaluator | None:
-    """``prop = literal`` / ``literal = prop`` (also IS NULL) without the generic dispatch."""
+    """``prop = literal`` (also IS NULL) without the generic dispatch; ``literal = prop`` gains
+    little over the generic path (its null rule needs both sides), so it takes that."""
     if isinstance(node.left, _Prop):
         c = _fold(node.right)
         if c is _NO_VALUE:
@@ -834,22 +835,6 @@ def _compile_eq_fast(node: _Eq) -> Evaluator | None:
             x = conv(v)
             return _dcmp(x, c) == 0 if numeric_double else x == c
         return prop_eq
-    if isinstance(node.right, _Prop):
-        c = _fold(node.left)
-        if c is _NO_VALUE:
-            return None
-        name = node.right.name
-        if c is None:
-            def null_eq(props: Mapping[str, str]) -> Any:
-                return True if props.get(name) is None else None
-            return null_eq
-
-        def literal_eq(props: Mapping[str, str]) -> Any:
-            v = props.get(name)
-            if v is None:
-                return False
-            return _compare(c, v) == 0
-        return literal_eq
     return None
 
 

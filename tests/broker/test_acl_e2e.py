@@ -4,14 +4,13 @@ credentials end to end, the file read again when it changes, and a bad file at s
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from smartgo.acl import sign_request
+from smartgo.acl import signer
 from smartgo.actors.testing import NodeStartError
 from smartgo.broker.testing import pull_command, send_command, start_broker
 from smartgo.client import AsyncProducer, AsyncPushConsumer, BrokerError, Message
@@ -60,8 +59,7 @@ def node(tmp_path_factory):
 
 
 def client(access_key: str | None = None, secret_key: str = "") -> BlockingRemotingClient:
-    hook = functools.partial(sign_request, access_key=access_key, secret_key=secret_key) if access_key else None
-    return BlockingRemotingClient(request_hook=hook)
+    return BlockingRemotingClient(request_hook=signer(access_key or "", secret_key))
 
 
 def call(c: BlockingRemotingClient, node, cmd: RemotingCommand) -> RemotingCommand:
