@@ -2,8 +2,9 @@
 (UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21,
 GET_TOPIC_STATS_INFO 202), subscription groups (200, 201, DELETE_SUBSCRIPTIONGROUP 207),
 consumer offsets (GET_ALL_CONSUMER_OFFSET 43, GET_CONSUME_STATS 208, INVOKE_BROKER_TO_RESET_OFFSET
-222, QUERY_TOPIC_CONSUME_BY_WHO 300), GET_BROKER_RUNTIME_INFO
-(28) and the broker config (GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25).
+222, QUERY_TOPIC_CONSUME_BY_WHO 300), requests relayed to one consumer (GET_CONSUMER_RUNNING_INFO
+307, CONSUME_MESSAGE_DIRECTLY 309), GET_BROKER_RUNTIME_INFO (28) and the broker config
+(GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25).
 
 Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written as
 fastjson writes them, with the queue object in key position (facts D); SmartGo's and Java's
@@ -21,27 +22,27 @@ import psutil
 
 from smartgo.actors.health import node_health
 from smartgo.broker.broker_config import check_updates, parse_properties, properties_text
-from smartgo.broker.channel import ClientRef
+from smartgo.broker.channel import ClientRef, InvokeError
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
 from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics
 from smartgo.net import fastjson
 from smartgo.net.codes import CURRENT_VERSION, FLAG_ONEWAY, LanguageCode, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.store.errors import MessageIllegalError
-from smartgo.store.record import topic_field
+from smartgo.store.errors import InvalidMessageIdError, MessageIllegalError
+from smartgo.store.record import parse_offset_msg_id, topic_field
 
 if TYPE_CHECKING:
     from smartgo.broker.broker_actor import BrokerActor
 
 MAX_QUEUES = 1024
 REGISTERED_WAIT = 2.0      # an admin change is answered once the registries have it, or after this
+CALL_CLIENT_TIMEOUT = 10.0  # s a relayed request waits for the consumer (Broker2Client.callClient)
 
 
 def queue_keyed(entries: list[tuple[dict, dict]], **fields: object) -> bytes:
     """{...fields, "offsetTable": {<MessageQueue object>: value, ...}} as fastjson writes it."""
-    table = b",".join(fastjson.dumps(k) + b":" + fastjson.dumps(v) for k, v in entries)
     head = b"".join(fastjson.dumps(k) + b":" + fastjson.dumps(v) + b"," for k, v in sorted(fields.items()))
-    return b"{" + head + b'"offsetTable":{' + table + b"}}"
+    return b"{" + head + b'"offsetTable":' + fastjson.dumps_keyed(entries) + b"}"
 
 
 class AdminProcessor:
@@ -60,6 +61,8 @@ class AdminProcessor:
                 RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
                 RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
                 RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+                RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
+                RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
                 RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
                 RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
                 RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config}
@@ -239,6 +242,52 @@ class AdminProcessor:
         b.log.info("[reset-offset] group %s topic %s to %s (timestamp %d, force %s): told %d consumers",
                    group, topic, dict(table), timestamp, force, len(channels))
         return request.make_response(ResponseCode.SUCCESS, body=java_body)
+
+    # ---- requests relayed to one consumer ------------------------------------------------------------------
+    async def get_consumer_running_info(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """The consumer's own ConsumerRunningInfo (its settings, subscriptions, queues and consume
+        rates), asked of it through its connection: what the dashboard's client view shows."""
+        return await self._call_consumer(request, request.body)
+
+    async def consume_message_directly(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """The consumer runs its listener on one stored message (named by its offsetMsgId) and
+        answers ConsumeMessageDirectlyResult. As in 4.x the record goes as the body and brokerName
+        is added to the header; a message id that names no record here is refused before the
+        consumer is asked (4.x sends an empty body on)."""
+        msg_id = request.ext_str("msgId")
+        try:
+            offset = parse_offset_msg_id(msg_id)[2]
+        except InvalidMessageIdError as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad msgId: {exc}")
+        view = self.b.view
+        record = view.fresh_reader().view(offset, view.written.get())
+        if record is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        request.ext_fields = {**(request.ext_fields or {}), "brokerName": self.b.config.broker_name}
+        return await self._call_consumer(request, bytes(record))
+
+    async def _call_consumer(self, request: RemotingCommand, body: bytes | None) -> RemotingCommand:
+        """AdminBrokerProcessor.callConsumer: the request, under a new opaque, to the connection of
+        clientId in consumerGroup; the consumer's response is the answer, as it is."""
+        group, client_id = request.ext_str("consumerGroup"), request.ext_str("clientId")
+        info = self.b.clients.consumers.get(group)
+        ch = next((c for c in info.channels.values() if c.client_id == client_id), None) if info else None
+        if ch is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+        if ch.version < MQVersion.V3_1_8_SNAPSHOT:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> Version "
+                                         f"<{ch.version}> too low to finish, please upgrade it to V3_1_8_SNAPSHOT")
+        call = RemotingCommand(request.code, ext_fields=dict(request.ext_fields or {}), body=body)
+        try:
+            return await self.b.channel.invoke(ch.ref, call, CALL_CLIENT_TIMEOUT)
+        except InvokeError as exc:
+            self.b.log.warning("[call-consumer] code %d to %s of %s at %s failed: %s", request.code, client_id, group,
+                               ch.ref.addr, exc)
+            if exc.timeout:
+                return request.make_response(ResponseCode.CONSUME_MSG_TIMEOUT,
+                                             f"consumer <{group}> <{client_id}> Timeout: {exc}")
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"invoke consumer <{group}> <{client_id}> Exception: {exc}")
 
     # ---- runtime info and config ------------------------------------------------------------------------
     def get_broker_runtime_info(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:

@@ -72,7 +72,10 @@ FORWARDED_CODES = frozenset({
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_CONSUME_STATS, RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.GET_BROKER_CONFIG, RequestCode.UPDATE_BROKER_CONFIG,
     RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+    RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
 })
+#: Forwarded codes the broker actor answers only after asking a client (up to CALL_CLIENT_TIMEOUT).
+RELAYED_CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY})
 STATS_GRACE_MS = int(FLUSH_INTERVAL * 1000) + 500      # a window is written this long after its end
 
 

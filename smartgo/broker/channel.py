@@ -18,7 +18,12 @@ net). The kinds of traffic:
   sequence number per net actor; a net actor that sees a gap (a record dropped by a full ring,
   or a restarted broker actor) calls `link.on_gap()` to ask for everything again;
 - pushes: the broker sends a request to a client connection (`server.push(client, cmd)`, e.g.
-  NOTIFY_CONSUMER_IDS_CHANGED).
+  NOTIFY_CONSUMER_IDS_CHANGED);
+- invocations: `await server.invoke(client, cmd, timeout)` sends a request to a client connection
+  and returns the client's response (Broker2Client.callClient: GET_CONSUMER_RUNNING_INFO,
+  CONSUME_MESSAGE_DIRECTLY). The net actor holding the connection sends it with an opaque of its
+  own and hands the response back; InvokeError says why there is none (timeout, closed
+  connection).
 
 Records written during one loop iteration leave as one ring batch. The broker actor handles
 records in ring order and runs a handler that returns a value (not an awaitable) at once, so
@@ -46,11 +51,22 @@ from smartgo.net.command import RemotingCommand
 
 log = logging.getLogger("smartgo.broker.channel")
 
+INVOKE_MARGIN = 1.0        # s the broker waits for an invocation's answer beyond the client's timeout
+
 _CALL, _FORWARD, _EVENT, _REPLY, _PUSH = "call", "fwd", "evt", "re", "push"
+_INVOKE, _ANSWER = "inv", "ans"        # broker -> net: a request to a client; net -> broker: its response
 
 
 class ChannelError(Exception):
     """A call the broker actor did not answer (timeout, full ring) or answered with an error."""
+
+
+class InvokeError(Exception):
+    """A request to a client got no response; `timeout` tells a timeout from any other failure."""
+
+    def __init__(self, message: str, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +126,12 @@ class BrokerLink:
     """The net actor's end: calls, forwarded requests, events; replies and pushes come in through
     on_records (the net actor drains ctlr.<net> with its other inbound rings)."""
 
-    def __init__(self, out: Ring, push: Callable[[int, RemotingCommand], None]) -> None:
+    def __init__(self, out: Ring, push: Callable[[int, RemotingCommand], None],
+                 invoke: Callable[[int, RemotingCommand, float], Awaitable[RemotingCommand]]) -> None:
         self._out = _Writer(out)
         self._push = push
+        self._invoke = invoke
+        self._invocations: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future] = {}
         self.events: dict[str, Callable[[dict], None]] = {}
@@ -165,12 +184,29 @@ class BrokerLink:
                             fut.set_exception(ChannelError(msg["v"]))
                 elif kind == _PUSH:
                     self._push(msg["conn"], unpack_command(msg["cmd"]))
+                elif kind == _INVOKE:
+                    task = asyncio.get_running_loop().create_task(self._answer(msg))
+                    self._invocations.add(task)
+                    task.add_done_callback(self._invocations.discard)
                 elif kind == _EVENT:
                     self._on_event(msg)
                 else:
                     log.error("unexpected control record kind %r", kind)
             except Exception:
                 log.exception("bad control record from the broker actor")
+
+    async def _answer(self, msg: dict) -> None:
+        """Run an invocation on our client connection; its response (or why none) goes back."""
+        answer: dict[str, Any] = {"t": _ANSWER, "id": msg["id"]}
+        try:
+            response = await self._invoke(msg["conn"], unpack_command(msg["cmd"]), msg["to"])
+            answer["cmd"] = pack_command(response)
+        except InvokeError as exc:
+            answer.update(err=str(exc), timeout=exc.timeout)
+        except Exception as exc:
+            log.exception("invoking a client for the broker actor failed")
+            answer.update(err=f"{type(exc).__name__}: {exc}", timeout=False)
+        self._out.put(answer)
 
     def _on_event(self, msg: dict) -> None:
         seq, last = msg["s"], self._seq
@@ -202,12 +238,42 @@ class ChannelServer:
         self.processors: dict[int, Processor] = {}
         self.events: dict[str, Event] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._ids = itertools.count(1)
+        self._invoking: dict[int, asyncio.Future] = {}
 
     def push(self, client: ClientRef, cmd: RemotingCommand) -> None:
         """Send a request (usually oneway) to a client's connection through its net actor."""
         out = self._out.get(client.net)
         if out is not None:
             out.put({"t": _PUSH, "conn": client.conn, "cmd": pack_command(cmd)})
+
+    async def invoke(self, client: ClientRef, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request to a client's connection and return its response; InvokeError if none
+        came within timeout (the net actor times the client out; a little more is allowed here
+        for the rings), or the net actor could not send it."""
+        out = self._out.get(client.net)
+        if out is None:
+            raise InvokeError(f"no net actor {client.net}")
+        rid = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._invoking[rid] = fut
+        out.put({"t": _INVOKE, "id": rid, "conn": client.conn, "to": timeout, "cmd": pack_command(cmd)})
+        try:
+            return await asyncio.wait_for(fut, timeout + INVOKE_MARGIN)
+        except asyncio.TimeoutError:
+            raise InvokeError(f"no response from {client.addr} through {client.net} within {timeout:g}s",
+                              timeout=True) from None
+        finally:
+            self._invoking.pop(rid, None)
+
+    def _on_answer(self, msg: dict) -> None:
+        fut = self._invoking.get(msg["id"])
+        if fut is None or fut.done():
+            return                          # timed out here already
+        if "cmd" in msg:
+            fut.set_result(unpack_command(msg["cmd"]))
+        else:
+            fut.set_exception(InvokeError(msg["err"], msg.get("timeout", False)))
 
     def send(self, net: str, op: str, **args: Any) -> None:
         """An event to one net actor (its link.events[op](args))."""
@@ -250,6 +316,12 @@ class ChannelServer:
                 handler(net, msg["a"])
             except Exception:
                 log.exception("event handler %s failed", msg["op"])
+            return
+        if kind == _ANSWER:
+            try:
+                self._on_answer(msg)
+            except Exception:
+                log.exception("bad invocation answer from %s", net)
             return
         rid = msg.get("id")
         try:

@@ -25,6 +25,7 @@ every second, on the wall clock's second boundary.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -35,8 +36,9 @@ from smartgo.acl import AclConfigError
 from smartgo.broker.acl_guard import AclGuard, acl_path
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.message_filter import CheckClientConfigProcessor, Filters
-from smartgo.broker.broker_actor import FORWARDED_CODES
-from smartgo.broker.channel import BrokerLink, ChannelError, ClientRef, unpack_command
+from smartgo.broker.admin_processor import CALL_CLIENT_TIMEOUT
+from smartgo.broker.broker_actor import FORWARDED_CODES, RELAYED_CODES
+from smartgo.broker.channel import INVOKE_MARGIN, BrokerLink, ChannelError, ClientRef, InvokeError, unpack_command
 from smartgo.broker.clients import parse_heartbeat
 from smartgo.broker.end_transaction_processor import EndTransactionProcessor
 from smartgo.broker.net_view import NetView
@@ -54,7 +56,7 @@ from smartgo.broker.subscriptions import GroupsView
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, ConnectionEvent
-from smartgo.net.errors import RemotingError
+from smartgo.net.errors import RemotingError, RemotingTimeoutError
 from smartgo.net.server import RemotingServer
 from smartgo.store import StoreReader
 
@@ -62,6 +64,7 @@ log = logging.getLogger("smartgo.broker.net_actor")
 
 DRAIN_TIMEOUT = 5.0        # s a stopping net actor waits for the answers of the sends it handed over
 PUSH_TIMEOUT = 3.0
+FORWARD_TIMEOUT = 3.0      # s a forwarded request waits for the broker actor
 STATE_WAIT = 5.0           # s a starting net actor waits for the broker actor's group table
 
 
@@ -85,7 +88,7 @@ class NetActor(Actor):
         self.wake_ring = self.ring(f"wake.{me}", CONSUMER, SMALL_RING_CAPACITY)
         self.ctl_ring = self.ring(f"ctl.{me}", PRODUCER, CTL_RING_CAPACITY)
         self.ctlr_ring = self.ring(f"ctlr.{me}", CONSUMER, CTL_RING_CAPACITY)
-        self.link = BrokerLink(self.ctl_ring, self.push)
+        self.link = BrokerLink(self.ctl_ring, self.push, self.invoke)
         self.link.events.update({"group": self._on_group, "groups": self._on_groups, "config": self._on_config})
         self.link.on_gap = self._want_state
         self.stats = NetStats()
@@ -120,6 +123,8 @@ class NetActor(Actor):
         }
         for code in FORWARDED_CODES:
             processors[code] = self._forward
+        for code in RELAYED_CODES:          # the broker actor waits for a client before it answers
+            processors[code] = functools.partial(self._forward, timeout=CALL_CLIENT_TIMEOUT + 2 * INVOKE_MARGIN)
         processors[RequestCode.HEART_BEAT] = self._heart_beat
         processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
         self.acl = None
@@ -175,9 +180,10 @@ class NetActor(Actor):
                 await wait_any(rings, self.bell, 0.5, sends.flush_ready)
 
     # ---- the broker channel ---------------------------------------------------------------------------
-    async def _forward(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+    async def _forward(self, conn: Connection, request: RemotingCommand,
+                       timeout: float = FORWARD_TIMEOUT) -> RemotingCommand | None:
         try:
-            raw = await self.link.forward(ClientRef(self.name, conn.id, conn.remote_address), request)
+            raw = await self.link.forward(ClientRef(self.name, conn.id, conn.remote_address), request, timeout)
         except ChannelError as exc:
             return request.make_response(ResponseCode.SYSTEM_BUSY, f"broker actor unavailable: {exc}")
         return None if raw is None else unpack_command(raw)
@@ -259,6 +265,18 @@ class NetActor(Actor):
                 conn.invoke_async(cmd, PUSH_TIMEOUT, lambda response, error: None)
         except RemotingError as exc:
             log.debug("push to %s failed: %s", conn, exc)
+
+    async def invoke(self, conn_id: int, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """A request from the broker actor to one of our clients, and the client's response."""
+        conn = self.server.connections.get(conn_id) if self.server else None
+        if conn is None or conn.closed:
+            raise InvokeError("the client's connection is closed")
+        try:
+            return await conn.invoke(cmd, timeout)
+        except RemotingTimeoutError as exc:
+            raise InvokeError(str(exc), timeout=True) from None
+        except RemotingError as exc:
+            raise InvokeError(str(exc)) from None
 
     def _on_connection_event(self, event: ConnectionEvent, conn: Connection, reason: str | None) -> None:
         if event in (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT):

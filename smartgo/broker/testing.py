@@ -19,7 +19,7 @@ from pathlib import Path
 from smartgo.actors.testing import ROOT, SUPERVISOR, Node, NodeStartError, launch_node
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import FLAG_ONEWAY, LanguageCode, PullSysFlag, RequestCode, ResponseCode
+from smartgo.net.codes import CURRENT_VERSION, FLAG_ONEWAY, LanguageCode, PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import TRANSACTION_COMMIT_TYPE, encode_batch_body, encode_properties, parse_offset_msg_id
@@ -149,16 +149,31 @@ def update_offset_command(group: str, topic: str, queue_id: int, offset: int, on
 
 class ClientStub:
     """One client connection to a broker: heartbeats, and the NOTIFY_CONSUMER_IDS_CHANGED and
-    RESET_CONSUMER_CLIENT_OFFSET requests it gets."""
+    RESET_CONSUMER_CLIENT_OFFSET requests it gets. GET_CONSUMER_RUNNING_INFO and
+    CONSUME_MESSAGE_DIRECTLY are recorded in `relayed` and answered by `answer` (a coroutine
+    function; by default SUCCESS with the body b'{"stub":true}')."""
 
     def __init__(self, addr: str, client_id: str) -> None:
         self.addr = addr
         self.client_id = client_id
         self.notified: list[str] = []
         self.resets: list[RemotingCommand] = []
+        self.relayed: list[RemotingCommand] = []
+        self.answer = self._stub_answer
         self._lock = threading.Lock()
         self.remoting = BlockingRemotingClient(processors={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify,
-                                                           RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset})
+                                                           RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset,
+                                                           RequestCode.GET_CONSUMER_RUNNING_INFO: self._relayed,
+                                                           RequestCode.CONSUME_MESSAGE_DIRECTLY: self._relayed})
+
+    @staticmethod
+    async def _stub_answer(conn, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(ResponseCode.SUCCESS, body=b'{"stub":true}')
+
+    async def _relayed(self, conn, cmd: RemotingCommand) -> RemotingCommand | None:
+        with self._lock:
+            self.relayed.append(cmd)
+        return await self.answer(conn, cmd)
 
     async def _notify(self, conn, cmd: RemotingCommand) -> None:
         with self._lock:
@@ -176,8 +191,8 @@ class ClientStub:
         return self.remoting.invoke(self.addr, cmd, timeout)
 
     def heartbeat(self, consumers: dict[str, dict[str, str]] | None = None, language: int = LanguageCode.PYTHON,
-                  **kw: object) -> RemotingCommand:
-        return self.call(RemotingCommand(RequestCode.HEART_BEAT, language,
+                  client_version: int = CURRENT_VERSION, **kw: object) -> RemotingCommand:
+        return self.call(RemotingCommand(RequestCode.HEART_BEAT, language, client_version,
                                          body=heartbeat_body(self.client_id, consumers, **kw)))  # type: ignore[arg-type]
 
     def unregister(self, consumer_group: str) -> RemotingCommand:

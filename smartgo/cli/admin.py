@@ -6,6 +6,8 @@
     smartgo admin topic-list | topic-route --topic T | topic-status --topic T | cluster-list
     smartgo admin topic-consumers --topic T
     smartgo admin consumer-progress --group G [--topic T] | consumer-connections --group G
+    smartgo admin consumer-status --group G [--client ID] [--jstack]
+    smartgo admin consume-directly --group G --client ID --id MSG_ID [--topic T]
     smartgo admin reset-offset --group G --topic T --to (MS | 2026-11-23T10:00 | end) [--no-force]
     smartgo admin group-create --group G [--retry-max-times 16] [--cluster C]
     smartgo admin query-key --topic T --key K | query-id --id ID [--topic T]
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 from smartgo.cli._common import add_common, client_options, emit, guarded, table
 from smartgo.client import AsyncAdmin
+from smartgo.client.errors import ClientError
 from smartgo.client.message import message_to_json
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
@@ -79,6 +82,15 @@ _command("cluster-list", "show clusters and brokers (with runtime figures when b
 _command("consumer-progress", "a group's offsets and lag per queue")(
     lambda c: (_group(c), c.add_argument("--topic", "-t")))
 _command("consumer-connections", "a group's connected clients and subscriptions")(_group)
+_command("consumer-status", "what each consumer of a group reports of itself: settings, queues held with "
+         "their commit offsets and caches, pull and consume rates (GET_CONSUMER_RUNNING_INFO)")(
+    lambda c: (_group(c), c.add_argument("--client", help="only this client id (default: every connected one)"),
+               c.add_argument("--jstack", action="store_true", help="with each client's thread stacks")))
+_command("consume-directly", "have one consumer of a group run its listener on a message, outside its queues "
+         "(nothing is committed or retried; CONSUME_MESSAGE_DIRECTLY)")(
+    lambda c: (_group(c), c.add_argument("--client", required=True, help="the consumer's client id"),
+               c.add_argument("--id", "-i", required=True, dest="msg_id", help="offsetMsgId, or UNIQ_KEY with --topic"),
+               c.add_argument("--topic", "-t")))
 _command("reset-offset", "move a group's offsets in a topic to a point in time (consume again, or skip)")(
     lambda c: (_group(c), _topic(c),
                c.add_argument("--to", required=True, type=_point_in_time, metavar="MS|ISO-TIME|end",
@@ -249,6 +261,13 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
                       f"consumeFromWhere={conn.get('consumeFromWhere')}")
                 for topic, sub in sorted((conn.get("subscriptionTable") or {}).items()):
                     print(f"  {topic}: {sub.get('subString') if isinstance(sub, dict) else sub}")
+        elif cmd == "consumer-status":
+            await _consumer_status(admin, args)
+        elif cmd == "consume-directly":
+            result = await admin.consume_message_directly(args.group, args.client, args.msg_id, args.topic)
+            emit(result) if args.json else print(
+                f"{result.get('consumeResult')} in {result.get('spentTimeMills')} ms"
+                + (f"\n{result['remark']}" if result.get("remark") else ""))
         elif cmd == "group-create":
             addrs = await admin.create_subscription_group(args.group, cluster=args.cluster,
                                                           retry_max_times=args.retry_max_times,
@@ -277,6 +296,52 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
         elif cmd in ("broker-runtime", "broker-config"):
             kv = await (admin.broker_runtime_info if cmd == "broker-runtime" else admin.broker_config)(args.broker)
             emit(kv) if args.json else print(table(sorted(kv.items()), ("KEY", "VALUE")))
+
+
+async def _consumer_status(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    """mqadmin consumerStatus: each client's running info, and whether every client subscribes
+    alike (ConsumerRunningInfo.analyzeSubscription). A client that cannot answer is listed with
+    the reason; the others still are."""
+    ids = [args.client] if args.client else sorted(
+        c["clientId"] for c in (await admin.consumer_connections(args.group)).get("connectionSet", []))
+    clients = []
+    for client_id in ids:
+        try:
+            clients.append({"client_id": client_id, **(await admin.consumer_running_info(
+                args.group, client_id, args.jstack)).to_json()})
+        except ClientError as exc:
+            clients.append({"client_id": client_id, "error": str(exc)})
+    subs = [sorted((s.get("topic"), s.get("subString")) for s in c["subscriptions"]) for c in clients if "error" not in c]
+    same = all(s == subs[0] for s in subs)
+    if args.json:
+        emit({"group": args.group, "same_subscriptions": same, "clients": clients})
+        return
+    for c in clients:
+        print(f"== {c['client_id']}")
+        if "error" in c:
+            print(f"   cannot tell: {c['error']}")
+            continue
+        p = c["properties"]
+        print(f"   {p.get('PROP_CONSUME_TYPE', '?')} orderly={p.get('PROP_CONSUMEORDERLY', '?')} "
+              f"threads={p.get('PROP_THREADPOOL_CORE_SIZE', '?')} version={p.get('PROP_CLIENT_VERSION', '?')} "
+              f"since {_when(int(p.get('PROP_CONSUMER_START_TIMESTAMP', 0) or 0))}")
+        print("   subscribes " + ", ".join(f"{s.get('topic')} ({s.get('subString')})" for s in c["subscriptions"]))
+        if c["queues"]:
+            print(table([(q["topic"], q["broker_name"], q["queue_id"], q.get("commitOffset"), q.get("cachedMsgCount"),
+                          _when(_ms(q.get("lastPullTimestamp"))), _when(_ms(q.get("lastConsumeTimestamp"))))
+                         for q in c["queues"]],
+                        ("TOPIC", "BROKER", "QUEUE", "COMMIT OFFSET", "CACHED", "LAST PULL", "LAST CONSUME")))
+        if c["status"]:
+            print(table([(topic, st.get("pullTPS"), st.get("pullRT"), st.get("consumeOKTPS"), st.get("consumeFailedTPS"),
+                          st.get("consumeRT"), st.get("consumeFailedMsgs")) for topic, st in sorted(c["status"].items())],
+                        ("TOPIC", "PULL TPS", "PULL RT MS", "OK TPS", "FAILED TPS", "CONSUME RT MS", "FAILED 1H")))
+        if c.get("jstack"):
+            print(c["jstack"])
+    print(f"{len(clients)} client(s); subscriptions {'the same on every client' if same else 'DIFFER between clients'}")
+
+
+def _ms(value: object) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,31 +5,43 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from smartgo.client import api, bodies
 from smartgo.client.bodies import ConsumeStats, QueueProgress, QueueStatus
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientError, NoRouteError
 from smartgo.client.instance import ClientInstance
-from smartgo.client.message import RESERVED_PROPERTIES, Message, MessageQueue, Prop, check_topic, inflate_body
+from smartgo.client.message import RESERVED_PROPERTIES, Message, MessageQueue, Prop, check_topic
 from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import BrokerData, TopicRouteData
+from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.uniq_id import uniq_id_time
 from smartgo.net.codes import MASTER_ID, PermName, RequestCode
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
-from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError
-from smartgo.store.record import MessageExt, iter_records, parse_offset_msg_id
+from smartgo.store.errors import InvalidMessageIdError
+from smartgo.store.record import MessageExt, parse_offset_msg_id
 
 LONG_MAX = (1 << 63) - 1
+#: Requests a broker relays to a consumer (it waits 10 s for it); DefaultMQAdminExt allows 3 x 5 s.
+RELAY_TIMEOUT = 15.0
+T = TypeVar("T")
 DLQ_PREFIX = "%DLQ%"
 DLQ_RESEND_GROUP = "TOOLS_DLQ_RESEND"
 #: Properties a DLQ message carries that a resent copy must not: the SDK's own and the broker's.
 _NOT_RESENT = RESERVED_PROPERTIES | {"CLUSTER", Prop.CONSUME_START_TIME, "MSG_REGION", "TRACE_ON"}
+
+
+def _json_object(data: bytes) -> dict:
+    obj = bodies.loads(data)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    return obj
 
 
 @dataclass(slots=True)
@@ -47,16 +59,6 @@ class ClusterInfo:
         return {"clusters": {c: sorted(names) for c, names in sorted(self.clusters.items())},
                 "brokers": {n: {"cluster": b.cluster, "addrs": {str(k): v for k, v in sorted(b.broker_addrs.items())}}
                             for n, b in sorted(self.brokers.items())}}
-
-
-def decode_messages(body: bytes, addr: str, what: str) -> list[MessageExt]:
-    try:
-        msgs = list(iter_records(body))
-    except CorruptRecordError as exc:
-        raise BrokerError(R.SYSTEM_ERROR, f"body does not decode: {exc}", addr, what) from None
-    for msg in msgs:
-        inflate_body(msg)
-    return msgs
 
 
 class AsyncAdmin:
@@ -275,17 +277,50 @@ class AsyncAdmin:
             groups.update(listed)
         return sorted(groups)
 
-    async def consumer_connections(self, group: str) -> dict:
-        """GET_CONSUMER_CONNECTION_LIST: the group's clients and subscriptions (ConsumerConnection)."""
+    async def _first_answer(self, group: str, cmd: RemotingCommand, what: str, decode: Callable[[bytes], T],
+                            timeout: float | None = None) -> T:
+        """The first broker of the group that answers SUCCESS with a body that decodes; the
+        first refusal if none does."""
         errors = []
         for addr in await self._group_brokers(group, None):
-            resp = await self.instance.invoke(addr, api.consumer_connection_request(group))
+            resp = await self.instance.invoke(addr, cmd, timeout)
             if resp.code == R.SUCCESS:
-                obj = bodies.loads(resp.body_bytes())
-                if isinstance(obj, dict):
-                    return obj
-            errors.append(BrokerError(resp.code, resp.remark, addr, f"consumer connections of {group}"))
+                try:
+                    return decode(resp.body_bytes())
+                except ValueError as exc:
+                    errors.append(BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what))
+                    continue
+            errors.append(BrokerError(resp.code, resp.remark, addr, what))
         raise errors[0] if errors else ClientError(f"no broker knows group {group}")
+
+    async def consumer_connections(self, group: str) -> dict:
+        """GET_CONSUMER_CONNECTION_LIST: the group's clients and subscriptions (ConsumerConnection)."""
+        return await self._first_answer(group, api.consumer_connection_request(group),
+                                        f"consumer connections of {group}", _json_object)
+
+    async def consumer_running_info(self, group: str, client_id: str, jstack: bool = False) -> RunningInfo:
+        """GET_CONSUMER_RUNNING_INFO: the consumer's own report (settings, subscriptions, queues
+        held with their commit offsets and caches, pull and consume rates), relayed by a broker
+        it is connected to. `jstack` asks for its threads' stacks too."""
+        return await self._first_answer(group, api.running_info_request(group, client_id, jstack),
+                                        f"running info of {client_id} in {group}", parse_running_info,
+                                        RELAY_TIMEOUT)
+
+    async def consume_message_directly(self, group: str, client_id: str, msg_id: str,
+                                       topic: str | None = None) -> dict:
+        """CONSUME_MESSAGE_DIRECTLY: one consumer of the group runs its listener on the message
+        (either id; a UNIQ_KEY needs the topic), relayed by the broker that stores it. Nothing is
+        committed or retried. ConsumeMessageDirectlyResult: consumeResult (CR_SUCCESS, CR_LATER,
+        CR_THROW_EXCEPTION, ...), remark, spentTimeMills."""
+        msg = (await self.query_by_id(msg_id, topic))[0]
+        addr = f"{msg.store_host[0]}:{msg.store_host[1]}"
+        what = f"consume {msg_id} directly at {client_id} of {group}"
+        resp = await self._call(addr, api.consume_directly_request(group, client_id, msg.msg_id, msg.topic), what,
+                                RELAY_TIMEOUT)
+        try:
+            return parse_direct_result(resp.body_bytes())
+        except ValueError as exc:
+            raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
 
     # -- messages ---------------------------------------------------------------------------------
 
@@ -302,7 +337,7 @@ class AsyncAdmin:
             if resp.code == R.QUERY_NOT_FOUND:
                 continue
             api.check(resp, addr, f"query {topic} by key {key}")
-            out += decode_messages(resp.body_bytes(), addr, "query message")
+            out += api.decode_messages(resp.body_bytes(), addr, "query message")
         if unique:
             out = [m for m in out if m.properties.get("UNIQ_KEY") == key]
         else:
@@ -327,7 +362,7 @@ class AsyncAdmin:
             raise ClientError(str(exc)) from None
         addr = f"{host}:{port}"
         resp = await self._call(addr, api.view_message_request(offset), f"view message {offset_msg_id}")
-        msgs = decode_messages(resp.body_bytes(), addr, "view message")
+        msgs = api.decode_messages(resp.body_bytes(), addr, "view message")
         if not msgs:
             raise BrokerError(R.SYSTEM_ERROR, "empty body", addr, f"view message {offset_msg_id}")
         return msgs[0]

@@ -13,7 +13,8 @@ from smartgo.net import fastjson
 from smartgo.net.codes import RequestCode as RC
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
-from smartgo.store.record import MessageExt, decode_properties
+from smartgo.store.errors import CorruptRecordError
+from smartgo.store.record import MessageExt, decode_properties, iter_records
 
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -281,6 +282,18 @@ def consumer_connection_request(group: str) -> RemotingCommand:
     return command(RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
 
 
+def running_info_request(group: str, client_id: str, jstack: bool) -> RemotingCommand:
+    """GET_CONSUMER_RUNNING_INFO (GetConsumerRunningInfoRequestHeader)."""
+    return command(RC.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": group, "clientId": client_id,
+                                                  "jstackEnable": jstack})
+
+
+def consume_directly_request(group: str, client_id: str, offset_msg_id: str, topic: str) -> RemotingCommand:
+    """CONSUME_MESSAGE_DIRECTLY (ConsumeMessageDirectlyResultRequestHeader; the broker adds brokerName)."""
+    return command(RC.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": group, "clientId": client_id,
+                                                 "msgId": offset_msg_id, "topic": topic})
+
+
 def subscription_group_body(group: str, *, consume_enable: bool = True, broadcast_enable: bool = True,
                             retry_queue_nums: int = 1, retry_max_times: int = 16, broker_id: int = 0,
                             which_broker_when_consume_slowly: int = 1, notify_consumer_ids_changed: bool = True,
@@ -291,3 +304,14 @@ def subscription_group_body(group: str, *, consume_enable: bool = True, broadcas
                            "groupName": group, "notifyConsumerIdsChangedEnable": notify_consumer_ids_changed,
                            "retryMaxTimes": retry_max_times, "retryQueueNums": retry_queue_nums,
                            "whichBrokerWhenConsumeSlowly": which_broker_when_consume_slowly})
+
+
+def decode_messages(body: bytes, addr: str, what: str) -> list[MessageExt]:
+    """Store records as messages, compressed bodies inflated; BrokerError if they do not decode."""
+    try:
+        msgs = list(iter_records(body))
+    except CorruptRecordError as exc:
+        raise BrokerError(R.SYSTEM_ERROR, f"body does not decode: {exc}", addr, what) from None
+    for msg in msgs:
+        inflate_body(msg)
+    return msgs

@@ -2,7 +2,8 @@
 tables, and the periodic jobs of one client object - route refresh and heartbeats every 30 s,
 offset persistence every 5 s, rebalancing - plus the processors that answer the requests brokers
 send on our own connections (NOTIFY_CONSUMER_IDS_CHANGED, PUSH_REPLY_MESSAGE_TO_CLIENT,
-CHECK_TRANSACTION_STATE, RESET_CONSUMER_CLIENT_OFFSET).
+CHECK_TRANSACTION_STATE, RESET_CONSUMER_CLIENT_OFFSET, and GET_CONSUMER_RUNNING_INFO and
+CONSUME_MESSAGE_DIRECTLY relayed from an operator's tool).
 
 Producers and consumers join an instance as members (Member below) and the instance drives them.
 """
@@ -14,15 +15,17 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from smartgo.acl import signer
 from smartgo.client import api, bodies
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientStateError, NoRouteError, RegistryUnavailableError
 from smartgo.client.route import BrokerData, TopicRouteData
+from smartgo.client.running_info import (PROP_CLIENT_VERSION, PROP_NAMESERVER_ADDR,
+                                         encode_direct_result, encode_running_info, thread_stacks)
 from smartgo.net.client import RemotingClient
-from smartgo.net.codes import MASTER_ID, RequestCode, ResponseCode, SerializeType
+from smartgo.net.codes import CURRENT_VERSION, MASTER_ID, RequestCode, ResponseCode, SerializeType
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection
 from smartgo.net.errors import RemotingConnectError, RemotingError
@@ -117,7 +120,9 @@ class ClientInstance:
         processors = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify_ids_changed,
                       RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._push_reply,
                       RequestCode.CHECK_TRANSACTION_STATE: self._check_transaction,
-                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset_offset}
+                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset_offset,
+                      RequestCode.GET_CONSUMER_RUNNING_INFO: self._running_info,
+                      RequestCode.CONSUME_MESSAGE_DIRECTLY: self._consume_directly}
         self._remoting = RemotingClient(
             processors, connect_timeout=self.config.timeout,
             serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
@@ -380,6 +385,42 @@ class ClientInstance:
                          {mq.queue_id: offset for mq, offset in sorted(table.items())})
                 await reset(topic, table)
         return None
+
+    def _consumer(self, group: str, method: str) -> Any:
+        """The member consuming for group that can do `method`, or None."""
+        return next((m for m in self.members if getattr(m, "group", None) == group and hasattr(m, method)), None)
+
+    async def _running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (ClientRemotingProcessor.getConsumerRunningInfo)."""
+        ext = cmd.ext_fields or {}
+        group = ext.get("consumerGroup", "")
+        member = self._consumer(group, "running_info")
+        if member is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+        info = member.running_info()
+        info.properties.update({PROP_NAMESERVER_ADDR: ";".join(self.config.registry),
+                                PROP_CLIENT_VERSION: CURRENT_VERSION.name})
+        if ext.get("jstackEnable", "false").lower() == "true":
+            info.jstack = thread_stacks()
+        return cmd.make_response(ResponseCode.SUCCESS, body=encode_running_info(info))
+
+    async def _consume_directly(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY (ClientRemotingProcessor.consumeMessageDirectly): the group's
+        push consumer runs its listener on the store record in the body."""
+        group = (cmd.ext_fields or {}).get("consumerGroup", "")
+        member = self._consumer(group, "consume_message_directly")
+        if member is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+        try:
+            msgs = api.decode_messages(cmd.body_bytes(), conn.remote_address, "consume message directly")
+        except BrokerError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if len(msgs) != 1:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"expected one message in the body, got {len(msgs)}")
+        result, remark, spent_ms = await member.consume_message_directly(msgs[0])
+        log.info("%s: consumed %s directly for %s: %s", self.client_id, msgs[0].msg_id, group, result.value)
+        return cmd.make_response(ResponseCode.SUCCESS, body=encode_direct_result(
+            result, spent_ms, remark, order=getattr(member, "orderly", False)))
 
     async def _check_transaction(self, conn: Connection, cmd: RemotingCommand) -> None:
         if self.check_handler is not None:

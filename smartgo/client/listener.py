@@ -7,6 +7,11 @@ tasks on the loop itself.
 
 A listener returns ConsumeResult.SUCCESS or RECONSUME_LATER; None counts as SUCCESS and True/False
 as SUCCESS/RECONSUME_LATER; an exception counts as RECONSUME_LATER (and is logged).
+
+Each worker adds up the time its listener calls take in a counter only it writes;
+`take_listener_ms()` on the loop returns what was added since its last call (the consumer's
+consumeRT). That is all the statistics cost a worker: counting by topic and verdict happens on the
+loop, where the verdicts arrive anyway.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import inspect
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +67,8 @@ class ListenerRunner:
         self._wake_pending = False
         self.discarding = False
         self._busy = [False] * threads  # one flag per worker: no shared counter between threads
+        self._listener_s = [0.0] * threads      # per worker, cumulative; only that worker writes it
+        self._taken_s = 0.0
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -102,6 +110,7 @@ class ListenerRunner:
         inbox = self._inbox
         finished = self._finished
         busy = self._busy
+        spent = self._listener_s
         while True:
             work = inbox.get()  # type: ignore[union-attr]
             if work is _STOP:
@@ -109,7 +118,9 @@ class ListenerRunner:
             if self.discarding:
                 continue
             busy[index] = True
+            start = time.perf_counter()
             result = self._call(work[1])
+            spent[index] += time.perf_counter() - start
             busy[index] = False
             finished.append((work[0], result))
             if not self._wake_pending:
@@ -118,6 +129,12 @@ class ListenerRunner:
                     self._loop.call_soon_threadsafe(self._deliver)  # type: ignore[union-attr]
                 except RuntimeError:  # the loop is closed: the consumer is gone
                     return
+
+    def take_listener_ms(self) -> float:
+        """Milliseconds the listener ran, over all workers, since the last call."""
+        total = sum(self._listener_s)
+        ms, self._taken_s = (total - self._taken_s) * 1000, total
+        return ms
 
     def _deliver(self) -> None:
         self._wake_pending = False
@@ -143,6 +160,7 @@ class ListenerRunner:
             if self.discarding:
                 continue
             self._busy[index] = True
+            start = time.perf_counter()
             try:
                 result = verdict(await self.listener(msg))
             except asyncio.CancelledError:
@@ -153,6 +171,7 @@ class ListenerRunner:
                 result = ConsumeResult.RECONSUME_LATER
             finally:
                 self._busy[index] = False
+                self._listener_s[index] += time.perf_counter() - start
             self._complete(item, result)
 
     async def stop(self, timeout: float) -> None:

@@ -21,7 +21,7 @@ LOCK_MAX_LIVE = 30.0
 class ProcessQueue:
     __slots__ = ("msgs", "consuming", "msg_size", "max_offset", "next_offset", "dropped", "locked",
                  "last_lock_time", "consume_lock", "orderly_task", "pull_task", "suggested_broker_id",
-                 "__weakref__")
+                 "last_pull_ms", "last_consume_ms", "__weakref__")
 
     def __init__(self, next_offset: int) -> None:
         self.msgs: OrderedDict[int, MessageExt] = OrderedDict()
@@ -37,6 +37,8 @@ class ProcessQueue:
         self.orderly_task: asyncio.Task | None = None
         self.pull_task: asyncio.Task | None = None
         self.suggested_broker_id = 0
+        self.last_pull_ms = 0         # wall clock of the last pull sent, and of the last message consumed
+        self.last_consume_ms = 0
 
     @property
     def count(self) -> int:
@@ -48,6 +50,17 @@ class ProcessQueue:
         if not self.msgs:
             return 0
         return next(reversed(self.msgs)) - next(iter(self.msgs))
+
+    def info(self, commit_offset: int) -> dict:
+        """ProcessQueueInfo (ProcessQueue.fillProcessQueueInfo): what an operator sees of the queue."""
+        cached = list(self.msgs) + list(self.consuming)
+        return {"cachedMsgCount": len(cached), "cachedMsgMaxOffset": max(cached, default=0),
+                "cachedMsgMinOffset": min(cached, default=0), "cachedMsgSizeInMiB": self.msg_size // (1024 * 1024),
+                "commitOffset": commit_offset, "droped": self.dropped, "lastConsumeTimestamp": self.last_consume_ms,
+                "lastLockTimestamp": int((time.time() - time.monotonic() + self.last_lock_time) * 1000)
+                if self.last_lock_time else 0,
+                "lastPullTimestamp": self.last_pull_ms, "locked": self.locked, "transactionMsgCount": 0,
+                "transactionMsgMaxOffset": 0, "transactionMsgMinOffset": 0, "tryUnlockTimes": 0}
 
     def lock_expired(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) - self.last_lock_time > LOCK_MAX_LIVE

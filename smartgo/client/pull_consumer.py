@@ -13,6 +13,8 @@ from smartgo.client.message import MessageQueue, PullResult
 from smartgo.client.offset_store import RemoteOffsetStore
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
+from smartgo.client.running_info import (CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP,
+                                         RunningInfo)
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.net.codes import RequestCode
 
@@ -35,6 +37,11 @@ class AsyncPullConsumer(MemberClient):
         self._subs: dict[tuple[str, str], SubscriptionData] = {}
         self._broker_ids: dict[MessageQueue, int] = {}
         self._offsets = RemoteOffsetStore(self.instance, group)
+        self._started_ms = 0
+
+    async def start(self) -> AsyncPullConsumer:
+        self._started_ms = int(time.time() * 1000)
+        return await super().start()
 
     # -- member -----------------------------------------------------------------------------------
 
@@ -44,10 +51,19 @@ class AsyncPullConsumer(MemberClient):
     def on_route(self, topic: str, route: TopicRouteData) -> None:
         pass
 
+    def _subscriptions(self) -> list[dict]:
+        return [SubscriptionData.build(t, "*", 0).to_json() for t in sorted(self._topics)]
+
     def heartbeat_entry(self) -> tuple[str, dict | None]:
-        subs = [SubscriptionData.build(t, "*", 0).to_json() for t in sorted(self._topics)]
-        return "consumer", api.consumer_data(self.group, "CONSUME_ACTIVELY", "CLUSTERING",
-                                             "CONSUME_FROM_LAST_OFFSET", subs)
+        return "consumer", api.consumer_data(self.group, CONSUME_ACTIVELY, "CLUSTERING",
+                                             "CONSUME_FROM_LAST_OFFSET", self._subscriptions())
+
+    def running_info(self) -> RunningInfo:
+        """DefaultMQPullConsumerImpl.consumerRunningInfo: the group, the start time and the topics
+        pulled; no queues (the application holds them)."""
+        return RunningInfo({"consumerGroup": self.group, "messageModel": "CLUSTERING",
+                            PROP_CONSUME_TYPE: CONSUME_ACTIVELY, PROP_CONSUMER_START_TIMESTAMP: self._started_ms},
+                           self._subscriptions())
 
     # -- queues and pulls -------------------------------------------------------------------------
 

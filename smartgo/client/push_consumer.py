@@ -15,6 +15,7 @@ import asyncio
 import logging
 import random
 import time
+import traceback
 from pathlib import Path
 
 from smartgo.client import api
@@ -22,10 +23,13 @@ from smartgo.client.allocate import STRATEGIES, AllocateStrategy, allocate_avera
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import ClientStateError, NoRouteError
 from smartgo.client.instance import ClientInstance
-from smartgo.client.listener import Listener, ListenerRunner
+from smartgo.client.listener import Listener, ListenerRunner, verdict
 from smartgo.client.message import ConsumeFromWhere, ConsumeResult, MessageModel, MessageQueue, Prop, PullStatus
 from smartgo.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from smartgo.client.process_queue import ProcessQueue
+from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY, PROP_CONSUME_TYPE,
+                                         PROP_CONSUMER_START_TIMESTAMP, PROP_THREADPOOL_CORE_SIZE, CMResult,
+                                         ConsumerStats, RunningInfo)
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
 from smartgo.client.subscription import MessageSelector, SubscriptionData
@@ -47,6 +51,10 @@ RECONSUME_LATER_DELAY = 5.0
 
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
+
+
+def _ms_since(start: float) -> int:
+    return int((time.perf_counter() - start) * 1000)
 
 
 class AsyncPushConsumer:
@@ -99,6 +107,9 @@ class AsyncPushConsumer:
         self._rebalancing = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
         self._running = False
+        self.stats = ConsumerStats()
+        self._started_ms = 0
+        self._now_ms = 0
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -150,7 +161,8 @@ class AsyncPushConsumer:
         self._route_addrs[topic] = addrs
 
     def heartbeat_entry(self) -> tuple[str, dict | None]:
-        return "consumer", api.consumer_data(self.group, "CONSUME_PASSIVELY", self.model.value, self.consume_from.value,
+        return "consumer", api.consumer_data(self.group, CONSUME_PASSIVELY, self.model.value,
+                                             self.consume_from.value,
                                              [s.to_json() for s in self.subscriptions.values()])
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -166,6 +178,7 @@ class AsyncPushConsumer:
         self.instance.members.append(self)
         self.instance.on_consumer_ids_changed.append(lambda group: self.rebalance_soon())
         self._runner = ListenerRunner(self.listener, self.consume_threads, self._consumed, f"smartgo-{self.group}")
+        self._started_ms = self._now_ms = int(time.time() * 1000)
         self._runner.start()
         self._running = True
         for topic in list(self.subscriptions):
@@ -181,6 +194,7 @@ class AsyncPushConsumer:
         await self.instance.heartbeat_all()
         self.instance.start_route_and_heartbeat()
         self.instance.every(self.config.persist_offset_interval, self.persist_offsets, "persist offsets")
+        self.instance.every(1.0, self._fold_stats, "consume stats")
         if self.orderly and self.clustering:
             self.instance.every(self.lock_interval, self.lock_all, "lock queues")
         self._rebalance_now = asyncio.Event()
@@ -424,6 +438,8 @@ class AsyncPushConsumer:
                 continue
             commit = self.offsets.memory_offset(mq) if self.clustering else -1
             flag = pull_sys_flag(commit > 0, True, self.post_subscription_when_pull)
+            pq.last_pull_ms = int(time.time() * 1000)
+            started = time.perf_counter()
             try:
                 result = await pull(self.instance, self.group, mq, sub, pq.next_offset, self.pull_batch_size, flag,
                                     max(commit, 0), broker_id=pq.suggested_broker_id)
@@ -440,6 +456,7 @@ class AsyncPushConsumer:
             if status is PullStatus.FOUND:
                 pq.next_offset = result.next_begin_offset
                 msgs = result.messages
+                self.stats.pulled(mq.topic, len(msgs), (time.perf_counter() - started) * 1000)
                 if msgs:
                     if is_retry:
                         for msg in msgs:
@@ -472,6 +489,8 @@ class AsyncPushConsumer:
 
     def _consumed(self, item: tuple[MessageQueue, ProcessQueue, MessageExt], result: ConsumeResult) -> None:
         mq, pq, msg = item
+        pq.last_consume_ms = self._now_ms
+        self.stats.consumed(msg.topic, result is ConsumeResult.SUCCESS)
         if pq.dropped:
             return  # the queue moved to another consumer, which consumes it again
         if result is ConsumeResult.SUCCESS or not self.clustering:
@@ -528,6 +547,8 @@ class AsyncPushConsumer:
                     return
                 msg = msgs[0]
                 result = await runner.run(msg)  # type: ignore[union-attr]
+                pq.last_consume_ms = self._now_ms
+                self.stats.consumed(msg.topic, result is ConsumeResult.SUCCESS)
                 if pq.dropped:
                     return
                 if result is ConsumeResult.SUCCESS:
@@ -581,6 +602,56 @@ class AsyncPushConsumer:
                 api.check(await self.instance.invoke(addr, cmd, 1.0), addr, "unlock queues")
             except Exception as exc:
                 log.info("%s: unlocking queues at %s failed (the lease expires anyway): %s", self.group, broker, exc)
+
+    # -- what operators ask of a consumer ------------------------------------------------------------
+
+    def running_info(self) -> RunningInfo:
+        """DefaultMQPushConsumerImpl.consumerRunningInfo: settings under Java's names, the
+        subscriptions, every queue held (its commit offset and cache), and each topic's rates."""
+        props = {"consumerGroup": self.group, "messageModel": self.model.value,
+                 "consumeFromWhere": self.consume_from.value,
+                 "consumeTimestamp": time.strftime("%Y%m%d%H%M%S", time.localtime(self.consume_timestamp_ms / 1000)),
+                 "allocateMessageQueueStrategy": getattr(self.allocate, "__name__", type(self.allocate).__name__),
+                 "consumeThreadMin": self.consume_threads, "consumeThreadMax": self.consume_threads,
+                 "pullBatchSize": self.pull_batch_size, "pullThresholdForQueue": self.pull_threshold_for_queue,
+                 "pullThresholdSizeForQueue": self.pull_threshold_size // (1024 * 1024),
+                 "consumeConcurrentlyMaxSpan": self.max_span, "maxReconsumeTimes": self.max_reconsume_times,
+                 "suspendCurrentQueueTimeMillis": int(self.suspend_current_queue_time * 1000),
+                 "postSubscriptionWhenPull": str(self.post_subscription_when_pull).lower(),
+                 PROP_CONSUME_TYPE: CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY: str(self.orderly).lower(),
+                 PROP_THREADPOOL_CORE_SIZE: self.consume_threads, PROP_CONSUMER_START_TIMESTAMP: self._started_ms}
+        self._fold_counts()
+        queues = {mq: pq.info(self.offsets.memory_offset(mq)) for mq, pq in list(self.process_queues.items())}
+        return RunningInfo(props, [s.to_json() for s in self.subscriptions.values()], queues,
+                           {topic: self.stats.status(topic) for topic in self.subscriptions})
+
+    async def _fold_stats(self) -> None:
+        self._fold_counts()
+
+    def _fold_counts(self) -> None:
+        """The consumption counted since the last fold into the rate windows (every second, and
+        before a report). Also the clock queues stamp their last consumption with: a second's
+        resolution is what an operator reads, and a clock read per message is not free."""
+        self._now_ms = int(time.time() * 1000)
+        if self._runner is not None:
+            self.stats.fold(self._runner.take_listener_ms())
+
+    async def consume_message_directly(self, msg: MessageExt) -> tuple[CMResult, str | None, int]:
+        """ConsumeMessageDirectly: the listener runs on msg outside the queues' flow (nothing is
+        committed, sent back or counted). (result, remark, spent ms)."""
+        if msg.topic == retry_topic(self.group):
+            msg.topic = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
+        listener, start = self.listener, time.perf_counter()
+        try:
+            if self._runner is not None and self._runner.is_async:
+                value = await listener(msg)  # type: ignore[misc]
+            else:
+                value = await asyncio.get_running_loop().run_in_executor(None, listener, msg)  # type: ignore[arg-type]
+        except Exception as exc:
+            log.warning("%s: consuming %s directly raised %r", self.group, msg.msg_id, exc)
+            return CMResult.CR_THROW_EXCEPTION, "".join(traceback.format_exception(exc)), _ms_since(start)
+        ok = verdict(value) is ConsumeResult.SUCCESS
+        return CMResult.CR_SUCCESS if ok else CMResult.CR_LATER, None, _ms_since(start)
 
     # -- offsets ----------------------------------------------------------------------------------
 

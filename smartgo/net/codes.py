@@ -147,6 +147,7 @@ class MQVersion(IntEnum):
 
     V3_0_7_SNAPSHOT = 28
     V3_0_11 = 37
+    V3_1_8_SNAPSHOT = 62
     V3_4_9 = 121
     V4_1_0_SNAPSHOT = 232
     V4_5_2 = 317

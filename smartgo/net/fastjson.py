@@ -1,7 +1,9 @@
 """JSON bodies as Java peers write and read them (fastjson).
 
 fastjson writes map keys that are not strings without quotes (`{0:"ip:port"}` for a
-HashMap<Long,String>), which strict JSON parsers reject; `loads` accepts that. `dumps` writes
+HashMap<Long,String>), which strict JSON parsers reject; `loads` accepts that. It writes a map
+keyed by objects (MessageQueue) with the object itself in key position; `dumps_keyed` writes
+that form, which Java peers read back into their maps. `dumps` writes
 compact JSON (no whitespace: the Go client splits brokerAddrs text on ',' and ':') with every key
 quoted, which fastjson, the Go client and ali-ons all read.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 # A JSON string (skipped untouched) or a bare integer in key position.
@@ -39,3 +42,8 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON."""
     return _compact(obj).encode("utf-8")
+
+
+def dumps_keyed(pairs: Iterable[tuple[Any, Any]]) -> bytes:
+    """A map whose keys are JSON values of any kind (objects too), as fastjson writes one."""
+    return b"{" + b",".join(dumps(k) + b":" + dumps(v) for k, v in pairs) + b"}"

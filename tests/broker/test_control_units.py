@@ -307,10 +307,14 @@ class FakeRing:
         return len(batch)
 
 
+async def no_invoke(conn: int, cmd, timeout: float):
+    raise AssertionError("no invocation expected")
+
+
 def test_offset_commits_coalesce_into_one_record_ahead_of_later_records():
     async def main() -> list[list[dict]]:
         ring = FakeRing()
-        link = BrokerLink(ring, lambda conn, cmd: None)           # type: ignore[arg-type]
+        link = BrokerLink(ring, lambda conn, cmd: None, no_invoke)  # type: ignore[arg-type]
         for offset in range(1000):
             link.commit_offset("G", "T", offset % 2, offset)
         link.event("conn_closed", conn=1, addr="a")

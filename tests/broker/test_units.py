@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell, Ring
-from smartgo.broker.channel import BrokerLink, ChannelError, ChannelServer, ClientRef
+from smartgo.broker.channel import BrokerLink, ChannelError, ChannelServer, ClientRef, InvokeError
 from smartgo.broker.cleanup_actor import CleanupPolicy, Decision, clean
 from smartgo.broker.message_filter import EVERYTHING, FilterError, Filters, tag_codes
 from smartgo.filter import compile_selector
@@ -176,7 +176,18 @@ async def _channel(tmp_path: Path):
     broker_out = Ring.attach(tmp_path / "ctlr.ring", PRODUCER, 1 << 16, bells["broker"])
     net_in = Ring.attach(tmp_path / "ctlr.ring", CONSUMER, 1 << 16, bells["net"])
     pushed: list = []
-    link = BrokerLink(net_out, lambda conn, cmd: pushed.append((conn, cmd)))
+
+    async def invoke(conn: int, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """A stand-in for the net actor's client connections 7 (answers), 8 (times out), 9
+        (closed) and 10 (never answers at all)."""
+        if conn == 8:
+            raise InvokeError(f"no answer within {timeout}", timeout=True)
+        if conn == 9:
+            raise InvokeError("the client's connection is closed")
+        if conn == 10:
+            await asyncio.sleep(60)
+        return RemotingCommand(ResponseCode.SUCCESS, remark=f"conn {conn} got {cmd.code} ({timeout})", body=cmd.body)
+    link = BrokerLink(net_out, lambda conn, cmd: pushed.append((conn, cmd)), invoke)
     server = ChannelServer({"net-0": broker_in}, {"net-0": broker_out})
     events: list = []
     server.events["conn_closed"] = lambda net, args: events.append((net, args))
@@ -201,12 +212,12 @@ async def _channel(tmp_path: Path):
                 net_in.release()
             await asyncio.sleep(0.001)
     pumping = asyncio.get_running_loop().create_task(pump())
-    return link, pushed, events, [serve, pumping]
+    return link, pushed, events, [serve, pumping], server
 
 
 def test_channel_calls_forwards_pushes_and_events(tmp_path):
     async def main():
-        link, pushed, events, tasks = await _channel(tmp_path)
+        link, pushed, events, tasks, _ = await _channel(tmp_path)
         try:
             assert await link.call("create_topic", topic="T") == {"made": "T", "by": "net-0"}
             with pytest.raises(ChannelError, match="unknown broker call"):
@@ -229,10 +240,36 @@ def test_channel_calls_forwards_pushes_and_events(tmp_path):
     asyncio.run(main())
 
 
+def test_channel_invocations_bring_the_client_response_or_the_reason_back(tmp_path):
+    async def main():
+        _, _, _, tasks, server = await _channel(tmp_path)
+        try:
+            ask = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={"clientId": "c"}, body=b"q")
+            got = await server.invoke(ClientRef("net-0", 7, "a:1"), ask, 2.0)
+            assert (got.code, got.remark, got.body_bytes()) == (ResponseCode.SUCCESS, "conn 7 got 307 (2.0)", b"q")
+            failures = []
+            for conn, timeout in ((8, 2.0), (9, 2.0), (10, 0.1)):
+                with pytest.raises(InvokeError) as caught:
+                    await server.invoke(ClientRef("net-0", conn, "a:1"), ask, timeout)
+                failures.append((caught.value.timeout, str(caught.value)))
+            assert failures == [(True, "no answer within 2.0"), (False, "the client's connection is closed"),
+                                (True, "no response from a:1 through net-0 within 0.1s")]
+            with pytest.raises(InvokeError, match="no net actor net-9"):
+                await server.invoke(ClientRef("net-9", 7, "a:1"), ask, 2.0)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    asyncio.run(main())
+
+
 def test_a_call_nobody_answers_times_out(tmp_path):
     async def main():
         ring = Ring.attach(tmp_path / "lonely.ring", PRODUCER, 1 << 16, Doorbell(tmp_path / "b.bell"))
-        link = BrokerLink(ring, lambda conn, cmd: None)
+
+        async def invoke(conn: int, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+            raise InvokeError("not here")
+        link = BrokerLink(ring, lambda conn, cmd: None, invoke)
         with pytest.raises(ChannelError, match="did not answer create_topic"):
             await link.call("create_topic", timeout=0.1, topic="T")
     asyncio.run(main())

@@ -11,7 +11,10 @@ import pytest
 
 from smartgo.acl import sign
 from smartgo.cli.main import build_parser, main
+from smartgo.client.message import MessageQueue
+from smartgo.client.running_info import CMResult, RunningInfo, encode_direct_result, encode_running_info
 from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.store.record import pack_host
 
 from .conftest import pull_response, response
 
@@ -157,6 +160,46 @@ def test_admin_topic_consumers(cluster, capsys):
     broker.handlers[RequestCode.QUERY_TOPIC_CONSUME_BY_WHO] = lambda c, cmd: response(cmd, body=b'{"groupList":7}')
     status, _, err = run_cli(capsys, "admin", "topic-consumers", "-n", registry, "-t", "T")
     assert status == 1 and "malformed GroupList" in err
+
+
+def test_admin_consumer_status_and_consume_directly(cluster, capsys):
+    registry, broker = cluster
+    broker.handlers[RequestCode.GET_CONSUMER_CONNECTION_LIST] = lambda c, cmd: response(cmd, body=(
+        b'{"connectionSet":[{"clientId":"10.0.0.2@2","language":"JAVA"},{"clientId":"10.0.0.1@1"}]}'))
+    info = RunningInfo({"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY", "PROP_CONSUMEORDERLY": "false"},
+                       [{"topic": "T", "subString": "*"}], {MessageQueue("T", "broker-a", 1): {
+                           "commitOffset": 41, "cachedMsgCount": 3, "lastPullTimestamp": 0}},
+                       {"T": {"pullTPS": 12.5, "consumeOKTPS": 12.0, "consumeFailedMsgs": 1}})
+    broker.handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = lambda c, cmd: (
+        response(cmd, body=encode_running_info(info)) if cmd.ext_fields["clientId"] == "10.0.0.1@1"
+        else response(cmd, ResponseCode.CONSUME_MSG_TIMEOUT, remark="consumer <G> <10.0.0.2@2> Timeout"))
+    status, out, err = run_cli(capsys, "admin", "consumer-status", "-n", registry, "-g", "G")
+    assert status == 0, err
+    assert "== 10.0.0.1@1" in out and "CONSUME_PASSIVELY orderly=false" in out and "subscribes T (*)" in out
+    assert out.split("COMMIT OFFSET")[1].split()[:10] == ["CACHED", "LAST", "PULL", "LAST", "CONSUME", "T",
+                                                          "broker-a", "1", "41", "3"]
+    assert "cannot tell: running info of 10.0.0.2@2 in G: CONSUME_MSG_TIMEOUT" in out
+    assert out.rstrip().endswith("2 client(s); subscriptions the same on every client")
+    asked = [(cmd.ext_fields["clientId"], cmd.ext_fields["jstackEnable"])
+             for cmd in broker.of(RequestCode.GET_CONSUMER_RUNNING_INFO)]
+    assert asked == [("10.0.0.1@1", "false"), ("10.0.0.2@2", "false")]
+    status, out, err = run_cli(capsys, "admin", "consumer-status", "-n", registry, "-g", "G", "--client",
+                               "10.0.0.1@1", "--jstack", "--json")
+    doc = json.loads(out)
+    assert status == 0 and [c["client_id"] for c in doc["clients"]] == ["10.0.0.1@1"], err
+    assert doc["clients"][0]["queues"][0]["commitOffset"] == 41 and doc["clients"][0]["status"]["T"]["pullTPS"] == 12.5
+    assert broker.of(RequestCode.GET_CONSUMER_RUNNING_INFO)[-1].ext_fields["jstackEnable"] == "true"
+
+    record = broker.record("T", 1, 5, b"hello", {"UNIQ_KEY": "U1"})
+    broker.handlers[RequestCode.VIEW_MESSAGE_BY_ID] = lambda c, cmd: response(cmd, body=record)
+    broker.handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = lambda c, cmd: response(cmd, body=encode_direct_result(
+        CMResult.CR_LATER, 7, "try again"))
+    offset_msg_id = (pack_host("127.0.0.1", broker.server.port) + (2000).to_bytes(8, "big")).hex().upper()
+    status, out, err = run_cli(capsys, "admin", "consume-directly", "-n", registry, "-g", "G", "--client",
+                               "10.0.0.1@1", "--id", offset_msg_id)
+    assert status == 0 and out.splitlines() == ["CR_LATER in 7 ms", "try again"], err
+    sent = broker.of(RequestCode.CONSUME_MESSAGE_DIRECTLY)[0].ext_fields
+    assert sent["consumerGroup"] == "G" and sent["clientId"] == "10.0.0.1@1" and sent["topic"] == "T"
 
 
 def test_admin_json(cluster, capsys):

@@ -324,3 +324,13 @@ def test_json_bodies_match_reference():
     lock = json.loads(api.lock_body("cid", "G", [MessageQueue("T", "b", 0)]))
     assert lock == {"clientId": "cid", "consumerGroup": "G", "mqSet": [{"brokerName": "b", "queueId": 0, "topic": "T"}]}
     assert pull_sys_flag(True, True, False) == 3 and pull_sys_flag(False, False, True) == 4
+
+
+def test_the_blocking_admin_offers_every_async_admin_call():
+    """Admin (blocking) wraps each public coroutine of AsyncAdmin except its lifecycle."""
+    import inspect
+
+    from smartgo.client import Admin, AsyncAdmin
+    calls = {n for n, f in inspect.getmembers(AsyncAdmin, inspect.iscoroutinefunction) if not n.startswith("_")}
+    missing = sorted(n for n in calls - {"start", "close"} if not hasattr(Admin, n))
+    assert missing == []

@@ -9,11 +9,12 @@ tests/compat/cpp_client.py in a process of its own (see conftest.cpp).
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from smartgo.broker.testing import restart_broker, start_broker
-from smartgo.client import AsyncPullConsumer, MessageQueue
+from smartgo.broker.testing import committed_total, restart_broker, start_broker
+from smartgo.client import AsyncAdmin, AsyncPullConsumer, MessageQueue
 from smartgo.client.message import Prop
 from smartgo.testing import wait_until
 
@@ -24,6 +25,28 @@ pytestmark = pytest.mark.timeout(120)
 
 def by_idx(messages: list) -> dict[int, object]:
     return {int(m.properties["idx"]): m for m in messages}
+
+
+def push_with_admin_job(cluster, cpp_home, topic: str, group: str, committed: int,
+                        job: Callable[[AsyncAdmin], Awaitable[None]], **push: object) -> list:
+    """What the C++ push consumer takes (a push op with `push`'s settings), while a thread runs job
+    with an admin once the group has committed `committed` messages of the topic's 2 queues."""
+    def run() -> None:
+        wait_until(lambda: committed_total(cluster.broker, topic, group, 2) == committed, timeout=60,
+                   message=f"the C++ consumer's offsets committed ({committed})")
+
+        async def main() -> None:
+            async with AsyncAdmin(cluster.registry) as admin:
+                await job(admin)
+        arun(main())
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        (got,) = cpp(cpp_home, cluster.registry, [{"op": "push", "topic": topic, "group": group, **push}],
+                     timeout=float(push["timeoutS"]) + 30)                  # type: ignore[arg-type]
+    finally:
+        thread.join(70)
+    return got
 
 
 def test_every_send_mode_is_stored_as_sent(cluster, cpp_home):
@@ -164,7 +187,7 @@ def test_push_consumer_reads_on_from_the_slave_after_the_master_is_killed(cpp_ho
     round from the master; after a second round the master is killed (-9), and the group reads
     exactly the second round from the slave (its offsets came with SlaveSynchronize)."""
     from smartgo.actors.testing import launch_node
-    from smartgo.broker.testing import committed_total, start_slave
+    from smartgo.broker.testing import start_slave
     registry_node = launch_node(tmp_path / "registry", {}, role="registry")
     nodes = [registry_node]
     try:
@@ -195,28 +218,36 @@ def test_push_consumer_consumes_again_after_an_offset_reset(cluster, cpp_home):
     """An admin reset to time 0 while the C++ consumer runs: the broker sends it
     RESET_CONSUMER_CLIENT_OFFSET in the list form the C++ client reads (4.x would send the map form
     to a Java mqadmin's reset), and the consumer delivers every message a second time."""
-    from smartgo.broker.testing import committed_total
-    from smartgo.client import AsyncAdmin
     topic, group = topic_name("CppReset"), topic_name("CG_CPP_RESET")
     create_topic(cluster, topic, queues=2)
     sent = python_send(cluster, topic, 20)
     moved: dict = {}
 
-    def reset_once_committed() -> None:
-        wait_until(lambda: committed_total(cluster.broker, topic, group, 2) == 20, timeout=60,
-                   message="the C++ consumer's first pass committed")
-
-        async def main():
-            async with AsyncAdmin(cluster.registry) as admin:
-                moved.update(await admin.reset_offset_by_time(group, topic, 0))
-        arun(main())
-    resetter = threading.Thread(target=reset_once_committed)
-    resetter.start()
-    try:
-        (got,) = cpp(cpp_home, cluster.registry, [{"op": "push", "topic": topic, "group": group, "expect": 40,
-                                                   "timeoutS": 80, "settleS": 1.0}], timeout=110)
-    finally:
-        resetter.join(70)
+    async def reset(admin) -> None:
+        moved.update(await admin.reset_offset_by_time(group, topic, 0))
+    got = push_with_admin_job(cluster, cpp_home, topic, group, 20, reset, expect=40, timeoutS=80, settleS=1.0)
     assert sorted(moved.values()) == [0, 0]
     ids = [m["msgId"] for m in got]
     assert sorted(ids) == sorted([r.msg_id for _, r in sent] * 2)       # every message exactly twice
+
+
+def test_running_info_of_a_cpp_push_consumer_comes_back_through_the_broker(cluster, cpp_home):
+    """GET_CONSUMER_RUNNING_INFO relayed to the C++ consumer (as the dashboard's client view asks):
+    its own ConsumerRunningInfo, which the SDK's admin reads (queue-keyed mqTable and all)."""
+    topic, group = topic_name("CppStatus"), topic_name("CG_CPP_STATUS")
+    create_topic(cluster, topic, queues=2)
+    python_send(cluster, topic, 10)
+    asked: dict = {}
+
+    async def ask(admin) -> None:
+        (conn,) = (await admin.consumer_connections(group))["connectionSet"]
+        asked["conn"] = conn
+        asked["info"] = await admin.consumer_running_info(group, conn["clientId"])
+    got = push_with_admin_job(cluster, cpp_home, topic, group, 10, ask, expect=10, timeoutS=60, settleS=8.0)
+    assert len(got) == 10 and asked["conn"]["language"] == "CPP"
+    info = asked["info"]
+    assert info.properties["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY", info.properties
+    assert topic in {s["topic"] for s in info.subscriptions}
+    held = {mq.queue_id: q for mq, q in info.queues.items() if mq.topic == topic}
+    assert sorted(held) == [0, 1] and sum(q["commitOffset"] for q in held.values()) == 10, held
+    assert all(q["lastPullTimestamp"] > 0 for q in held.values())          # its string longs read as numbers
