@@ -56,14 +56,14 @@ from typing import Any
 
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.clients import parse_heartbeat
-from smartgo.net.codes import RequestCode
+from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.command import RemotingCommand
 
 __all__ = [
     "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "PUB", "SECURITY_TOKEN", "SIGNATURE", "SUB",
     "UNIQUE_MSG_QUERY_FLAG", "Account", "AclConfig", "AclConfigError", "AclError", "AclValidator",
     "AddressStrategy", "address_strategy", "check_permission", "client_ip", "load_acl", "parse_acl",
-    "parse_perm", "request_content", "retry_topic", "sign", "sign_request", "signer",
+    "parse_perm", "request_content", "sign", "sign_request", "signer",
 ]
 
 # SessionCredentials' ext field names
@@ -72,7 +72,6 @@ SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
 # MixAll.UNIQUE_MSG_QUERY_FLAG: added by queryMessage after the 4.9.3- client signed, so unsigned
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 # Permission's bits
@@ -123,9 +122,9 @@ def parse_perm(text: str) -> int | None:
     return _PERMS.get(text.strip())
 
 
-def retry_topic(group: str | None) -> str | None:
+def _group_resource(group: str | None) -> str | None:
     """The resource a group is checked as (PlainAccessResource.getRetryTopic)."""
-    return None if group is None else RETRY_GROUP_TOPIC_PREFIX + group
+    return None if group is None else retry_topic(group)
 
 
 def is_retry_topic(name: str | None) -> bool:
@@ -631,7 +630,7 @@ def _needed(code: int, ext: Mapping[str, str], body: bytes | None) -> dict[str, 
         # which SendMessageRequestHeader does not have, so it needs nothing; 5.x later checks SUB
         # of the retry topic itself (ISSUE #7909)
         if is_retry_topic(topic):
-            add(retry_topic(get("group")), SUB)
+            add(_group_resource(get("group")), SUB)
         else:
             add(topic, PUB)
     elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
@@ -640,15 +639,15 @@ def _needed(code: int, ext: Mapping[str, str], body: bytes | None) -> dict[str, 
         # SEND_MESSAGE_V2, as here
         topic = get("b")
         if is_retry_topic(topic):
-            add(retry_topic(get("a")), SUB)
+            add(_group_resource(get("a")), SUB)
         else:
             add(topic, PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         # 4.9.x: the group only (4.8 and earlier also wanted PUB of ext "originTopic")
-        add(retry_topic(get("group")), SUB)
+        add(_group_resource(get("group")), SUB)
     elif code == RequestCode.PULL_MESSAGE:
         add(get("topic"), SUB)
-        add(retry_topic(get("consumerGroup")), SUB)
+        add(_group_resource(get("consumerGroup")), SUB)
     elif code == RequestCode.QUERY_MESSAGE:
         add(get("topic"), SUB)
     elif code == RequestCode.HEART_BEAT:
@@ -657,13 +656,13 @@ def _needed(code: int, ext: Mapping[str, str], body: bytes | None) -> dict[str, 
         except BodyError as exc:
             raise AclError(f"Bad HEART_BEAT body: {exc}") from None
         for consumer in heartbeat.consumers:
-            add(retry_topic(consumer.group), SUB)
+            add(_group_resource(consumer.group), SUB)
             for subscription in consumer.subscriptions:
                 add(subscription.topic, SUB)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-        add(retry_topic(get("consumerGroup")), SUB)
+        add(_group_resource(get("consumerGroup")), SUB)
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
-        add(retry_topic(get("consumerGroup")), SUB)
+        add(_group_resource(get("consumerGroup")), SUB)
         add(get("topic"), SUB)
     return need
 

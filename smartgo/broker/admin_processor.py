@@ -263,12 +263,12 @@ class AdminProcessor:
         record = view.fresh_reader().view(offset, view.written.get())
         if record is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
-        request.ext_fields = {**(request.ext_fields or {}), "brokerName": self.b.config.broker_name}
-        return await self._call_consumer(request, bytes(record))
+        return await self._call_consumer(request, bytes(record), brokerName=self.b.config.broker_name)
 
-    async def _call_consumer(self, request: RemotingCommand, body: bytes | None) -> RemotingCommand:
-        """AdminBrokerProcessor.callConsumer: the request, under a new opaque, to the connection of
-        clientId in consumerGroup; the consumer's response is the answer, as it is."""
+    async def _call_consumer(self, request: RemotingCommand, body: bytes | None, **added: str) -> RemotingCommand:
+        """AdminBrokerProcessor.callConsumer: the request (its header plus `added`), under a new
+        opaque, to the connection of clientId in consumerGroup; the consumer's response is the
+        answer, as it is."""
         group, client_id = request.ext_str("consumerGroup"), request.ext_str("clientId")
         info = self.b.clients.consumers.get(group)
         ch = next((c for c in info.channels.values() if c.client_id == client_id), None) if info else None
@@ -277,7 +277,7 @@ class AdminProcessor:
         if ch.version < MQVersion.V3_1_8_SNAPSHOT:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> Version "
                                          f"<{ch.version}> too low to finish, please upgrade it to V3_1_8_SNAPSHOT")
-        call = RemotingCommand(request.code, ext_fields=dict(request.ext_fields or {}), body=body)
+        call = RemotingCommand(request.code, ext_fields={**(request.ext_fields or {}), **added}, body=body)
         try:
             return await self.b.channel.invoke(ch.ref, call, CALL_CLIENT_TIMEOUT)
         except InvokeError as exc:

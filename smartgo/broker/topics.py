@@ -25,8 +25,6 @@ SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC = "BenchmarkTest"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"      # "_" + MixAll.REPLY_TOPIC_POSTFIX
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 DLQ_QUEUES = 1                           # MixAll.DLQ_NUMS_PER_GROUP
 SNAPSHOT = Path("config") / "topics.json"
 RW = PermName.READ | PermName.WRITE
@@ -176,11 +174,3 @@ def auto_created(name: str, template: TopicConfig, requested_queues: int, sys_fl
 
 def reply_topic(cluster: str) -> str:
     return cluster + REPLY_TOPIC_SUFFIX
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group

@@ -21,7 +21,7 @@ from smartgo.client.route import BrokerData, TopicRouteData
 from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.uniq_id import uniq_id_time
-from smartgo.net.codes import MASTER_ID, PermName, RequestCode
+from smartgo.net.codes import MASTER_ID, PermName, RequestCode, dlq_topic, retry_topic
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
 from smartgo.store.errors import InvalidMessageIdError
@@ -31,7 +31,6 @@ LONG_MAX = (1 << 63) - 1
 #: Requests a broker relays to a consumer (it waits 10 s for it); DefaultMQAdminExt allows 3 x 5 s.
 RELAY_TIMEOUT = 15.0
 T = TypeVar("T")
-DLQ_PREFIX = "%DLQ%"
 DLQ_RESEND_GROUP = "TOOLS_DLQ_RESEND"
 #: Properties a DLQ message carries that a resent copy must not: the SDK's own and the broker's.
 _NOT_RESENT = RESERVED_PROPERTIES | {"CLUSTER", Prop.CONSUME_START_TIME, "MSG_REGION", "TRACE_ON"}
@@ -197,7 +196,7 @@ class AsyncAdmin:
         if topic:
             return await self._topic_masters(topic)
         try:
-            return await self._topic_masters("%RETRY%" + group)
+            return await self._topic_masters(retry_topic(group))
         except NoRouteError:
             return await self._masters(None, None)
 
@@ -406,7 +405,7 @@ class AsyncAdmin:
     async def dlq_messages(self, group: str, max_num: int = 32, offset: int = 0) -> list[MessageExt]:
         """Messages a consumer group gave up on (%DLQ%<group>, every broker), oldest first, from
         `offset` of each broker's queue."""
-        topic = DLQ_PREFIX + group
+        topic = dlq_topic(group)
         try:
             route = await self.topic_route(topic)
         except NoRouteError:
@@ -441,7 +440,7 @@ class AsyncAdmin:
         if wanted is not None:
             missing = wanted - {m.msg_id for m in picked} - {m.uniq_key for m in picked}
             if missing:
-                raise ClientError(f"not in {DLQ_PREFIX}{group}: {', '.join(sorted(missing))}")
+                raise ClientError(f"not in {dlq_topic(group)}: {', '.join(sorted(missing))}")
         out = []
         async with AsyncProducer(DLQ_RESEND_GROUP, self.config.registry, send_timeout=self.config.timeout) as producer:
             for m in picked:

@@ -378,17 +378,19 @@ class ClientInstance:
             log.warning("%s: reset offset of %s from %s is malformed: %s", self.client_id, group,
                         conn.remote_address, exc)
             return None
-        for member in self.members:
-            reset = getattr(member, "reset_offset", None)
-            if reset is not None and getattr(member, "group", None) == group:
-                log.info("%s: broker %s resets %s of %s to %s", self.client_id, conn.remote_address, topic, group,
-                         {mq.queue_id: offset for mq, offset in sorted(table.items())})
-                await reset(topic, table)
+        for member in self._consumers(group, "reset_offset"):
+            log.info("%s: broker %s resets %s of %s to %s", self.client_id, conn.remote_address, topic, group,
+                     {mq.queue_id: offset for mq, offset in sorted(table.items())})
+            await member.reset_offset(topic, table)
         return None
 
+    def _consumers(self, group: str, method: str) -> list[Any]:
+        """The members consuming for group that can do `method` (a push consumer can do more than
+        a pull consumer)."""
+        return [m for m in self.members if getattr(m, "group", None) == group and hasattr(m, method)]
+
     def _consumer(self, group: str, method: str) -> Any:
-        """The member consuming for group that can do `method`, or None."""
-        return next((m for m in self.members if getattr(m, "group", None) == group and hasattr(m, method)), None)
+        return next(iter(self._consumers(group, method)), None)
 
     async def _running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_RUNNING_INFO (ClientRemotingProcessor.getConsumerRunningInfo)."""

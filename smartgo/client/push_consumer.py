@@ -34,23 +34,18 @@ from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.filter import is_tag_type
-from smartgo.net.codes import RequestCode
+from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.errors import RemotingConnectError
 from smartgo.store.record import MessageExt
 
 log = logging.getLogger("smartgo.client.push_consumer")
 
-RETRY_PREFIX = "%RETRY%"
 #: Pause before pulling again after an error (Java PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION).
 PULL_DELAY_ON_ERROR = 3.0
 #: Pause while flow control holds a queue (PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL).
 PULL_DELAY_ON_FLOW_CONTROL = 0.05
 #: A failed send-back: the message is consumed again locally after this long.
 RECONSUME_LATER_DELAY = 5.0
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
 
 
 def _ms_since(start: float) -> int:
@@ -412,7 +407,7 @@ class AsyncPushConsumer:
         last = await self.offsets.read(mq)
         if last >= 0:
             return last
-        is_retry = mq.topic.startswith(RETRY_PREFIX)
+        is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or (
                 is_retry and self.consume_from is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET):
             return 0

@@ -190,6 +190,19 @@ class PermName:
 #: brokerId of a master (MixAll.MASTER_ID).
 MASTER_ID = 0
 
+#: A consumer group's retry and dead-letter topics (MixAll.RETRY_GROUP_TOPIC_PREFIX,
+#: DLQ_GROUP_TOPIC_PREFIX), named alike by brokers, clients and the ACL.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
 
 def code_name(code: int) -> str:
     """A response code's name for a message or a log line ("code N" for one we do not know)."""
