@@ -56,6 +56,7 @@ from typing import Any
 
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.clients import parse_heartbeat
+from smartgo.broker.topics import TRACE_TOPIC
 from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.command import RemotingCommand
 
@@ -72,7 +73,6 @@ SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
 # MixAll.UNIQUE_MSG_QUERY_FLAG: added by queryMessage after the 4.9.3- client signed, so unsigned
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
-RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 # Permission's bits
 DENY = 1
@@ -733,7 +733,7 @@ class AclValidator:
         if not self._signature_ok(access_key, ext_fields, body):
             raise AclError(f"Check signature failed for accessKey={access_key}")
         # 4.9.4+: sending message traces to the default trace topic needs no permission
-        if need.get(RMQ_SYS_TRACE_TOPIC) == PUB:
+        if need.get(TRACE_TOPIC) == PUB:
             return
         if code in ADMIN_CODES and not account.admin:
             raise AclError(f"Need admin permission for request code={int(code)}, but accessKey={access_key} is not")

@@ -1,10 +1,10 @@
 """Admin requests the broker actor serves (RocketMQ's AdminBrokerProcessor): topics
 (UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21,
-GET_TOPIC_STATS_INFO 202), subscription groups (200, 201, DELETE_SUBSCRIPTIONGROUP 207),
-consumer offsets (GET_ALL_CONSUMER_OFFSET 43, GET_CONSUME_STATS 208, INVOKE_BROKER_TO_RESET_OFFSET
-222, QUERY_TOPIC_CONSUME_BY_WHO 300), requests relayed to one consumer (GET_CONSUMER_RUNNING_INFO
-307, CONSUME_MESSAGE_DIRECTLY 309), GET_BROKER_RUNTIME_INFO (28) and the broker config
-(GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25).
+GET_TOPIC_STATS_INFO 202, GET_SYSTEM_TOPIC_LIST_FROM_BROKER 305), subscription groups (200, 201,
+DELETE_SUBSCRIPTIONGROUP 207), requests relayed to consumers (GET_CONSUMER_RUNNING_INFO 307,
+CONSUME_MESSAGE_DIRECTLY 309, INVOKE_BROKER_TO_GET_CONSUMER_STATUS 223), GET_BROKER_RUNTIME_INFO
+(28), VIEW_BROKER_STATS_DATA (315) and the broker config (GET_BROKER_CONFIG 26,
+UPDATE_BROKER_CONFIG 25). Consume progress is progress_processor.py's.
 
 Bodies keyed by MessageQueue (TopicStatsTable, ConsumeStats, ResetOffsetBody) are written as
 fastjson writes them, with the queue object in key position (facts D); SmartGo's and Java's
@@ -24,9 +24,9 @@ from smartgo.actors.health import node_health
 from smartgo.broker.broker_config import check_updates, parse_properties, properties_text
 from smartgo.broker.channel import ClientRef, InvokeError
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
-from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics
+from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics, system_topics
 from smartgo.net import fastjson
-from smartgo.net.codes import CURRENT_VERSION, FLAG_ONEWAY, LanguageCode, MQVersion, RequestCode, ResponseCode
+from smartgo.net.codes import CURRENT_VERSION, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.errors import InvalidMessageIdError, MessageIllegalError
 from smartgo.store.record import parse_offset_msg_id, topic_field
@@ -37,6 +37,22 @@ if TYPE_CHECKING:
 MAX_QUEUES = 1024
 REGISTERED_WAIT = 2.0      # an admin change is answered once the registries have it, or after this
 CALL_CLIENT_TIMEOUT = 10.0  # s a relayed request waits for the consumer (Broker2Client.callClient)
+CONSUMER_STATUS_TIMEOUT = 5.0  # s each consumer has to tell its offsets (Broker2Client.getConsumeStatus)
+
+
+def mq_json(broker_name: str, topic: str, queue_id: int) -> dict:
+    """MessageQueue as fastjson writes it."""
+    return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}
+
+
+def _queue_key(key: object) -> object:
+    """A MessageQueue key of a client's body as mq_json's (brokerName, topic, queueId); other keys as they are."""
+    if not isinstance(key, dict):
+        return key
+    broker_name, queue_id, topic = key.get("brokerName"), key.get("queueId"), key.get("topic")
+    if not (isinstance(broker_name, str) and isinstance(queue_id, int) and isinstance(topic, str)):
+        raise ValueError(f"{key} is not a MessageQueue")
+    return broker_name, topic, queue_id
 
 
 def queue_keyed(entries: list[tuple[dict, dict]], **fields: object) -> bytes:
@@ -57,13 +73,12 @@ class AdminProcessor:
                 RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
                 RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
                 RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
-                RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
-                RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
-                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
-                RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+                RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
                 RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
                 RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
+                RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: self.get_consumer_status,
                 RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+                RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
                 RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
                 RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config}
 
@@ -115,9 +130,6 @@ class AdminProcessor:
     def get_all_topic_config(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(self.b.snapshot.wrapper_json()))
 
-    def _mq(self, topic: str, queue_id: int) -> dict:
-        return {"brokerName": self.b.config.broker_name, "queueId": queue_id, "topic": topic}
-
     def get_topic_stats_info(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         """TopicStatsTable: min and max offset and last store time of every write queue."""
         topic = request.ext_str("topic")
@@ -131,9 +143,13 @@ class AdminProcessor:
             max_offset = view.max_offset(topic, q)
             min_offset = reader.min_offset(topic, q, max_offset) if max_offset else 0
             last = reader.message_store_time(topic, q, max_offset - 1, max_offset, written) if max_offset else 0
-            entries.append((self._mq(topic, q), {"lastUpdateTimestamp": max(last, 0), "maxOffset": max_offset,
+            entries.append((mq_json(self.b.config.broker_name, topic, q), {"lastUpdateTimestamp": max(last, 0), "maxOffset": max_offset,
                                                  "minOffset": min_offset}))
         return request.make_response(ResponseCode.SUCCESS, body=queue_keyed(entries))
+
+    def get_system_topic_list(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS,
+                                     body=fastjson.dumps({"topicList": system_topics(self.b.config)}))
 
     # ---- subscription groups ----------------------------------------------------------------------------
     def update_and_create_subscription_group(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
@@ -158,91 +174,6 @@ class AdminProcessor:
             self.b.offsets.remove(group=group)
         return request.make_response(ResponseCode.SUCCESS)
 
-    # ---- offsets ----------------------------------------------------------------------------------------------
-    def get_all_consumer_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        return request.make_response(ResponseCode.SUCCESS, body=self.b.offsets.encode())
-
-    def get_consume_stats(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        """ConsumeStats: per readable queue of the group's topics, the broker's max offset, the
-        group's offset and the store time of the last message it consumed; consumeTps = its pulled
-        messages per second over the last minute."""
-        b = self.b
-        group = request.ext_str("consumerGroup")
-        topic = request.ext_str("topic", "")
-        topics = [topic] if topic else b.offsets.topics_of(group)
-        view = b.view
-        reader, written = view.fresh_reader(), view.written.get()
-        entries, tps, now = [], 0.0, time.monotonic()
-        subscribed = b.clients.consumers.get(group)
-        for t in topics:
-            cfg = b.snapshot.topics.get(t)
-            if cfg is None or (subscribed is not None and subscribed.subscriptions and t not in subscribed.subscriptions):
-                continue
-            for q in range(cfg.read_queues):
-                broker_offset = view.max_offset(t, q)
-                consumer_offset = max(b.offsets.query(group, t, q), 0)
-                last = reader.message_store_time(t, q, consumer_offset - 1, broker_offset, written) \
-                    if consumer_offset > 0 else 0
-                entries.append((self._mq(t, q), {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
-                                                 "lastTimestamp": max(last, 0)}))
-            tps += b.stats.group_tps(group, t, now)
-        return request.make_response(ResponseCode.SUCCESS, body=queue_keyed(entries, consumeTps=round(tps, 3)))
-
-    def query_topic_consume_by_who(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        """GroupList of a topic: groups with an online consumer subscribed to it, and groups with
-        offsets in it (ConsumerManager.queryTopicConsumeByWho + whichGroupByTopic)."""
-        b = self.b
-        topic = request.ext_str("topic")
-        groups = {g for g, info in b.clients.consumers.items() if topic in info.subscriptions and info.channels}
-        groups |= b.offsets.groups_of(topic)
-        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"groupList": sorted(groups)}))
-
-    def reset_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        """INVOKE_BROKER_TO_RESET_OFFSET (Broker2Client.resetOffset): per write queue, the offset of
-        the first message stored at or after `timestamp` (-1: the queue's end), or the group's own
-        offset where that is lower and isForce is false. Every online consumer of the group gets the
-        table (RESET_CONSUMER_CLIENT_OFFSET, oneway) and moves there itself, as in 4.x: the broker's
-        offsets change when the consumers commit. An offline group is CONSUMER_NOT_ONLINE, on which
-        tools commit the offsets themselves (mqadmin's resetOffsetByTime falls back, as does
-        `smartgo admin reset-offset`). The answer carries the table."""
-        b = self.b
-        topic, group = request.ext_str("topic"), request.ext_str("group")
-        timestamp, force = request.ext_int("timestamp"), request.ext_bool("isForce", False)
-        cfg = b.snapshot.topics.get(topic)
-        if cfg is None:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "[reset-offset] reset offset failed, no topic "
-                                                                    f"in this broker. topic={topic}")
-        view = b.view
-        reader, written = view.fresh_reader(), view.written.get()
-        table = []
-        for q in range(cfg.write_queues):
-            current = b.offsets.query(group, topic, q)
-            if current == -1:
-                return request.make_response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
-            end = view.max_offset(topic, q)
-            target = end if timestamp == -1 else reader.search_offset_by_time(topic, q, timestamp, end, written)
-            target = max(target, 0)
-            table.append((q, target if force or target < current else current))
-        info = b.clients.consumers.get(group)
-        channels = list(info.channels.values()) if info is not None else []
-        if not channels:
-            return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online, so can not reset "
-                                         f"offset, Group: {group} Topic: {topic} Timestamp: {timestamp}")
-        old = [ch for ch in channels if ch.version < MQVersion.V3_0_7_SNAPSHOT]
-        if old:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "the client does not support this feature. "
-                                         f"version={old[0].version}")
-        java_body = queue_keyed([(self._mq(topic, q), offset) for q, offset in table])
-        c_body = fastjson.dumps({"offsetTable": [{**self._mq(topic, q), "offset": offset} for q, offset in table]})
-        ext = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "false"}
-        for ch in channels:                 # a C++ consumer reads the list form (ResetOffsetBodyForC)
-            b.channel.push(ch.ref, RemotingCommand(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, flag=FLAG_ONEWAY,
-                                                   ext_fields=ext,
-                                                   body=c_body if ch.language == LanguageCode.CPP else java_body))
-        b.log.info("[reset-offset] group %s topic %s to %s (timestamp %d, force %s): told %d consumers",
-                   group, topic, dict(table), timestamp, force, len(channels))
-        return request.make_response(ResponseCode.SUCCESS, body=java_body)
-
     # ---- requests relayed to one consumer ------------------------------------------------------------------
     async def get_consumer_running_info(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         """The consumer's own ConsumerRunningInfo (its settings, subscriptions, queues and consume
@@ -264,6 +195,42 @@ class AdminProcessor:
         if record is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
         return await self._call_consumer(request, bytes(record), brokerName=self.b.config.broker_name)
+
+    async def get_consumer_status(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """GetConsumerStatusBody (Broker2Client.getConsumeStatus, mqadmin getConsumerStatus): the
+        offsets each consumer of the group holds for the topic, asked of every one of them
+        (GET_CONSUMER_STATUS_FROM_CLIENT) or only of the client whose id is clientAddr. A consumer
+        that fails, times out or answers garbage is left out, with a log line, as in 4.x; 4.x asks
+        them one after another, 5 s each, this asks them all at once."""
+        b = self.b
+        topic, group, only = request.ext_str("topic"), request.ext_str("group"), request.ext_str("clientAddr", "")
+        info = b.clients.consumers.get(group)
+        channels = list(info.channels.values()) if info is not None else []
+        if not channels:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"No Any Consumer online in the consumer group: [{group}]")
+        old = next((ch for ch in channels if ch.version < MQVersion.V3_0_7_SNAPSHOT), None)
+        if old is not None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "the client does not support this feature. "
+                                         f"version={old.version}")
+        asked = [ch for ch in channels if not only or ch.client_id == only]
+        call = RemotingCommand(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, ext_fields={"topic": topic, "group": group})
+        answers = await asyncio.gather(*(b.channel.invoke(ch.ref, call, CONSUMER_STATUS_TIMEOUT) for ch in asked),
+                                       return_exceptions=True)
+        tables = []
+        for ch, answer in zip(asked, answers):
+            try:
+                if isinstance(answer, BaseException):
+                    raise answer
+                if answer.code != ResponseCode.SUCCESS or not answer.body:
+                    raise ValueError(f"code {answer.code}: {answer.remark}")
+                queues = fastjson.loads_keyed(answer.body_bytes(), _queue_key)["messageQueueTable"]
+                tables.append((ch.client_id, fastjson.dumps_keyed((mq_json(*k), int(v)) for k, v in queues.items())))
+            except (InvokeError, ValueError, TypeError, KeyError) as exc:
+                b.log.warning("[consumer-status] %s of %s at %s left out: %s", ch.client_id, group, ch.ref.addr, exc)
+        body = b'{"consumerTable":{' + b",".join(fastjson.dumps(cid) + b":" + t for cid, t in tables) + \
+            b'},"messageQueueTable":{}}'
+        return request.make_response(ResponseCode.SUCCESS, body=body)
 
     async def _call_consumer(self, request: RemotingCommand, body: bytes | None, **added: str) -> RemotingCommand:
         """AdminBrokerProcessor.callConsumer: the request (its header plus `added`), under a new
@@ -352,6 +319,15 @@ class AdminProcessor:
             "smartgoHealth": json.dumps(health, separators=(",", ":")),
         }
         return info
+
+    def view_broker_stats_data(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """BrokerStatsData of one stats item (stats_items.py): the dashboard's and mqadmin
+        statsAll's TPS and 24-hour sums per topic (TOPIC_PUT_NUMS) and topic@group (GROUP_GET_NUMS)."""
+        name, key = request.ext_str("statsName", None), request.ext_str("statsKey", None)
+        item = self.b.stats.items.get(name, key) if name is not None and key is not None else None
+        if item is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(item.stats_data()))
 
     def get_broker_config(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         runtime = self.b.runtime

@@ -51,6 +51,7 @@ from smartgo.broker.schedule_offsets import get_all_delay_offset
 from smartgo.broker.slave_sync import Changed, MasterState, apply_state, run_slave_sync
 from smartgo.broker.ha_client import master_file
 from smartgo.broker.settings import broker_addr, ha_addr, is_slave, registry_addrs, store_config
+from smartgo.broker.progress_processor import ProgressProcessor
 from smartgo.broker.stats import FLUSH_INTERVAL, StatsBook, window_seconds
 from smartgo.broker.stats_files import StatsFiles
 from smartgo.broker.subscriptions import GroupState
@@ -65,7 +66,7 @@ from smartgo.store.record import store_timestamp_at
 FORWARDED_CODES = frozenset({
     RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
     RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
-    RequestCode.GET_CONSUMER_CONNECTION_LIST,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_PRODUCER_CONNECTION_LIST,
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.GET_ALL_TOPIC_CONFIG,
     RequestCode.GET_TOPIC_STATS_INFO, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.DELETE_SUBSCRIPTIONGROUP,
@@ -73,9 +74,13 @@ FORWARDED_CODES = frozenset({
     RequestCode.GET_BROKER_CONFIG, RequestCode.UPDATE_BROKER_CONFIG,
     RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
     RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, RequestCode.VIEW_BROKER_STATS_DATA,
+    RequestCode.GET_BROKER_CONSUME_STATS, RequestCode.QUERY_CONSUME_TIME_SPAN, RequestCode.QUERY_CONSUME_QUEUE,
+    RequestCode.CLONE_GROUP_OFFSET, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
 })
-#: Forwarded codes the broker actor answers only after asking a client (up to CALL_CLIENT_TIMEOUT).
-RELAYED_CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY})
+#: Forwarded codes the broker actor answers only after asking clients (up to CALL_CLIENT_TIMEOUT).
+RELAYED_CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                           RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS})
 STATS_GRACE_MS = int(FLUSH_INTERVAL * 1000) + 500      # a window is written this long after its end
 
 
@@ -113,7 +118,8 @@ class BrokerActor(Actor):
         self.transactions = TransactionChecker(self)
         self.cpu_sampler = CpuSampler()
         self.stats_files = StatsFiles(store / "stats", cfg.stats_max_bytes)
-        self.stats = StatsBook(window_seconds(cfg), _now_ms(), self.stats_files.last_ts())
+        self.stats = StatsBook(window_seconds(cfg), _now_ms(), self.stats_files.last_ts(), cfg.cluster_name,
+                               time.monotonic())
         self._day = date.today()
         self._morning = self._yesterday = (0, 0)
         self.identity = {"cluster": cfg.cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,
@@ -144,7 +150,7 @@ class BrokerActor(Actor):
     def _processors(self) -> dict:
         clients = ClientProcessor(self)
         self.channel.calls["send_back_target"] = clients.send_back_target
-        return {**clients.table(), **AdminProcessor(self).table(),
+        return {**clients.table(), **AdminProcessor(self).table(), **ProgressProcessor(self).table(),
                 RequestCode.GET_ALL_DELAY_OFFSET:                   # the schedule actor's persisted progress
                     lambda client, request: get_all_delay_offset(self.config.store_path, request)}
 
@@ -312,7 +318,7 @@ class BrokerActor(Actor):
         self.stats.add(args["stamp"], args["d"])
 
     def sample_stats(self) -> None:
-        self.stats.sample(time.monotonic())
+        self.stats.sample(time.monotonic(), _now_ms())
         today = date.today()
         if today != self._day:                          # local midnight: BrokerStats.record()
             self._day, self._yesterday = today, self._morning

@@ -1,7 +1,7 @@
 """Client requests the broker actor serves (RocketMQ's ClientManageProcessor and
 ConsumerManageProcessor): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP
-(38), QUERY_CONSUMER_OFFSET (14), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) and
-GET_CONSUMER_CONNECTION_LIST (203); and the call `send_back_target`, the group half of
+(38), QUERY_CONSUMER_OFFSET (14), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
+GET_CONSUMER_CONNECTION_LIST (203) and GET_PRODUCER_CONNECTION_LIST (204); and the call `send_back_target`, the group half of
 CONSUMER_SEND_MSG_BACK (36), which a net actor serves (send_back_processor.py).
 
 Processors are plain functions (no awaits): the channel runs them in ring order and answers at
@@ -38,7 +38,8 @@ class ClientProcessor:
                 RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
                 RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
                 RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
-                RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list}
+                RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+                RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list}
 
     def heart_beat(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         """Register the connection in its groups; a consumer group gets its config (when groups
@@ -108,6 +109,16 @@ class ClientProcessor:
         if info is None:
             return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(info.connection_json()))
+
+    def get_producer_connection_list(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """ProducerConnection: the group's connections that sent a heartbeat within client_expiry
+        (what mqadmin producerConnection and the dashboard's producer view show)."""
+        group = request.ext_str("producerGroup")
+        channels = self.b.clients.producers.get(group)
+        if not channels:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(
+            {"connectionSet": [ch.to_json() for ch in channels.values()]}))
 
     def query_consumer_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         """The committed offset; for a group that committed none, 0 while the queue's first

@@ -55,6 +55,16 @@ class ConsumerOffsets:
         """ConsumerOffsetManager.whichGroupByTopic."""
         return {g for t, g in self.table if t == topic}
 
+    def clone(self, src: str, dest: str, topic: str) -> bool:
+        """dest's offsets in topic become a copy of src's (ConsumerOffsetManager.cloneOffset);
+        False when src has none there."""
+        queues = self.table.get((topic, src))
+        if queues is None:
+            return False
+        self.table[(topic, dest)] = dict(queues)
+        self.dirty = True
+        return True
+
     def remove(self, topic: str | None = None, group: str | None = None) -> int:
         """Forget the offsets of a topic (all groups) or of a group (all topics)."""
         gone = [k for k in self.table if k[0] == topic or k[1] == group]

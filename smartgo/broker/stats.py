@@ -10,9 +10,10 @@ The broker actor (StatsBook) adds them into the window the stamp falls in (windo
 stats_interval seconds, aligned to the epoch: a delta stamped exactly on a window's end belongs
 to that window), closes a window a little after its end, and writes one record per window
 (docs/STATS.md; smartgo.broker.stats_files). It also keeps running totals sampled every
-second for TPS over 10 s, 1 min, 10 min and 1 h (runtime info), and per (group, topic) pulls
-sampled every 10 s for consumeTps (GET_CONSUME_STATS). A delta that arrives after its window
-was written goes into the open window: counts are never lost, only moved a window later.
+second for TPS over 10 s, 1 min, 10 min and 1 h (runtime info), and 4.x's stats items
+(stats_items.py: per topic and per topic@group, for VIEW_BROKER_STATS_DATA and consumeTps). A
+delta that arrives after its window was written goes into the open window: counts are never
+lost, only moved a window later.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
+from smartgo.broker.stats_items import (BROKER_GET_NUMS, BROKER_PUT_NUMS, GROUP_GET_NUMS, GROUP_GET_SIZE,
+                                        TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems, group_key)
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.stats_schema import LATENCY_BOUNDS, SCHEMA_VERSION
 
@@ -90,7 +93,8 @@ class LatencyHistogram:
 
 
 class NetStats:
-    """A net actor's counters since its last flush."""
+    """A net actor's counters since its last flush: [messages, bytes, requests] per topic
+    stored and per (group, topic) pulled."""
 
     def __init__(self) -> None:
         self._reset()
@@ -106,10 +110,11 @@ class NetStats:
     def stored(self, topic: str, msgs: int, nbytes: int) -> None:
         c = self.put.get(topic)
         if c is None:
-            self.put[topic] = [msgs, nbytes]
+            self.put[topic] = [msgs, nbytes, 1]
         else:
             c[0] += msgs
             c[1] += nbytes
+            c[2] += 1
 
     def pulled(self, group: str, topic: str, msgs: int, nbytes: int) -> None:
         """A pull answered; msgs 0 is a miss."""
@@ -119,17 +124,18 @@ class NetStats:
         self.pulls_found += 1
         c = self.get.get((group, topic))
         if c is None:
-            self.get[(group, topic)] = [msgs, nbytes]
+            self.get[(group, topic)] = [msgs, nbytes, 1]
         else:
             c[0] += msgs
             c[1] += nbytes
+            c[2] += 1
 
     def take(self) -> dict | None:
         """The deltas since the last take (channel-ready), None when nothing happened."""
         if not (self.send.count or self.pull.count or self.put or self.get or self.pulls_missed):
             return None
-        wire = {"put": [[t, m, b] for t, (m, b) in self.put.items()],
-                "get": [[g, t, m, b] for (g, t), (m, b) in self.get.items()],
+        wire = {"put": [[t, *c] for t, c in self.put.items()],
+                "get": [[g, t, *c] for (g, t), c in self.get.items()],
                 "send": self.send.to_wire(), "pull": self.pull.to_wire(),
                 "found": self.pulls_found, "missed": self.pulls_missed}
         self._reset()
@@ -146,11 +152,11 @@ class Window:
     pull: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def add(self, wire: dict) -> None:
-        for t, m, b in wire["put"]:
+        for t, m, b, _ in wire["put"]:
             c = self.put.setdefault(t, [0, 0])
             c[0] += m
             c[1] += b
-        for g, t, m, b in wire["get"]:
+        for g, t, m, b, _ in wire["get"]:
             c = self.get.setdefault((g, t), [0, 0])
             c[0] += m
             c[1] += b
@@ -202,18 +208,19 @@ class Samples:
 class StatsBook:
     """The broker actor's statistics: open windows, running totals, rates."""
 
-    def __init__(self, window_s: int, now_ms: int, not_before_ms: int = 0) -> None:
+    def __init__(self, window_s: int, now_ms: int, not_before_ms: int = 0, cluster: str = "DefaultCluster",
+                 now: float = 0.0) -> None:
         self.window_s = window_s
         self.window_ms = window_s * 1000
         self.windows: dict[int, Window] = {}
         # never (re)write a window ending at or before this: the last record already written
         self.closed_until = max(not_before_ms, self._end_of(now_ms) - self.window_ms)
         self.totals = dict.fromkeys(TOTALS, 0)
-        self.group_gets: dict[tuple[str, str], int] = {}
         self.send_max_ms = 0.0
         self.pull_max_ms = 0.0
         self.broker_rates = Samples(1.0, 3601)
-        self.group_rates = Samples(10.0, 361)
+        self.cluster = cluster
+        self.items = StatsItems(now)
 
     def _end_of(self, stamp_ms: int) -> int:
         return -(-stamp_ms // self.window_ms) * self.window_ms
@@ -225,14 +232,20 @@ class StatsBook:
         if window is None:
             window = self.windows[end] = Window(end)
         window.add(wire)
-        t = self.totals
-        for _, m, b in wire["put"]:
+        t, items = self.totals, self.items
+        for topic, m, b, n in wire["put"]:
             t["put_msgs"] += m
             t["put_bytes"] += b
-        for g, topic, m, b in wire["get"]:
+            items.add(TOPIC_PUT_NUMS, topic, m, n)
+            items.add(TOPIC_PUT_SIZE, topic, b, n)
+            items.add(BROKER_PUT_NUMS, self.cluster, m, 0)
+        for g, topic, m, b, n in wire["get"]:
             t["get_msgs"] += m
             t["get_bytes"] += b
-            self.group_gets[(g, topic)] = self.group_gets.get((g, topic), 0) + m
+            key = group_key(topic, g)
+            items.add(GROUP_GET_NUMS, key, m, n)
+            items.add(GROUP_GET_SIZE, key, b, n)
+            items.add(BROKER_GET_NUMS, self.cluster, m, 0)
         t["pulls_found"] += wire["found"]
         t["pulls_missed"] += wire["missed"]
         self.send_max_ms = max(self.send_max_ms, wire["send"][3])
@@ -254,13 +267,14 @@ class StatsBook:
         return max(self._end_of(now_ms), self.closed_until + self.window_ms)
 
     # ---- rates -------------------------------------------------------------------------------------
-    def sample(self, now: float) -> None:
+    def sample(self, now: float, now_ms: int) -> None:
         self.broker_rates.maybe_sample(now, self.totals)
-        self.group_rates.maybe_sample(now, self.group_gets)
+        self.items.tick(now, now_ms)
 
     def tps(self, name: str, seconds: float, now: float) -> float:
         return self.broker_rates.rate(name, seconds, now, self.totals[name])
 
-    def group_tps(self, group: str, topic: str, now: float, seconds: float = 60.0) -> float:
-        key = (group, topic)
-        return self.group_rates.rate(key, seconds, now, self.group_gets.get(key, 0))
+    def group_tps(self, group: str, topic: str) -> float:
+        """Messages the group pulled from the topic per second over the last minute
+        (BrokerStatsManager.tpsGroupGetNums: consumeTps)."""
+        return self.items.minute_tps(GROUP_GET_NUMS, group_key(topic, group))

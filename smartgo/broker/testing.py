@@ -149,9 +149,9 @@ def update_offset_command(group: str, topic: str, queue_id: int, offset: int, on
 
 class ClientStub:
     """One client connection to a broker: heartbeats, and the NOTIFY_CONSUMER_IDS_CHANGED and
-    RESET_CONSUMER_CLIENT_OFFSET requests it gets. GET_CONSUMER_RUNNING_INFO and
-    CONSUME_MESSAGE_DIRECTLY are recorded in `relayed` and answered by `answer` (a coroutine
-    function; by default SUCCESS with the body b'{"stub":true}')."""
+    RESET_CONSUMER_CLIENT_OFFSET requests it gets. GET_CONSUMER_RUNNING_INFO,
+    CONSUME_MESSAGE_DIRECTLY and GET_CONSUMER_STATUS_FROM_CLIENT are recorded in `relayed` and
+    answered by `answer` (a coroutine function; by default SUCCESS with the body b'{"stub":true}')."""
 
     def __init__(self, addr: str, client_id: str) -> None:
         self.addr = addr
@@ -164,7 +164,8 @@ class ClientStub:
         self.remoting = BlockingRemotingClient(processors={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify,
                                                            RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset,
                                                            RequestCode.GET_CONSUMER_RUNNING_INFO: self._relayed,
-                                                           RequestCode.CONSUME_MESSAGE_DIRECTLY: self._relayed})
+                                                           RequestCode.CONSUME_MESSAGE_DIRECTLY: self._relayed,
+                                                           RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT: self._relayed})
 
     @staticmethod
     async def _stub_answer(conn, cmd: RemotingCommand) -> RemotingCommand:

@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from smartgo.broker.persist import PersistedFile
+from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.net import fastjson
 from smartgo.net.codes import PermName
+from smartgo.store.record import SCHEDULE_TOPIC
 
 DEFAULT_TOPIC = "TBW102"                 # the auto-create template (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC)
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
@@ -28,9 +30,14 @@ REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"      # "_" + MixAll.REPLY_TOPIC_POSTFIX
 DLQ_QUEUES = 1                           # MixAll.DLQ_NUMS_PER_GROUP
 SNAPSHOT = Path("config") / "topics.json"
 RW = PermName.READ | PermName.WRITE
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"       # the default msgTraceTopicName
 # Topics producers may not send to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
-NOT_ALLOWED_SEND = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                              "TRANS_CHECK_MAX_TIME_TOPIC", "RMQ_SYS_SELF_TEST_TOPIC", OFFSET_MOVED_EVENT})
+NOT_ALLOWED_SEND = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+                              "RMQ_SYS_SELF_TEST_TOPIC", OFFSET_MOVED_EVENT})
+# TopicValidator.SYSTEM_TOPIC_SET before the broker adds its own (system_topics)
+SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, SCHEDULE_TOPIC, BENCHMARK_TOPIC, HALF_TOPIC, TRACE_TOPIC, OP_TOPIC,
+                           TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +117,12 @@ def default_topics(config: NodeConfig) -> list[TopicConfig]:
         q = config.default_topic_queues
         topics.append(TopicConfig(DEFAULT_TOPIC, q, q, RW | PermName.INHERIT))
     return topics + parse_static_topics(config.topics)
+
+
+def system_topics(config: NodeConfig) -> list[str]:
+    """GET_SYSTEM_TOPIC_LIST_FROM_BROKER: TopicValidator's set with the broker's own system
+    topics (its cluster's and its own name, its cluster's reply topic)."""
+    return sorted(SYSTEM_TOPICS | {config.cluster_name, config.broker_name, reply_topic(config.cluster_name)})
 
 
 @dataclass(frozen=True, slots=True)

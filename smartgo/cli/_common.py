@@ -4,6 +4,7 @@ output helpers, and turning client errors into one clear line (CliError)."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -55,6 +56,11 @@ def emit(doc: Any) -> None:
     """One JSON document (or one JSON line of a stream) on stdout."""
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
+
+
+def when(ms: int) -> str:
+    """A store or born time (ms since the epoch) in local time, "-" for none."""
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds") if ms > 0 else "-"
 
 
 def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:

@@ -15,6 +15,15 @@
     smartgo admin broker-runtime --broker ADDR | broker-config --broker ADDR
     smartgo admin dlq-list --group G [--max 32] [--offset 0]
     smartgo admin dlq-resend --group G (--id ID [--id ID ...] | --all) [--topic T]
+
+Traffic, lag and the clients behind them (smartgo.cli.admin_stats):
+
+    smartgo admin stats-all [--topic T ...] | broker-stats --broker ADDR --name N --key K
+    smartgo admin broker-consume-stats --broker ADDR [--order] [--level N]
+    smartgo admin consume-time-span --group G --topic T | client-offsets --group G --topic T [--client ID]
+    smartgo admin producer-connections --group G --topic T
+    smartgo admin query-cq --topic T --queue N --index I [--count 10] [--group G] [--broker ADDR]
+    smartgo admin clone-offset --src G --dest G [--topic T] [--offline] | system-topics --broker ADDR
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ import argparse
 import datetime
 from collections.abc import Callable
 
-from smartgo.cli._common import add_common, client_options, emit, guarded, table
+from smartgo.cli import admin_stats
+from smartgo.cli._common import add_common, client_options, emit, guarded, table, when
 from smartgo.client import AsyncAdmin
 from smartgo.client.errors import ClientError
 from smartgo.client.message import message_to_json
@@ -44,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("admin", help="administer topics, groups and messages", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     cmds = p.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND", required=True)
-    for name, (help_text, configure) in _COMMANDS.items():
+    for name, (help_text, configure) in [*_COMMANDS.items(), *((n, c[:2]) for n, c in admin_stats.COMMANDS.items())]:
         c = cmds.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
         add_common(c)
         configure(c)
@@ -140,9 +150,6 @@ def _dlq_resend(c: argparse.ArgumentParser) -> None:
     c.add_argument("--topic", "-t", help="send to this topic instead of the original one (RETRY_TOPIC)")
 
 
-def _when(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds") if ms > 0 else "-"
-
 
 def _behind(broker_id: int, master_end: str | None, end: str | None) -> str:
     """A slave's distance from its master: CommitLog bytes the master has and it has not yet."""
@@ -158,8 +165,8 @@ def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:
     for m in msgs:
         doc = message_to_json(m, 256)
         print(f"{m.topic} q{m.queue_id}@{m.queue_offset} msgId={doc['msg_id']} offsetMsgId={m.msg_id}\n"
-              f"  tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} born={_when(m.born_timestamp)} "
-              f"stored={_when(m.store_timestamp)} store={m.store_host[0]}:{m.store_host[1]} "
+              f"  tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} born={when(m.born_timestamp)} "
+              f"stored={when(m.store_timestamp)} store={m.store_host[0]}:{m.store_host[1]} "
               f"reconsume={m.reconsume_times}\n  properties={m.properties}\n  body={doc['body']!r}")
     print(f"{len(msgs)} message(s)")
 
@@ -167,7 +174,9 @@ def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:
 async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per command
     cmd = args.admin_command
     async with AsyncAdmin(args.registry, **client_options(args)) as admin:
-        if cmd in ("topic-create", "topic-update"):
+        if cmd in admin_stats.COMMANDS:
+            await admin_stats.COMMANDS[cmd][2](admin, args)
+        elif cmd in ("topic-create", "topic-update"):
             addrs = await admin.create_topic(args.topic, args.queues, write_queues=args.write_queues, perm=args.perm,
                                              order=args.order, cluster=args.cluster, broker_addr=args.broker)
             emit({"topic": args.topic, "brokers": addrs}) if args.json else print(
@@ -194,7 +203,7 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
                 emit({"topic": args.topic, "queues": [s.to_json() for s in stats]})
             else:
                 print(table([(s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset,
-                              _when(s.last_update_timestamp)) for s in stats],
+                              when(s.last_update_timestamp)) for s in stats],
                             ("BROKER", "QUEUE", "MIN", "MAX", "LAST UPDATED")))
         elif cmd == "cluster-list":
             info = await admin.cluster_info()
@@ -227,7 +236,7 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
                       "queues": [q.to_json() for q in stats.queues]})
             else:
                 print(table([(q.queue.topic, q.queue.broker_name, q.queue.queue_id, q.broker_offset, q.consumer_offset,
-                              q.lag, _when(q.last_timestamp)) for q in stats.queues],
+                              q.lag, when(q.last_timestamp)) for q in stats.queues],
                             ("TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST")))
                 print(f"consume TPS {stats.consume_tps:.1f}  total lag {stats.total_lag}")
         elif cmd == "topic-consumers":
@@ -239,7 +248,7 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
             if args.json:
                 emit({"topic": args.topic, "groups": rows})
             else:
-                print(table([(r["group"], r["total_lag"], f"{r['consume_tps']:.1f}", _when(r["last"])) for r in rows],
+                print(table([(r["group"], r["total_lag"], f"{r['consume_tps']:.1f}", when(r["last"])) for r in rows],
                             ("GROUP", "LAG", "TPS", "LAST CONSUMED")))
         elif cmd == "reset-offset":
             moved = await admin.reset_offset_by_time(args.group, args.topic, args.to, args.force)
@@ -324,11 +333,11 @@ async def _consumer_status(admin: AsyncAdmin, args: argparse.Namespace) -> None:
         p = c["properties"]
         print(f"   {p.get('PROP_CONSUME_TYPE', '?')} orderly={p.get('PROP_CONSUMEORDERLY', '?')} "
               f"threads={p.get('PROP_THREADPOOL_CORE_SIZE', '?')} version={p.get('PROP_CLIENT_VERSION', '?')} "
-              f"since {_when(int(p.get('PROP_CONSUMER_START_TIMESTAMP', 0) or 0))}")
+              f"since {when(int(p.get('PROP_CONSUMER_START_TIMESTAMP', 0) or 0))}")
         print("   subscribes " + ", ".join(f"{s.get('topic')} ({s.get('subString')})" for s in c["subscriptions"]))
         if c["queues"]:
             print(table([(q["topic"], q["broker_name"], q["queue_id"], q.get("commitOffset"), q.get("cachedMsgCount"),
-                          _when(_ms(q.get("lastPullTimestamp"))), _when(_ms(q.get("lastConsumeTimestamp"))))
+                          when(_ms(q.get("lastPullTimestamp"))), when(_ms(q.get("lastConsumeTimestamp"))))
                          for q in c["queues"]],
                         ("TOPIC", "BROKER", "QUEUE", "COMMIT OFFSET", "CACHED", "LAST PULL", "LAST CONSUME")))
         if c["status"]:

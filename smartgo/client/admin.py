@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from smartgo.client import api, bodies
-from smartgo.client.bodies import ConsumeStats, QueueProgress, QueueStatus
+from smartgo.client.bodies import BrokerStats, ConsumeStats, QueueProgress, QueueStatus, QueueTimeSpan
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientError, NoRouteError
 from smartgo.client.instance import ClientInstance
@@ -41,6 +41,19 @@ def _json_object(data: bytes) -> dict:
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     return obj
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """A topic's messages in (group None) or a group's out of it: per second over the last
+    minute, and in the last day (statsAll's InTPS / OutTPS and 24h sums)."""
+    topic: str
+    group: str | None
+    tps: float
+    day_sum: int
+
+    def to_json(self) -> dict:
+        return {"topic": self.topic, "group": self.group, "tps": round(self.tps, 2), "day_sum": self.day_sum}
 
 
 @dataclass(slots=True)
@@ -319,6 +332,123 @@ class AsyncAdmin:
         try:
             return parse_direct_result(resp.body_bytes())
         except ValueError as exc:
+            raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
+
+    async def client_offsets(self, group: str, topic: str, client_id: str = "") -> dict[str, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (mqadmin getConsumerStatus): the offsets each consumer of
+        the group (or only client_id) holds in memory for topic, asked of them by a master of the
+        topic; a consumer that cannot answer is left out."""
+        cmd = api.command(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                          {"topic": topic, "group": group, "clientAddr": client_id})
+        what = f"offsets held by the consumers of {group} in {topic}"
+        addr = (await self._topic_masters(topic))[0]
+        return self._decoded(await self._call(addr, cmd, what, RELAY_TIMEOUT), addr, what, bodies.parse_client_offsets)
+
+    # -- statistics -------------------------------------------------------------------------------
+
+    async def producer_connections(self, group: str, topic: str) -> list[dict]:
+        """GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection) at the topic's masters: the
+        group's producer connections (clientId, clientAddr, language, version), each client once."""
+        found: dict[tuple, dict] = {}
+        errors = []
+        for addr in await self._topic_masters(topic):
+            resp = await self.instance.invoke(addr, api.command(RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                                                {"producerGroup": group}))
+            if resp.code != R.SUCCESS:
+                errors.append(BrokerError(resp.code, resp.remark, addr, f"producer connections of {group}"))
+                continue
+            for c in self._decoded(resp, addr, f"producer connections of {group}", _json_object).get("connectionSet", []):
+                found.setdefault((c.get("clientId"), c.get("clientAddr")), c)
+        if not found and errors:
+            raise errors[0]
+        return [found[k] for k in sorted(found, key=str)]
+
+    async def broker_stats(self, addr: str, stats_name: str, stats_key: str) -> BrokerStats | None:
+        """VIEW_BROKER_STATS_DATA: one stats item of a broker (TOPIC_PUT_NUMS / TOPIC_PUT_SIZE by topic,
+        GROUP_GET_NUMS / GROUP_GET_SIZE by topic@group, BROKER_PUT_NUMS / BROKER_GET_NUMS by cluster)
+        over the last minute, hour and day; None when the broker has not counted it."""
+        what = f"stats {stats_name} {stats_key}"
+        resp = await self._call(addr, api.command(RequestCode.VIEW_BROKER_STATS_DATA,
+                                                  {"statsName": stats_name, "statsKey": stats_key}), what,
+                                ok=(R.SUCCESS, R.SYSTEM_ERROR))
+        if resp.code != R.SUCCESS:
+            if "not exist" in (resp.remark or ""):
+                return None
+            api.check(resp, addr, what)
+        return self._decoded(resp, addr, what, bodies.parse_broker_stats)
+
+    async def traffic(self, topics: Iterable[str] | None = None) -> list[Traffic]:
+        """mqadmin statsAll: for each topic (default: every topic but retry and DLQ ones), the
+        messages it took in over the last minute (per second) and day at its masters, and what each
+        consuming group took out of it."""
+        rows = []
+        for topic in topics if topics is not None else [t for t in await self.topic_list()
+                                                        if not t.startswith(("%RETRY%", "%DLQ%"))]:
+            masters = await self._topic_masters(topic)
+            rows.append(await self._traffic(masters, topic, None, "TOPIC_PUT_NUMS", topic))
+            for group in await self.topic_consumers(topic):
+                rows.append(await self._traffic(masters, topic, group, "GROUP_GET_NUMS", f"{topic}@{group}"))
+        return rows
+
+    async def _traffic(self, masters: list[str], topic: str, group: str | None, name: str, key: str) -> Traffic:
+        found = [s for s in [await self.broker_stats(addr, name, key) for addr in masters] if s is not None]
+        return Traffic(topic, group, sum(s.minute.tps for s in found), sum(s.day_sum for s in found))
+
+    async def broker_consume_stats(self, addr: str, order_only: bool = False) -> bodies.BrokerConsumeStats:
+        """GET_BROKER_CONSUME_STATS (mqadmin brokerConsumeStats): every group of one broker with
+        its lag per topic and queue, and the broker's total lag."""
+        what = "broker consume stats"
+        resp = await self._call(addr, api.command(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": order_only}),
+                                what)
+        return self._decoded(resp, addr, what, bodies.parse_broker_consume_stats)
+
+    async def consume_time_span(self, topic: str, group: str) -> list[QueueTimeSpan]:
+        """QUERY_CONSUME_TIME_SPAN at the topic's masters (DefaultMQAdminExt.queryConsumeTimeSpan):
+        per queue, the time span of its messages, the group's position in it and its delay."""
+        spans = []
+        what = f"consume time span of {group} in {topic}"
+        for addr in await self._topic_masters(topic):
+            resp = await self._call(addr, api.command(RequestCode.QUERY_CONSUME_TIME_SPAN,
+                                                      {"topic": topic, "group": group}), what)
+            spans += self._decoded(resp, addr, what, bodies.parse_time_spans)
+        return sorted(spans, key=lambda s: s.queue)
+
+    async def query_consume_queue(self, topic: str, queue_id: int, index: int, count: int = 10,
+                                  group: str | None = None, broker_addr: str | None = None) -> dict:
+        """QUERY_CONSUME_QUEUE (mqadmin queryCq): up to count raw ConsumeQueue entries (physicOffset,
+        physicSize, tagsCode) from index, at broker_addr or the topic's first master, with the
+        queue's bounds and the group's subscription. No "queueData" when index is outside the queue."""
+        addr = broker_addr or (await self._topic_masters(topic))[0]
+        what = f"consume queue {topic}:{queue_id}"
+        resp = await self._call(addr, api.command(RequestCode.QUERY_CONSUME_QUEUE, {
+            "topic": topic, "queueId": queue_id, "index": index, "count": count, "consumerGroup": group}), what)
+        return self._decoded(resp, addr, what, _json_object) if resp.body else {"remark": resp.remark}
+
+    async def clone_group_offset(self, src: str, dest: str, topic: str | None = None, offline: bool = False) -> list[str]:
+        """CLONE_GROUP_OFFSET at the masters holding src's offsets: dest's offsets in topic (or in
+        every topic of src) become src's. Without offline, topics the online src no longer
+        subscribes are skipped. Returns the brokers asked."""
+        addrs = await self._group_brokers(src, topic)
+        cmd = api.command(RequestCode.CLONE_GROUP_OFFSET, {"srcGroup": src, "destGroup": dest, "topic": topic,
+                                                           "offline": offline})
+        await asyncio.gather(*(self._call(a, cmd, f"clone offsets of {src} to {dest}") for a in addrs))
+        return addrs
+
+    async def system_topics(self, addr: str) -> list[str]:
+        """GET_SYSTEM_TOPIC_LIST_FROM_BROKER: the topics a broker keeps for itself."""
+        what = "system topics"
+        topics = self._decoded(await self._call(addr, api.command(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER), what),
+                               addr, what, _json_object).get("topicList")
+        if not isinstance(topics, list):
+            raise BrokerError(R.SYSTEM_ERROR, "malformed TopicList", addr, what)
+        return sorted(map(str, topics))
+
+    @staticmethod
+    def _decoded(resp: RemotingCommand, addr: str, what: str, parse: Callable[[bytes], T]) -> T:
+        """The response's body parsed; a body that does not parse is a BrokerError."""
+        try:
+            return parse(resp.body_bytes())
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
 
     # -- messages ---------------------------------------------------------------------------------

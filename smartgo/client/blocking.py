@@ -205,6 +205,8 @@ for _name in ("cluster_info", "broker_runtime_info", "broker_config", "create_to
               "topic_route", "topic_status", "create_subscription_group", "consumer_progress", "consumer_connections",
               "topic_consumers", "reset_offset_by_time", "consumer_running_info", "consume_message_directly",
               "query_by_key", "query_by_unique_key", "view_message", "query_by_id", "query_by_offset",
-              "broker_health", "dlq_messages", "dlq_resend"):
+              "broker_health", "dlq_messages", "dlq_resend", "client_offsets", "producer_connections", "broker_stats",
+              "traffic", "broker_consume_stats", "consume_time_span", "query_consume_queue", "clone_group_offset",
+              "system_topics"):
     setattr(Admin, _name, _blocking(_name, AsyncAdmin))
 del _name

@@ -4,90 +4,23 @@ integer keys unquoted. `loads` reads all of that; MessageQueue-shaped keys becom
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from smartgo.client.message import MessageQueue
-
-_WS = re.compile(r"[ \t\n\r]*")
-_decoder = json.JSONDecoder()
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def ws(self, i: int) -> int:
-        return _WS.match(self.text, i).end()  # type: ignore[union-attr]
-
-    def value(self, i: int) -> tuple[Any, int]:
-        i = self.ws(i)
-        c = self.text[i:i + 1]
-        if c == "{":
-            return self.obj(i + 1)
-        if c == "[":
-            return self.arr(i + 1)
-        return _decoder.raw_decode(self.text, i)
-
-    def obj(self, i: int) -> tuple[dict, int]:
-        out: dict = {}
-        i = self.ws(i)
-        if self.text[i:i + 1] == "}":
-            return out, i + 1
-        while True:
-            key, i = self.value(i)
-            i = self.ws(i)
-            if self.text[i:i + 1] != ":":
-                raise ValueError(f"expected ':' at {i}")
-            val, i = self.value(i + 1)
-            out[_key(key)] = val
-            i = self.ws(i)
-            c = self.text[i:i + 1]
-            if c == "}":
-                return out, i + 1
-            if c != ",":
-                raise ValueError(f"expected ',' or '}}' at {i}")
-            i += 1
-
-    def arr(self, i: int) -> tuple[list, int]:
-        out: list = []
-        i = self.ws(i)
-        if self.text[i:i + 1] == "]":
-            return out, i + 1
-        while True:
-            val, i = self.value(i)
-            out.append(val)
-            i = self.ws(i)
-            c = self.text[i:i + 1]
-            if c == "]":
-                return out, i + 1
-            if c != ",":
-                raise ValueError(f"expected ',' or ']' at {i}")
-            i += 1
+from smartgo.net import fastjson
 
 
 def _key(key: Any) -> Any:
-    if isinstance(key, dict):
-        if {"topic", "brokerName", "queueId"} <= key.keys():
-            return MessageQueue.from_json(key)
-        return tuple(sorted((k, json.dumps(v)) for k, v in key.items()))
-    if isinstance(key, list):
-        return tuple(key)
-    return key
+    """MessageQueue-shaped keys become MessageQueue."""
+    if isinstance(key, dict) and {"topic", "brokerName", "queueId"} <= key.keys():
+        return MessageQueue.from_json(key)
+    return fastjson.hashable(key)
 
 
 def loads(data: bytes | str) -> Any:
     """Parse a fastjson body; ValueError when it is not one."""
-    text = data if isinstance(data, str) else data.decode("utf-8")
-    try:
-        value, end = _Parser(text).value(0)
-    except (IndexError, json.JSONDecodeError) as exc:
-        raise ValueError(f"undecodable JSON body: {exc}") from None
-    if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
-        raise ValueError(f"trailing data after the JSON body at {end}")
-    return value
+    return fastjson.loads_keyed(data, _key)
 
 
 @dataclass(slots=True)
@@ -153,8 +86,92 @@ def parse_topic_stats(data: bytes) -> list[QueueStatus]:
 def parse_consume_stats(data: bytes) -> ConsumeStats:
     """ConsumeStats: {"consumeTps": x, "offsetTable": {MessageQueue: {brokerOffset, consumerOffset,
     lastTimestamp}}}."""
-    obj = loads(data)
+    return _consume_stats(loads(data))
+
+
+def _consume_stats(obj: Any) -> ConsumeStats:
     table = _queue_map(obj, "consume stats")
     queues = sorted((QueueProgress(mq, int(v["brokerOffset"]), int(v["consumerOffset"]), int(v.get("lastTimestamp", 0)))
                      for mq, v in table.items()), key=lambda q: q.queue)
     return ConsumeStats(queues, float(obj.get("consumeTps", 0.0)))
+
+
+@dataclass(slots=True)
+class BrokerConsumeStats:
+    """ConsumeStatsList (GET_BROKER_CONSUME_STATS): per group, a ConsumeStats per topic."""
+    broker_addr: str
+    groups: dict[str, list[ConsumeStats]]
+    total_diff: int
+
+
+def parse_broker_consume_stats(data: bytes) -> BrokerConsumeStats:
+    obj = loads(data)
+    groups: dict[str, list[ConsumeStats]] = {}
+    for entry in obj["consumeStatsList"]:
+        for group, stats in entry.items():
+            groups.setdefault(str(group), []).extend(_consume_stats(s) for s in stats)
+    return BrokerConsumeStats(str(obj.get("brokerAddr", "")), groups, int(obj.get("totalDiff", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class StatsFigures:
+    """BrokerStatsItem: a stats item over one window (the last minute, hour or day)."""
+    sum: int
+    tps: float
+    avgpt: float
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStats:
+    """BrokerStatsData (VIEW_BROKER_STATS_DATA)."""
+    minute: StatsFigures
+    hour: StatsFigures
+    day: StatsFigures
+
+    @property
+    def day_sum(self) -> int:
+        """mqadmin statsAll's compute24HourSum: the day's sum, else the hour's, else the minute's
+        (a young item has no day or hour sample yet)."""
+        return self.day.sum or self.hour.sum or self.minute.sum
+
+    def to_json(self) -> dict:
+        return {name: {"sum": f.sum, "tps": f.tps, "avgpt": f.avgpt}
+                for name, f in (("minute", self.minute), ("hour", self.hour), ("day", self.day))}
+
+
+def parse_broker_stats(data: bytes) -> BrokerStats:
+    obj = loads(data)
+
+    def figures(name: str) -> StatsFigures:
+        f = obj[name]
+        return StatsFigures(int(f["sum"]), float(f["tps"]), float(f["avgpt"]))
+    return BrokerStats(figures("statsMinute"), figures("statsHour"), figures("statsDay"))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTimeSpan:
+    """QUERY_CONSUME_TIME_SPAN: store times (ms, -1 for none) of a queue's first and last message
+    and of the group's last consumed one, and how long its next message has waited."""
+    queue: MessageQueue
+    min_timestamp: int
+    max_timestamp: int
+    consume_timestamp: int
+    delay_ms: int
+
+    def to_json(self) -> dict:
+        return {"topic": self.queue.topic, "broker_name": self.queue.broker_name, "queue_id": self.queue.queue_id,
+                "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp,
+                "consume_timestamp": self.consume_timestamp, "delay_ms": self.delay_ms}
+
+
+def parse_time_spans(data: bytes) -> list[QueueTimeSpan]:
+    return [QueueTimeSpan(MessageQueue.from_json(s["messageQueue"]), int(s["minTimeStamp"]), int(s["maxTimeStamp"]),
+                          int(s["consumeTimeStamp"]), int(s["delayTime"]))
+            for s in loads(data)["consumeTimeSpanSet"]]
+
+
+def parse_client_offsets(data: bytes) -> dict[str, dict[MessageQueue, int]]:
+    """GetConsumerStatusBody's consumerTable: each client's offsets."""
+    table = loads(data)["consumerTable"]
+    return {str(cid): dict(sorted((mq, int(o)) for mq, o in _queue_map({"offsetTable": qs}, cid).items()))
+            for cid, qs in table.items()}

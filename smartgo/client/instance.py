@@ -24,6 +24,7 @@ from smartgo.client.errors import BrokerError, ClientStateError, NoRouteError, R
 from smartgo.client.route import BrokerData, TopicRouteData
 from smartgo.client.running_info import (PROP_CLIENT_VERSION, PROP_NAMESERVER_ADDR,
                                          encode_direct_result, encode_running_info, thread_stacks)
+from smartgo.net import fastjson
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import CURRENT_VERSION, MASTER_ID, RequestCode, ResponseCode, SerializeType
 from smartgo.net.command import RemotingCommand
@@ -122,7 +123,8 @@ class ClientInstance:
                       RequestCode.CHECK_TRANSACTION_STATE: self._check_transaction,
                       RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset_offset,
                       RequestCode.GET_CONSUMER_RUNNING_INFO: self._running_info,
-                      RequestCode.CONSUME_MESSAGE_DIRECTLY: self._consume_directly}
+                      RequestCode.CONSUME_MESSAGE_DIRECTLY: self._consume_directly,
+                      RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT: self._consumer_status}
         self._remoting = RemotingClient(
             processors, connect_timeout=self.config.timeout,
             serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
@@ -405,6 +407,15 @@ class ClientInstance:
         if ext.get("jstackEnable", "false").lower() == "true":
             info.jstack = thread_stacks()
         return cmd.make_response(ResponseCode.SUCCESS, body=encode_running_info(info))
+
+    async def _consumer_status(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_STATUS_FROM_CLIENT (ClientRemotingProcessor.getConsumeStatus): the offsets the
+        group's consumer holds for the topic; an empty table when this client has no such consumer."""
+        ext = cmd.ext_fields or {}
+        member = self._consumer(ext.get("group", ""), "held_offsets")
+        held = member.held_offsets(ext.get("topic", "")) if member is not None else {}
+        table = fastjson.dumps_keyed((mq.to_json(), offset) for mq, offset in sorted(held.items()))
+        return cmd.make_response(ResponseCode.SUCCESS, body=b'{"consumerTable":{},"messageQueueTable":' + table + b"}")
 
     async def _consume_directly(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """CONSUME_MESSAGE_DIRECTLY (ClientRemotingProcessor.consumeMessageDirectly): the group's

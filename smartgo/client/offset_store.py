@@ -38,6 +38,10 @@ class OffsetStore(abc.ABC):
     def remove(self, mq: MessageQueue) -> None:
         self.table.pop(mq, None)
 
+    def offsets_of(self, topic: str) -> dict[MessageQueue, int]:
+        """cloneOffsetTable: the offsets held in memory, of one topic or (topic "") of all."""
+        return {mq: offset for mq, offset in self.table.items() if not topic or mq.topic == topic}
+
     @abc.abstractmethod
     async def read(self, mq: MessageQueue) -> int:
         """The stored offset (and remember it), or -1 when none is stored."""

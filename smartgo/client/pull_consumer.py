@@ -58,6 +58,10 @@ class AsyncPullConsumer(MemberClient):
         return "consumer", api.consumer_data(self.group, CONSUME_ACTIVELY, "CLUSTERING",
                                              "CONSUME_FROM_LAST_OFFSET", self._subscriptions())
 
+    def held_offsets(self, topic: str) -> dict[MessageQueue, int]:
+        """The offsets update_consume_offset stored for topic (GET_CONSUMER_STATUS_FROM_CLIENT)."""
+        return self._offsets.offsets_of(topic)
+
     def running_info(self) -> RunningInfo:
         """DefaultMQPullConsumerImpl.consumerRunningInfo: the group, the start time and the topics
         pulled; no queues (the application holds them)."""

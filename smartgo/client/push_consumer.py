@@ -600,6 +600,10 @@ class AsyncPushConsumer:
 
     # -- what operators ask of a consumer ------------------------------------------------------------
 
+    def held_offsets(self, topic: str) -> dict[MessageQueue, int]:
+        """The offsets this consumer holds for topic (GET_CONSUMER_STATUS_FROM_CLIENT)."""
+        return self.offsets.offsets_of(topic)
+
     def running_info(self) -> RunningInfo:
         """DefaultMQPushConsumerImpl.consumerRunningInfo: settings under Java's names, the
         subscriptions, every queue held (its commit offset and cache), and each topic's rates."""

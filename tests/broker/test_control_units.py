@@ -26,6 +26,7 @@ from smartgo.broker.groups import DEFAULT_GROUPS, SubscriptionGroups, parse_grou
 from smartgo.broker.locks import RebalanceLocks
 from smartgo.broker.offsets import ConsumerOffsets
 from smartgo.broker.persist import PersistedFile
+from smartgo.broker import stats_items
 from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook
 from smartgo.broker.stats_files import StatsFiles
 from smartgo.broker.testing import heartbeat_body
@@ -266,9 +267,47 @@ def test_stats_rates():
     book = StatsBook(60, 0)
     for second in range(20):
         book.totals["put_msgs"] += 10
-        book.sample(float(second))
+        book.sample(float(second), second * 1000)
     assert book.tps("put_msgs", 10, 19.0) == pytest.approx(10.0)
     assert book.tps("put_msgs", 3600, 19.0) == pytest.approx(190 / 19)      # since the oldest sample
+
+
+def test_stats_items_follow_4x_statsitem_arithmetic():
+    """BrokerStatsManager's items from the net actors' deltas: value and request counts per topic,
+    topic@group and cluster; snapshots every 10 s (7 kept), 10 min and 1 h, each list seeded with
+    a zero one interval before its first sample; sum/tps/avgpt between the first and last."""
+    book = StatsBook(60, 0, cluster="C", now=0.0)
+    net = NetStats()
+
+    def second(t: int, puts: int, batch: int = 1) -> None:
+        for _ in range(puts):
+            net.stored("T", batch, 100 * batch)
+        net.pulled("G", "T", 2 * puts, 10)
+        book.add(t * 1000, net.take() or {"put": [], "get": [], "send": LatencyHistogram().to_wire(),
+                                          "pull": LatencyHistogram().to_wire(), "found": 0, "missed": 0})
+        book.sample(float(t), t * 1000)
+
+    second(0, 5)                                        # every list samples at start
+    items = book.items
+    put = items.get(stats_items.TOPIC_PUT_NUMS, "T")
+    assert put.stats_data() == {"statsDay": {"avgpt": 1.0, "sum": 5, "tps": 5 / 3600},
+                                "statsHour": {"avgpt": 1.0, "sum": 5, "tps": 5 / 600},
+                                "statsMinute": {"avgpt": 1.0, "sum": 5, "tps": 0.5}}
+    for t in range(1, 100):                             # 3 batches of 4 a second
+        second(t, 3, batch=4)
+    minute = put.figures(0)                             # the 7 samples at 30..90 s: the last minute only
+    assert minute == {"avgpt": 4.0, "sum": 12 * 60, "tps": 12.0}
+    assert items.get(stats_items.TOPIC_PUT_SIZE, "T").figures(0)["avgpt"] == 400.0
+    gets = items.get(stats_items.GROUP_GET_NUMS, "T@G")
+    assert gets.figures(0) == {"avgpt": 6.0, "sum": 6 * 60, "tps": 6.0}
+    assert book.group_tps("G", "T") == 6.0
+    assert items.get(stats_items.BROKER_PUT_NUMS, "C").figures(0) == {"avgpt": 0.0, "sum": 720, "tps": 12.0}
+    assert items.get(stats_items.GROUP_GET_NUMS, "T@other") is None and book.group_tps("other", "T") == 0.0
+    assert items.get("NO_SUCH_NAME", "T") is None
+    late = StatsBook(60, 0, now=0.0)                   # an item born after a list's last sample
+    late.sample(0.0, 0)
+    late.items.add(stats_items.TOPIC_PUT_NUMS, "U", 3, 1)
+    assert late.items.get(stats_items.TOPIC_PUT_NUMS, "U").figures(2) == {"avgpt": 0.0, "sum": 0, "tps": 0.0}
 
 
 def test_stats_files_hour_boundary_rotation_and_restart(tmp_path):
