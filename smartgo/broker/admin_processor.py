@@ -143,8 +143,8 @@ class AdminProcessor:
             max_offset = view.max_offset(topic, q)
             min_offset = reader.min_offset(topic, q, max_offset) if max_offset else 0
             last = reader.message_store_time(topic, q, max_offset - 1, max_offset, written) if max_offset else 0
-            entries.append((mq_json(self.b.config.broker_name, topic, q), {"lastUpdateTimestamp": max(last, 0), "maxOffset": max_offset,
-                                                 "minOffset": min_offset}))
+            entries.append((mq_json(self.b.config.broker_name, topic, q),
+                            {"lastUpdateTimestamp": max(last, 0), "maxOffset": max_offset, "minOffset": min_offset}))
         return request.make_response(ResponseCode.SUCCESS, body=queue_keyed(entries))
 
     def get_system_topic_list(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:

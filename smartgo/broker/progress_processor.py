@@ -108,7 +108,7 @@ class ProgressProcessor:
                 if cfg is None or (order_only and not cfg.order) or not self._followed(group, t):
                     continue
                 entries, diff = self._consume_stats(group, cfg, cfg.write_queues, reader, written)
-                stats.append(queue_keyed(entries, consumeTps=float(b.stats.group_tps(group, t))))
+                stats.append(queue_keyed(entries, consumeTps=b.stats.group_tps(group, t)))
                 total += diff
             parts.append(b"{" + fastjson.dumps(group) + b":[" + b",".join(stats) + b"]}")
         body = b'{"brokerAddr":' + fastjson.dumps(b.identity["addr"]) + b',"consumeStatsList":[' + \

@@ -187,10 +187,7 @@ class AsyncAdmin:
                 continue
             resp = await self._call(addr, api.topic_request(RequestCode.GET_TOPIC_STATS_INFO, topic),
                                     f"topic stats of {topic}")
-            try:
-                out += bodies.parse_topic_stats(resp.body_bytes())
-            except (ValueError, KeyError, TypeError) as exc:
-                raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, f"topic stats of {topic}") from None
+            out += self._decoded(resp, addr, f"topic stats of {topic}", bodies.parse_topic_stats)
         return sorted(out, key=lambda s: s.queue)
 
     # -- groups -----------------------------------------------------------------------------------
@@ -216,15 +213,18 @@ class AsyncAdmin:
     async def _topic_masters(self, topic: str) -> list[str]:
         return sorted({b.master_addr for b in (await self.topic_route(topic)).broker_datas if b.master_addr})
 
+    async def _first_master(self, topic: str) -> str:
+        masters = await self._topic_masters(topic)
+        if not masters:
+            raise ClientError(f"no broker of {topic} has a master")
+        return masters[0]
+
     async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
         """GET_CONSUME_STATS at each broker: per queue broker offset, group offset and lag."""
         stats = ConsumeStats()
         for addr in await self._group_brokers(group, topic):
             resp = await self._call(addr, api.consume_stats_request(group, topic), f"consume stats of {group}")
-            try:
-                one = bodies.parse_consume_stats(resp.body_bytes())
-            except (ValueError, KeyError, TypeError) as exc:
-                raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, f"consume stats of {group}") from None
+            one = self._decoded(resp, addr, f"consume stats of {group}", bodies.parse_consume_stats)
             stats.queues += one.queues
             stats.consume_tps += one.consume_tps
         stats.queues.sort(key=lambda q: q.queue)
@@ -246,10 +246,7 @@ class AsyncAdmin:
             resp = await self._call(addr, api.reset_offset_request(group, topic, timestamp_ms, force), what,
                                     ok=(R.SUCCESS, R.CONSUMER_NOT_ONLINE))
             if resp.code == R.SUCCESS:
-                try:
-                    out.update(bodies.parse_reset_offsets(resp.body_bytes()))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, what) from None
+                out.update(self._decoded(resp, addr, what, bodies.parse_reset_offsets))
             else:
                 out.update(await self._reset_offline(addr, group, topic, timestamp_ms, force))
         return dict(sorted(out.items()))
@@ -259,10 +256,7 @@ class AsyncAdmin:
         """mqadmin's fallback (ResetOffsetByTimeOldCommand): per queue the group has an offset for,
         search the timestamp and commit the result."""
         resp = await self._call(addr, api.consume_stats_request(group, topic), f"consume stats of {group}")
-        try:
-            queues = bodies.parse_consume_stats(resp.body_bytes()).queues
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BrokerError(R.SYSTEM_ERROR, str(exc), addr, f"consume stats of {group}") from None
+        queues = self._decoded(resp, addr, f"consume stats of {group}", bodies.parse_consume_stats).queues
         code, at = ((RequestCode.GET_MAX_OFFSET, None) if timestamp_ms == -1
                     else (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp_ms))
         out = {}
@@ -296,13 +290,13 @@ class AsyncAdmin:
         errors = []
         for addr in await self._group_brokers(group, None):
             resp = await self.instance.invoke(addr, cmd, timeout)
-            if resp.code == R.SUCCESS:
-                try:
-                    return decode(resp.body_bytes())
-                except ValueError as exc:
-                    errors.append(BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what))
-                    continue
-            errors.append(BrokerError(resp.code, resp.remark, addr, what))
+            if resp.code != R.SUCCESS:
+                errors.append(BrokerError(resp.code, resp.remark, addr, what))
+                continue
+            try:
+                return self._decoded(resp, addr, what, decode)
+            except BrokerError as exc:
+                errors.append(exc)
         raise errors[0] if errors else ClientError(f"no broker knows group {group}")
 
     async def consumer_connections(self, group: str) -> dict:
@@ -329,10 +323,7 @@ class AsyncAdmin:
         what = f"consume {msg_id} directly at {client_id} of {group}"
         resp = await self._call(addr, api.consume_directly_request(group, client_id, msg.msg_id, msg.topic), what,
                                 RELAY_TIMEOUT)
-        try:
-            return parse_direct_result(resp.body_bytes())
-        except ValueError as exc:
-            raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
+        return self._decoded(resp, addr, what, parse_direct_result)
 
     async def client_offsets(self, group: str, topic: str, client_id: str = "") -> dict[str, dict[MessageQueue, int]]:
         """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (mqadmin getConsumerStatus): the offsets each consumer of
@@ -341,7 +332,7 @@ class AsyncAdmin:
         cmd = api.command(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
                           {"topic": topic, "group": group, "clientAddr": client_id})
         what = f"offsets held by the consumers of {group} in {topic}"
-        addr = (await self._topic_masters(topic))[0]
+        addr = await self._first_master(topic)
         return self._decoded(await self._call(addr, cmd, what, RELAY_TIMEOUT), addr, what, bodies.parse_client_offsets)
 
     # -- statistics -------------------------------------------------------------------------------
@@ -418,7 +409,7 @@ class AsyncAdmin:
         """QUERY_CONSUME_QUEUE (mqadmin queryCq): up to count raw ConsumeQueue entries (physicOffset,
         physicSize, tagsCode) from index, at broker_addr or the topic's first master, with the
         queue's bounds and the group's subscription. No "queueData" when index is outside the queue."""
-        addr = broker_addr or (await self._topic_masters(topic))[0]
+        addr = broker_addr or await self._first_master(topic)
         what = f"consume queue {topic}:{queue_id}"
         resp = await self._call(addr, api.command(RequestCode.QUERY_CONSUME_QUEUE, {
             "topic": topic, "queueId": queue_id, "index": index, "count": count, "consumerGroup": group}), what)

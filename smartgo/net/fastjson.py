@@ -93,36 +93,35 @@ class _KeyedParser:
 
     def obj(self, i: int) -> tuple[dict, int]:
         out: dict = {}
-        i = self.ws(i)
-        if self.text[i:i + 1] == "}":
-            return out, i + 1
-        while True:
+
+        def member(i: int) -> int:
             key, i = self.value(i)
             i = self.ws(i)
             if self.text[i:i + 1] != ":":
                 raise ValueError(f"expected ':' at {i}")
-            val, i = self.value(i + 1)
-            out[self.key(key)] = val
-            i = self.ws(i)
-            c = self.text[i:i + 1]
-            if c == "}":
-                return out, i + 1
-            if c != ",":
-                raise ValueError(f"expected ',' or '}}' at {i}")
-            i += 1
+            out[self.key(key)], i = self.value(i + 1)
+            return i
+        return out, self.items(i, "}", member)
 
     def arr(self, i: int) -> tuple[list, int]:
         out: list = []
-        i = self.ws(i)
-        if self.text[i:i + 1] == "]":
-            return out, i + 1
-        while True:
+
+        def element(i: int) -> int:
             val, i = self.value(i)
             out.append(val)
-            i = self.ws(i)
+            return i
+        return out, self.items(i, "]", element)
+
+    def items(self, i: int, close: str, item: Callable[[int], int]) -> int:
+        """Comma-separated items up to `close`; the position after it."""
+        i = self.ws(i)
+        if self.text[i:i + 1] == close:
+            return i + 1
+        while True:
+            i = self.ws(item(i))
             c = self.text[i:i + 1]
-            if c == "]":
-                return out, i + 1
+            if c == close:
+                return i + 1
             if c != ",":
-                raise ValueError(f"expected ',' or ']' at {i}")
+                raise ValueError(f"expected ',' or '{close}' at {i}")
             i += 1
