@@ -17,7 +17,7 @@ topicPerms / defaultTopicPerm:
   UNREGISTER_CLIENT (35)       group of ext "consumerGroup" SUB
   GET_CONSUMER_LIST_BY_GROUP (38)  group of ext "consumerGroup" SUB
   UPDATE_CONSUMER_OFFSET (15)  group of ext "consumerGroup" SUB, ext "topic" SUB
-  any other code               nothing (signature only); five codes are admin-only (ADMIN_CODES)
+  any other code               nothing (signature only); ten codes are admin-only (ADMIN_CODES)
 
 A missing ext field adds no resource: 4.x reads the header classes with decodeCommandCustomHeader,
 which logs and skips a missing or unparsable field instead of failing.
@@ -33,6 +33,7 @@ Departures from 4.9.x, each where 4.9.x misbehaves:
     or date, and a whitelist pattern that 4.x accepts but can never match ("192.168.999.*") are
     refused at load (4.x: DENY, the first one wins, the converted value, accepted);
   * SEND_BATCH_MESSAGE is checked as SEND_MESSAGE_V2 (5.0's fix; 4.9.x checks nothing);
+  * the five ACL admin codes (50-54) need an admin account (5.x: 50-52; 4.9.x: none);
   * a signature over _UNIQUE_KEY_QUERY is accepted too (4.9.4+ Java clients make it);
   * every segment of an IPv4 range pattern is honoured ("192.168.*.10-20" matches .10 to .20
     only; 4.x ignores all segments after the first '*' or '-' one, so it matched any last octet;
@@ -61,10 +62,10 @@ from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.command import RemotingCommand
 
 __all__ = [
-    "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "PUB", "SECURITY_TOKEN", "SIGNATURE", "SUB",
-    "UNIQUE_MSG_QUERY_FLAG", "Account", "AclConfig", "AclConfigError", "AclError", "AclValidator",
+    "ACCESS_CONFIG_FIELDS", "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "PUB", "SECURITY_TOKEN", "SIGNATURE", "SUB",
+    "UNIQUE_MSG_QUERY_FLAG", "AccessConfig", "Account", "AclConfig", "AclConfigError", "AclError", "AclValidator",
     "AddressStrategy", "address_strategy", "check_permission", "client_ip", "load_acl", "parse_acl",
-    "parse_perm", "request_content", "sign", "sign_request", "signer",
+    "parse_perm", "request_content", "sign", "sign_request", "signer", "split_list",
 ]
 
 # SessionCredentials' ext field names
@@ -80,13 +81,19 @@ ANY = 1 << 1
 PUB = 1 << 2
 SUB = 1 << 3
 
-# Permission.ADMIN_CODE
+# Permission.ADMIN_CODE, with 5.x's ACL codes (50-52; 4.9.x let any account change the ACL) and
+# the two 5.x left out: 53 rewrites the global white list, 54 returns every secret key
 ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC,                # 17
     RequestCode.UPDATE_BROKER_CONFIG,                   # 25
     RequestCode.DELETE_TOPIC_IN_BROKER,                 # 215
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,    # 200
     RequestCode.DELETE_SUBSCRIPTIONGROUP,               # 207
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,           # 50
+    RequestCode.DELETE_ACL_CONFIG,                      # 51
+    RequestCode.GET_BROKER_CLUSTER_ACL_INFO,            # 52
+    RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,       # 53
+    RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,          # 54
 })
 
 # AclConstants.ACCESS_KEY_MIN_LENGTH / SECRET_KEY_MIN_LENGTH: a key must be LONGER than this
@@ -601,6 +608,56 @@ def _account(item: Any, where: str, raw: dict[str, Any]) -> Account:
     _resource_perms(item, "groupPerms", where, retry_topic, perms)
     _resource_perms(item, "topicPerms", where, lambda name: name, perms)
     return Account(access_key, secret_key, white, address, admin, default_topic, default_group, perms)
+
+
+# ---------------------------------------------------------------------------------------------
+# ACL admin requests (UPDATE_AND_CREATE_ACL_CONFIG's header; the broker's edits are in
+# smartgo.broker.acl_file)
+
+#: PlainAccessConfig's fields, in the order 4.x writes a new account
+ACCESS_CONFIG_FIELDS = ("accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm",
+                        "defaultGroupPerm", "topicPerms", "groupPerms")
+
+
+def split_list(text: str | None) -> list[str] | None:
+    """A header's comma list (UtilAll.split); "" is the empty list, blank items are dropped."""
+    if text is None:
+        return None
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+@dataclass(frozen=True, slots=True)
+class AccessConfig:
+    """An account change as CreateAccessConfigRequestHeader carries it; None leaves a field as the
+    file has it (4.x: a missing admin meant false). Perms are "name=PERM" strings."""
+    access_key: str
+    secret_key: str | None = field(default=None, repr=False)
+    white_remote_address: str | None = None
+    admin: bool | None = None
+    default_topic_perm: str | None = None
+    default_group_perm: str | None = None
+    topic_perms: list[str] | None = None
+    group_perms: list[str] | None = None
+
+    def values(self) -> tuple:
+        """The fields in ACCESS_CONFIG_FIELDS order."""
+        return (self.access_key, self.secret_key, self.white_remote_address, self.admin, self.default_topic_perm,
+                self.default_group_perm, self.topic_perms, self.group_perms)
+
+    @classmethod
+    def from_header(cls, ext: Mapping[str, str]) -> AccessConfig:
+        admin = ext.get("admin")
+        return cls(ext.get("accessKey") or "", ext.get("secretKey") or None, ext.get("whiteRemoteAddress"),
+                   None if admin is None else admin.strip().lower() == "true",
+                   ext.get("defaultTopicPerm") or None, ext.get("defaultGroupPerm") or None,
+                   split_list(ext.get("topicPerms")), split_list(ext.get("groupPerms")))
+
+    def to_header(self) -> dict[str, str]:
+        def text(value: Any) -> str | None:
+            if isinstance(value, bool):
+                return str(value).lower()
+            return ",".join(value) if isinstance(value, list) else value
+        return {name: text(v) for name, v in zip(ACCESS_CONFIG_FIELDS, self.values()) if v is not None}
 
 
 # ---------------------------------------------------------------------------------------------

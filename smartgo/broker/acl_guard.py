@@ -5,8 +5,9 @@ processor.
 The rules come from the ACL file (RocketMQ's plain_acl.yml). A file that does not load stops the
 net actor's start with the reason, since a broker that was asked to check access must not serve
 without it. The file is read again when its modification time or size changes (checked every
-second, as 4.x's FileWatchService does every 500 ms); a change that does not load is logged and
-the rules in force stay. A refused request is answered SYSTEM_ERROR with 4.x's AclException text
+second, as 4.x's FileWatchService does every 500 ms, and at once when the broker actor has
+changed it for an ACL admin request); a change that does not load is logged and the rules in
+force stay. A refused request is answered SYSTEM_ERROR with 4.x's AclException text
 (a oneway one gets no answer), with a log line; the connection goes on serving.
 """
 
@@ -32,12 +33,13 @@ def acl_path(config: NodeConfig) -> Path:
     return Path(config.acl_file).expanduser() if config.acl_file else config.store_path / "plain_acl.yml"
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """A new inode too: two atomic rewrites within one clock tick may keep mtime and size."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 class AclGuard:
@@ -51,10 +53,12 @@ class AclGuard:
         if now - self._checked < CHECK_INTERVAL:
             return
         self._checked = now
-        stamp = _stamp(self.path)
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
+        if _stamp(self.path) != self._stamp:
+            self.reload()
+
+    def reload(self) -> None:
+        """The file's rules from now on; a file that does not load leaves the rules in force."""
+        self._stamp = _stamp(self.path)
         try:
             self.validator = AclValidator(load_acl(self.path))
         except (AclConfigError, OSError) as exc:

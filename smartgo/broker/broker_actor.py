@@ -34,6 +34,7 @@ from smartgo.acl import signer
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.health import CpuSampler
 from smartgo.actors.ring import CONSUMER, PRODUCER
+from smartgo.broker.acl_processor import AclProcessor
 from smartgo.broker.admin_processor import AdminProcessor
 from smartgo.broker.broker_config import RuntimeConfig
 from smartgo.broker.channel import ChannelServer
@@ -77,6 +78,8 @@ FORWARDED_CODES = frozenset({
     RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, RequestCode.VIEW_BROKER_STATS_DATA,
     RequestCode.GET_BROKER_CONSUME_STATS, RequestCode.QUERY_CONSUME_TIME_SPAN, RequestCode.QUERY_CONSUME_QUEUE,
     RequestCode.CLONE_GROUP_OFFSET, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+    RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
 })
 #: Forwarded codes the broker actor answers only after asking clients (up to CALL_CLIENT_TIMEOUT).
 RELAYED_CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
@@ -151,6 +154,7 @@ class BrokerActor(Actor):
         clients = ClientProcessor(self)
         self.channel.calls["send_back_target"] = clients.send_back_target
         return {**clients.table(), **AdminProcessor(self).table(), **ProgressProcessor(self).table(),
+                **AclProcessor(self).table(),
                 RequestCode.GET_ALL_DELAY_OFFSET:                   # the schedule actor's persisted progress
                     lambda client, request: get_all_delay_offset(self.config.store_path, request)}
 

@@ -89,7 +89,8 @@ class NetActor(Actor):
         self.ctl_ring = self.ring(f"ctl.{me}", PRODUCER, CTL_RING_CAPACITY)
         self.ctlr_ring = self.ring(f"ctlr.{me}", CONSUMER, CTL_RING_CAPACITY)
         self.link = BrokerLink(self.ctl_ring, self.push, self.invoke)
-        self.link.events.update({"group": self._on_group, "groups": self._on_groups, "config": self._on_config})
+        self.link.events.update({"group": self._on_group, "groups": self._on_groups, "config": self._on_config,
+                                 "acl": self._on_acl})
         self.link.on_gap = self._want_state
         self.stats = NetStats()
         self.groups = GroupsView()
@@ -239,6 +240,10 @@ class NetActor(Actor):
     def _on_config(self, args: dict) -> None:
         self.sends.auto_create = args["auto_create_topic"]
         self.pulls.auto_create_groups = args["auto_create_groups"]
+
+    def _on_acl(self, args: dict) -> None:
+        if self.acl is not None:                # the broker actor changed the ACL file
+            self.acl.reload()
 
     async def _flush_stats(self) -> None:
         """Statistics deltas to the broker actor on every second boundary of the wall clock."""

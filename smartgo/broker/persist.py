@@ -35,13 +35,18 @@ class PersistedFile:
         path = self.path
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            self._keep_previous()
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if path.exists():
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)    # a 0600 file (secrets) stays 0600
+                self._keep_previous()
+            os.replace(tmp, path)
+        except BaseException:                   # a full disk: no half-written temp file left behind
+            tmp.unlink(missing_ok=True)
+            raise
         _fsync_dir(path.parent)
 
     def _keep_previous(self) -> None:

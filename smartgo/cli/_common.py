@@ -82,3 +82,26 @@ def parse_properties(items: Iterable[str] | None) -> dict[str, str]:
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
     credentials = {"access_key": args.access_key, "secret_key": args.secret_key} if args.access_key else {}
     return {"timeout": args.timeout, **credentials}
+
+
+Configure = Callable[[argparse.ArgumentParser], None]
+
+
+def options(*specs: tuple) -> Configure:
+    """A subcommand's options from (flags, keyword arguments) pairs."""
+    def configure(c: argparse.ArgumentParser) -> None:
+        for flags, kwargs in specs:
+            c.add_argument(*flags, **kwargs)
+    return configure
+
+
+class CommandTable(dict):
+    """`smartgo admin` commands kept in a module of their own: name -> (help, configure, handler),
+    the handler an `async (admin, args)`."""
+
+    def command(self, name: str, help_text: str, configure: Configure):
+        def deco(fn):
+            self[name] = (help_text, configure, fn)
+            return fn
+        return deco
+

@@ -24,6 +24,11 @@ Traffic, lag and the clients behind them (smartgo.cli.admin_stats):
     smartgo admin producer-connections --group G --topic T
     smartgo admin query-cq --topic T --queue N --index I [--count 10] [--group G] [--broker ADDR]
     smartgo admin clone-offset --src G --dest G [--topic T] [--offline] | system-topics --broker ADDR
+
+Access control, each broker's plain_acl.yml (smartgo.cli.admin_acl):
+
+    smartgo admin acl-update --account AK [--account-secret SK] [--admin | --no-admin] [--topic-perms T=PUB,..] ...
+    smartgo admin acl-delete --account AK | acl-white --addrs P,... | acl-version | acl-config --broker ADDR
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import argparse
 import datetime
 from collections.abc import Callable
 
-from smartgo.cli import admin_stats
+from smartgo.cli import admin_acl, admin_stats
 from smartgo.cli._common import add_common, client_options, emit, guarded, table, when
 from smartgo.client import AsyncAdmin
 from smartgo.client.errors import ClientError
@@ -41,6 +46,8 @@ from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
 
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+#: commands kept in modules of their own
+_TABLES = {**admin_stats.COMMANDS, **admin_acl.COMMANDS}
 
 
 def _command(name: str, help_text: str):
@@ -54,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("admin", help="administer topics, groups and messages", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     cmds = p.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND", required=True)
-    for name, (help_text, configure) in [*_COMMANDS.items(), *((n, c[:2]) for n, c in admin_stats.COMMANDS.items())]:
+    for name, (help_text, configure) in [*_COMMANDS.items(), *((n, c[:2]) for n, c in _TABLES.items())]:
         c = cmds.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
         add_common(c)
         configure(c)
@@ -174,8 +181,8 @@ def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:
 async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per command
     cmd = args.admin_command
     async with AsyncAdmin(args.registry, **client_options(args)) as admin:
-        if cmd in admin_stats.COMMANDS:
-            await admin_stats.COMMANDS[cmd][2](admin, args)
+        if cmd in _TABLES:
+            await _TABLES[cmd][2](admin, args)
         elif cmd in ("topic-create", "topic-update"):
             addrs = await admin.create_topic(args.topic, args.queues, write_queues=args.write_queues, perm=args.perm,
                                              order=args.order, cluster=args.cluster, broker_addr=args.broker)

@@ -15,40 +15,21 @@ brokerConsumeStats, producerConnection, getConsumerStatus, queryCq, cloneGroupOf
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable
 
-from smartgo.cli._common import emit, table, when
+from smartgo.cli._common import CommandTable, emit, options, table, when
 from smartgo.client import AsyncAdmin
 
-Handler = Callable[[AsyncAdmin, argparse.Namespace], Awaitable[None]]
-#: name -> (help, add its options, run it)
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
-
-
-def _command(name: str, help_text: str, configure: Callable[[argparse.ArgumentParser], None]):
-    def deco(fn: Handler) -> Handler:
-        COMMANDS[name] = (help_text, configure, fn)
-        return fn
-    return deco
-
-
-def _options(*specs: tuple) -> Callable[[argparse.ArgumentParser], None]:
-    """Options from (flags, keyword arguments) pairs."""
-    def configure(c: argparse.ArgumentParser) -> None:
-        for flags, kwargs in specs:
-            c.add_argument(*flags, **kwargs)
-    return configure
-
-
+COMMANDS = CommandTable()
+command = COMMANDS.command
 
 GROUP = (("--group", "-g"), {"required": True})
 TOPIC = (("--topic", "-t"), {"required": True})
 BROKER = (("--broker", "-b"), {"required": True, "metavar": "HOST:PORT"})
 
 
-@_command("stats-all", "messages in and out per topic and consuming group: TPS over the last minute, sums over "
-          "the last day (VIEW_BROKER_STATS_DATA; mqadmin statsAll)",
-          _options((("--topic", "-t"), {"action": "append", "help": "only this topic (repeatable)"})))
+@command("stats-all", "messages in and out per topic and consuming group: TPS over the last minute, sums over "
+         "the last day (VIEW_BROKER_STATS_DATA; mqadmin statsAll)",
+         options((("--topic", "-t"), {"action": "append", "help": "only this topic (repeatable)"})))
 async def _stats_all(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     rows = await admin.traffic(args.topic)
     if args.json:
@@ -58,10 +39,10 @@ async def _stats_all(admin: AsyncAdmin, args: argparse.Namespace) -> None:
                   r.day_sum) for r in rows], ("TOPIC", "CONSUMER GROUP", "IN TPS", "OUT TPS", "24H SUM")))
 
 
-@_command("broker-stats", "one stats item of a broker over the last minute, hour and day (VIEW_BROKER_STATS_DATA)",
-          _options(BROKER, (("--name",), {"required": True, "help": "TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, GROUP_GET_NUMS, "
-                                          "GROUP_GET_SIZE, BROKER_PUT_NUMS or BROKER_GET_NUMS"}),
-                   (("--key",), {"required": True, "help": "the topic, topic@group, or the cluster name"})))
+@command("broker-stats", "one stats item of a broker over the last minute, hour and day (VIEW_BROKER_STATS_DATA)",
+         options(BROKER, (("--name",), {"required": True, "help": "TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, GROUP_GET_NUMS, "
+                                        "GROUP_GET_SIZE, BROKER_PUT_NUMS or BROKER_GET_NUMS"}),
+                 (("--key",), {"required": True, "help": "the topic, topic@group, or the cluster name"})))
 async def _broker_stats(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     stats = await admin.broker_stats(args.broker, args.name, args.key)
     if args.json:
@@ -74,9 +55,9 @@ async def _broker_stats(admin: AsyncAdmin, args: argparse.Namespace) -> None:
                     ("WINDOW", "SUM", "TPS", "PER REQUEST")))
 
 
-@_command("broker-consume-stats", "every group's lag at one broker, per topic and queue (mqadmin brokerConsumeStats)",
-          _options(BROKER, (("--order",), {"action": "store_true", "help": "only ordered topics"}),
-                   (("--level",), {"type": int, "default": 0, "help": "only queues lagging at least this much"})))
+@command("broker-consume-stats", "every group's lag at one broker, per topic and queue (mqadmin brokerConsumeStats)",
+         options(BROKER, (("--order",), {"action": "store_true", "help": "only ordered topics"}),
+                 (("--level",), {"type": int, "default": 0, "help": "only queues lagging at least this much"})))
 async def _broker_consume_stats(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     stats = await admin.broker_consume_stats(args.broker, args.order)
     rows = [(group, q.queue.topic, q.queue.queue_id, q.broker_offset, q.consumer_offset, q.lag, when(q.last_timestamp))
@@ -91,8 +72,8 @@ async def _broker_consume_stats(admin: AsyncAdmin, args: argparse.Namespace) -> 
     print(f"total lag {stats.total_diff} at {stats.broker_addr}")
 
 
-@_command("consume-time-span", "per queue the store times of its first and last message, of the group's last "
-          "consumed one, and how long its next message has waited (QUERY_CONSUME_TIME_SPAN)", _options(GROUP, TOPIC))
+@command("consume-time-span", "per queue the store times of its first and last message, of the group's last "
+         "consumed one, and how long its next message has waited (QUERY_CONSUME_TIME_SPAN)", options(GROUP, TOPIC))
 async def _consume_time_span(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     spans = await admin.consume_time_span(args.topic, args.group)
     if args.json:
@@ -103,9 +84,9 @@ async def _consume_time_span(admin: AsyncAdmin, args: argparse.Namespace) -> Non
                 ("BROKER", "QUEUE", "FIRST", "LAST", "CONSUMED UP TO", "DELAY MS")))
 
 
-@_command("client-offsets", "the offsets each consumer of a group holds in memory for a topic, asked of the "
-          "consumers (INVOKE_BROKER_TO_GET_CONSUMER_STATUS; mqadmin getConsumerStatus)",
-          _options(GROUP, TOPIC, (("--client",), {"default": "", "help": "only this client id"})))
+@command("client-offsets", "the offsets each consumer of a group holds in memory for a topic, asked of the "
+         "consumers (INVOKE_BROKER_TO_GET_CONSUMER_STATUS; mqadmin getConsumerStatus)",
+         options(GROUP, TOPIC, (("--client",), {"default": "", "help": "only this client id"})))
 async def _client_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     held = await admin.client_offsets(args.group, args.topic, args.client)
     rows = [(cid, mq.broker_name, mq.queue_id, offset) for cid, offsets in sorted(held.items())
@@ -119,9 +100,9 @@ async def _client_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     print(f"{len(held)} client(s) answered")
 
 
-@_command("producer-connections", "the connected producers of a group (GET_PRODUCER_CONNECTION_LIST)",
-          _options(GROUP, (("--topic", "-t"), {"required": True, "help": "a topic the group sends to (finds its "
-                                               "brokers)"})))
+@command("producer-connections", "the connected producers of a group (GET_PRODUCER_CONNECTION_LIST)",
+         options(GROUP, (("--topic", "-t"), {"required": True, "help": "a topic the group sends to (finds its "
+                                             "brokers)"})))
 async def _producer_connections(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     conns = await admin.producer_connections(args.group, args.topic)
     if args.json:
@@ -131,10 +112,10 @@ async def _producer_connections(admin: AsyncAdmin, args: argparse.Namespace) -> 
                 ("CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION")))
 
 
-@_command("query-cq", "raw ConsumeQueue entries of a queue (QUERY_CONSUME_QUEUE; mqadmin queryCq)",
-          _options(TOPIC, (("--queue", "-q"), {"type": int, "required": True}),
-                   (("--index", "-i"), {"type": int, "required": True}), (("--count", "-c"), {"type": int, "default": 10}),
-                   (("--group", "-g"), {}), (("--broker", "-b"), {"metavar": "HOST:PORT"})))
+@command("query-cq", "raw ConsumeQueue entries of a queue (QUERY_CONSUME_QUEUE; mqadmin queryCq)",
+         options(TOPIC, (("--queue", "-q"), {"type": int, "required": True}),
+                 (("--index", "-i"), {"type": int, "required": True}), (("--count", "-c"), {"type": int, "default": 10}),
+                 (("--group", "-g"), {}), (("--broker", "-b"), {"metavar": "HOST:PORT"})))
 async def _query_cq(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     body = await admin.query_consume_queue(args.topic, args.queue, args.index, args.count, args.group, args.broker)
     if args.json:
@@ -150,19 +131,19 @@ async def _query_cq(admin: AsyncAdmin, args: argparse.Namespace) -> None:
                  for i, e in enumerate(body["queueData"])], ("INDEX", "COMMITLOG OFFSET", "SIZE", "TAGS CODE")))
 
 
-@_command("clone-offset", "copy a group's offsets to another group (CLONE_GROUP_OFFSET)",
-          _options((("--src",), {"required": True, "help": "the group to copy from"}),
-                   (("--dest",), {"required": True, "help": "the group to copy to"}),
-                   (("--topic", "-t"), {"help": "only this topic (default: every topic of --src)"}),
-                   (("--offline",), {"action": "store_true", "help": "also topics the online --src no longer "
-                                     "subscribes"})))
+@command("clone-offset", "copy a group's offsets to another group (CLONE_GROUP_OFFSET)",
+         options((("--src",), {"required": True, "help": "the group to copy from"}),
+                 (("--dest",), {"required": True, "help": "the group to copy to"}),
+                 (("--topic", "-t"), {"help": "only this topic (default: every topic of --src)"}),
+                 (("--offline",), {"action": "store_true", "help": "also topics the online --src no longer "
+                                   "subscribes"})))
 async def _clone_offset(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     addrs = await admin.clone_group_offset(args.src, args.dest, args.topic, args.offline)
     emit({"src": args.src, "dest": args.dest, "brokers": addrs}) if args.json else print(
         f"offsets of {args.src} cloned to {args.dest} on {', '.join(addrs)}")
 
 
-@_command("system-topics", "the topics a broker keeps for itself (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)", _options(BROKER))
+@command("system-topics", "the topics a broker keeps for itself (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)", options(BROKER))
 async def _system_topics(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     topics = await admin.system_topics(args.broker)
     emit({"topics": topics}) if args.json else print("\n".join(topics))

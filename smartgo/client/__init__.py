@@ -22,6 +22,7 @@ asyncio API: AsyncProducer, AsyncPushConsumer, AsyncPullConsumer, AsyncAdmin (sa
 awaited; `async with`). See docs/CLIENT.md.
 """
 
+from smartgo.acl import AccessConfig
 from smartgo.client.admin import AsyncAdmin, ClusterInfo
 from smartgo.client.allocate import allocate_averagely, allocate_by_circle, allocate_consistent_hash
 from smartgo.client.blocking import Admin, Producer, PullConsumer, PushConsumer
@@ -37,7 +38,7 @@ from smartgo.client.route import select_by_hash, select_random
 from smartgo.client.subscription import MessageSelector, SubscriptionError
 from smartgo.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
-__all__ = ["Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "BrokerError",
+__all__ = ["AccessConfig", "Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "BrokerError",
            "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere", "ConsumeResult",
            "LocalTransactionState", "Message", "MessageError", "MessageExt", "MessageModel", "MessageQueue",
            "MessageSelector", "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",

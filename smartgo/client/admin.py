@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from smartgo.client import api, bodies
-from smartgo.client.bodies import BrokerStats, ConsumeStats, QueueProgress, QueueStatus, QueueTimeSpan
+from smartgo.acl import AccessConfig
+from smartgo.client.bodies import AclVersion, BrokerStats, ConsumeStats, QueueProgress, QueueStatus, QueueTimeSpan
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientError, NoRouteError
 from smartgo.client.instance import ClientInstance
@@ -67,6 +68,11 @@ class ClusterInfo:
         return sorted((n, self.brokers[n].master_addr) for n in names  # type: ignore[misc]
                       if n in self.brokers and self.brokers[n].master_addr)
 
+    def addrs(self, cluster: str | None = None) -> list[str]:
+        """Every broker address, masters and slaves, of a cluster (all clusters when None)."""
+        names = self.clusters.get(cluster, []) if cluster else list(self.brokers)
+        return sorted(a for n in names if n in self.brokers for a in self.brokers[n].broker_addrs.values())
+
     def to_json(self) -> dict:
         return {"clusters": {c: sorted(names) for c, names in sorted(self.clusters.items())},
                 "brokers": {n: {"cluster": b.cluster, "addrs": {str(k): v for k, v in sorted(b.broker_addrs.items())}}
@@ -112,15 +118,16 @@ class AsyncAdmin:
             raise BrokerError(R.SYSTEM_ERROR, f"malformed cluster info: {exc}", "registry", "cluster info") from None
         return ClusterInfo(brokers, clusters)
 
-    async def _masters(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+    async def _masters(self, cluster: str | None, broker_addr: str | None, slaves: bool = False) -> list[str]:
+        """broker_addr, else the masters (with slaves: every broker) of a cluster (all when None)."""
         if broker_addr:
             return [broker_addr]
         info = await self.cluster_info()
         if cluster and cluster not in info.clusters:
             raise ClientError(f"cluster {cluster!r} is unknown to the registry (known: {sorted(info.clusters)})")
-        addrs = [addr for _, addr in info.masters(cluster)]
+        addrs = info.addrs(cluster) if slaves else [addr for _, addr in info.masters(cluster)]
         if not addrs:
-            raise ClientError("no broker master is registered with the registry")
+            raise ClientError(f"no broker {'' if slaves else 'master '}is registered with the registry")
         return addrs
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
@@ -441,6 +448,57 @@ class AsyncAdmin:
             return parse(resp.body_bytes())
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
+
+    # -- ACL ---------------------------------------------------------------------------------------
+    # mqadmin updateAclConfig / deleteAclConfig / updateGlobalWhiteAddr / clusterAclConfigVersion
+    # send to every broker of a cluster, masters and slaves, as each keeps its own ACL file.
+
+    async def _acl_change(self, cmd_code: int, fields: dict[str, str], what: str, cluster: str | None,
+                          broker_addr: str | None) -> list[str]:
+        addrs = await self._masters(cluster, broker_addr, slaves=True)
+        await asyncio.gather(*(self._call(a, api.command(cmd_code, fields), what) for a in addrs))
+        return addrs
+
+    async def update_acl_account(self, account: AccessConfig, *, cluster: str | None = None,
+                                 broker_addr: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_ACL_CONFIG: creates the account (it then needs a secret key) or
+        changes the fields given. Needs an admin account when the broker checks ACLs. Returns
+        the brokers changed."""
+        return await self._acl_change(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, account.to_header(),
+                                      f"update ACL account {account.access_key}", cluster, broker_addr)
+
+    async def delete_acl_account(self, access_key: str, *, cluster: str | None = None,
+                                 broker_addr: str | None = None) -> list[str]:
+        """DELETE_ACL_CONFIG at every broker (of the cluster) or one."""
+        return await self._acl_change(RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key},
+                                      f"delete ACL account {access_key}", cluster, broker_addr)
+
+    async def update_global_white_addrs(self, patterns: Iterable[str], *, cluster: str | None = None,
+                                        broker_addr: str | None = None) -> list[str]:
+        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: the addresses (patterns such as 10.1.*) let in without
+        an account become `patterns`; an empty list lets in no one that way."""
+        return await self._acl_change(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                                      {"globalWhiteAddrs": ",".join(patterns)}, "update the global white list",
+                                      cluster, broker_addr)
+
+    async def acl_versions(self, *, cluster: str | None = None, broker_addr: str | None = None) -> list[AclVersion]:
+        """GET_BROKER_CLUSTER_ACL_INFO: each broker's ACL file versions, to see that a change reached all."""
+        what = "ACL version"
+        out = []
+        for addr in await self._masters(cluster, broker_addr, slaves=True):
+            resp = await self._call(addr, api.command(RequestCode.GET_BROKER_CLUSTER_ACL_INFO), what)
+            try:
+                out.append(bodies.parse_acl_version(resp.ext_fields or {}))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
+        return out
+
+    async def acl_config(self, broker_addr: str) -> dict:
+        """GET_BROKER_CLUSTER_ACL_CONFIG: a broker's global white list and accounts as its file has
+        them, secret keys included: {"globalWhiteAddrs": [...], "plainAccessConfigs": [...]}."""
+        what = "ACL config"
+        return self._decoded(await self._call(broker_addr, api.command(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG),
+                                              what), broker_addr, what, _json_object)
 
     # -- messages ---------------------------------------------------------------------------------
 

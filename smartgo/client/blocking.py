@@ -207,6 +207,7 @@ for _name in ("cluster_info", "broker_runtime_info", "broker_config", "create_to
               "query_by_key", "query_by_unique_key", "view_message", "query_by_id", "query_by_offset",
               "broker_health", "dlq_messages", "dlq_resend", "client_offsets", "producer_connections", "broker_stats",
               "traffic", "broker_consume_stats", "consume_time_span", "query_consume_queue", "clone_group_offset",
-              "system_topics"):
+              "system_topics", "update_acl_account", "delete_acl_account", "update_global_white_addrs",
+              "acl_versions", "acl_config"):
     setattr(Admin, _name, _blocking(_name, AsyncAdmin))
 del _name

@@ -175,3 +175,27 @@ def parse_client_offsets(data: bytes) -> dict[str, dict[MessageQueue, int]]:
     table = loads(data)["consumerTable"]
     return {str(cid): dict(sorted((mq, int(o)) for mq, o in _queue_map({"offsetTable": qs}, cid).items()))
             for cid, qs in table.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class AclVersion:
+    """GET_BROKER_CLUSTER_ACL_INFO (4.x's ClusterAclVersionInfo): a broker's ACL files with each
+    one's dataVersion, (counter, timestamp ms)."""
+    cluster: str
+    broker_name: str
+    broker_addr: str
+    files: dict[str, tuple[int, int]]
+
+    def to_json(self) -> dict:
+        return {"cluster": self.cluster, "broker_name": self.broker_name, "broker_addr": self.broker_addr,
+                "files": {path: {"counter": c, "timestamp": t} for path, (c, t) in sorted(self.files.items())}}
+
+
+def parse_acl_version(ext: dict[str, str]) -> AclVersion:
+    """From GetBrokerAclConfigResponseHeader; a 4.9.2- broker sends only "version" (no file names)."""
+    def version(v: Any) -> tuple[int, int]:
+        return int(v.get("counter", 0)), int(v.get("timestamp", 0))
+    files = ({str(path): version(v) for path, v in loads(ext["allAclFileVersion"]).items()}
+             if ext.get("allAclFileVersion") else {"": version(loads(ext["version"]))})
+    return AclVersion(ext["clusterName"], ext["brokerName"], ext["brokerAddr"], files)
+

@@ -4,6 +4,7 @@ credentials end to end, the file read again when it changes, and a bad file at s
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from smartgo.acl import signer
 from smartgo.actors.testing import NodeStartError
 from smartgo.broker.testing import pull_command, send_command, start_broker
-from smartgo.client import AsyncProducer, AsyncPushConsumer, BrokerError, Message
+from smartgo.client import AccessConfig, Admin, AsyncProducer, AsyncPushConsumer, BrokerError, Message
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -152,6 +153,82 @@ def test_a_changed_file_applies_and_a_broken_one_keeps_the_rules(node):
     finally:
         node.acl_file.write_text(ACL)
         app.close()
+
+
+def test_acl_admin_requests_rewrite_the_file_and_apply_at_once(node, capsys):
+    """50-54 through the admin client and the CLI: admin accounts only; each change is in force
+    for the next request, with no wait for the file watcher; a change the broker could not load is
+    refused with the reason and leaves the file alone; the version counts the changes."""
+    from smartgo.cli.main import main
+    registry, addr = f"127.0.0.1:{node.registry_port}", f"127.0.0.1:{node.port}"
+    path = str(node.acl_file.resolve())
+    topic = uid("Granted")
+    newbie, anonymous = client("newbie-access", "newbie-secret"), client()
+    try:
+        with Admin(registry, access_key="app-access", secret_key="app-secret-1") as app_admin:
+            with pytest.raises(BrokerError, match="Need admin permission for request code=50"):
+                app_admin.update_acl_account(AccessConfig("newbie-access", "newbie-secret"), broker_addr=addr)
+            with pytest.raises(BrokerError, match="Need admin permission for request code=54"):
+                app_admin.acl_config(addr)
+        with Admin(registry, access_key="ops-access", secret_key="ops-secret-1") as admin:
+            [before] = admin.acl_versions()                       # every broker of every cluster: this one
+            assert (before.broker_addr, list(before.files)) == (addr, [path])
+            counter = before.files[path][0]
+            assert call(newbie, node, send_command(topic, b"x")).remark == "No acl config for newbie-access"
+
+            assert admin.update_acl_account(AccessConfig("newbie-access", "newbie-secret",
+                                                         topic_perms=[f"{topic}=PUB"])) == [addr]
+            assert call(newbie, node, send_command(topic, b"x")).code == ResponseCode.SUCCESS
+
+            text = node.acl_file.read_text()
+            with pytest.raises(BrokerError, match="'ALL' is not a permission") as refused:
+                admin.update_acl_account(AccessConfig("newbie-access", default_topic_perm="ALL"), broker_addr=addr)
+            assert refused.value.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+            assert node.acl_file.read_text() == text
+
+            admin.update_acl_account(AccessConfig("newbie-access", topic_perms=[f"{topic}=SUB"]), broker_addr=addr)
+            assert call(newbie, node, send_command(topic, b"x")).remark == f"No default permission for topic:{topic}"
+
+            admin.update_global_white_addrs(["127.0.0.1"], broker_addr=addr)
+            assert call(anonymous, node, send_command(topic, b"x")).code == ResponseCode.SUCCESS
+            admin.update_global_white_addrs([], broker_addr=addr)
+            assert call(anonymous, node, send_command(topic, b"x")).remark == "No accessKey is configured"
+
+            config = admin.acl_config(addr)
+            assert config["globalWhiteAddrs"] == []
+            assert {"accessKey": "newbie-access", "admin": False, "secretKey": "newbie-secret",
+                    "topicPerms": [f"{topic}=SUB"]} in config["plainAccessConfigs"]
+
+            admin.delete_acl_account("newbie-access", broker_addr=addr)
+            assert call(newbie, node, send_command(topic, b"x")).remark == "No acl config for newbie-access"
+            with pytest.raises(BrokerError, match="has no account with accessKey 'newbie-access'") as gone:
+                admin.delete_acl_account("newbie-access", broker_addr=addr)
+            assert gone.value.code == ResponseCode.DELETE_ACL_CONFIG_FAILED
+            [after] = admin.acl_versions(broker_addr=addr)
+            assert after.files[path][0] == counter + 5
+        assert node.acl_file.with_name("plain_acl.yml.bak").exists()
+        assert _log(node, "deletion of ACL account newbie-access by 127.0.0.1")
+
+        ops = ["-n", registry, "--access-key", "ops-access", "--secret-key", "ops-secret-1"]
+        assert main(["admin", "acl-version", "--json", *ops]) == 0
+        assert json.loads(capsys.readouterr().out)["brokers"][0]["files"][path]["counter"] == counter + 5
+        assert main(["admin", "acl-update", *ops, "--account", "cli-access", "--account-secret", "cli-secret",
+                     "--topic-perms", f"{topic}=PUB", "--no-admin"]) == 0
+        assert f"ACL account cli-access updated on {addr}" in capsys.readouterr().out
+        cli_account = client("cli-access", "cli-secret")
+        assert call(cli_account, node, send_command(topic, b"x")).code == ResponseCode.SUCCESS
+        cli_account.close()
+        assert main(["admin", "acl-config", "--broker", addr, *ops]) == 0
+        assert "cli-access" in capsys.readouterr().out
+        assert main(["admin", "acl-white", "--addrs", "10.9.9.300", *ops]) != 0
+        assert "globalWhiteRemoteAddresses[0]: '10.9.9.300': not an IP address" in capsys.readouterr().err
+    finally:
+        node.acl_file.write_text(ACL)
+        wait_until(lambda: call(anonymous, node, send_command(topic, b"x")).remark == "No accessKey is configured"
+                   and call(newbie, node, send_command(topic, b"x")).remark == "No acl config for newbie-access",
+                   timeout=15, message="the original ACL file back in force")
+        newbie.close()
+        anonymous.close()
 
 
 def test_a_node_with_a_bad_acl_file_does_not_start(tmp_path):

@@ -176,3 +176,19 @@ def test_health_from_the_broker_over_the_wire(broker):
     down = subprocess.run([sys.executable, "-m", "smartgo.cli", "health", "--broker", "127.0.0.1:1"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert down.returncode == 1 and down.stderr.count("\n") == 1 and "127.0.0.1:1" in down.stderr
+
+
+def test_acl_admin_requests_on_a_broker_without_acl(broker):
+    """4.x answers 50/51/53 with a null remark and never answers 52/54; here each says why."""
+    for code, expected in ((RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED),
+                           (RequestCode.DELETE_ACL_CONFIG, ResponseCode.DELETE_ACL_CONFIG_FAILED),
+                           (RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                            ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED),
+                           (RequestCode.GET_BROKER_CLUSTER_ACL_INFO, ResponseCode.SYSTEM_ERROR),
+                           (RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, ResponseCode.SYSTEM_ERROR)):
+        r = broker.call(RemotingCommand(code, ext_fields={"accessKey": "some-access", "secretKey": "some-secret",
+                                                          "globalWhiteAddrs": "*"}))
+        assert (r.code, r.remark) == (expected, "ACL is off on this broker (acl_enable=false), so it keeps no ACL "
+                                                "file to change or read")
+    assert not (broker.node.store / "plain_acl.yml").exists()
+

@@ -5,6 +5,7 @@ and the request channel's coalesced offsets."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import random
@@ -72,6 +73,23 @@ def test_a_crash_before_the_rename_leaves_the_old_file(tmp_path, monkeypatch):
     assert json.loads(f.path.read_bytes()) == {"n": 1}
     f.save(b'{"n": 3}')                                              # the leftover temp file is no obstacle
     assert f.load(json.loads, "x") == {"n": 3}
+
+
+def test_a_full_disk_leaves_the_file_and_no_temp_file_and_the_mode_is_kept(tmp_path, monkeypatch):
+    f = PersistedFile(tmp_path / "plain_acl.yml")
+    f.save(b"accounts: []\n")
+    f.path.chmod(0o600)                                              # secrets: the owner only
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        f.save(b"accounts: [x]\n")
+    monkeypatch.undo()
+    assert f.path.read_bytes() == b"accounts: []\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain_acl.yml"]
+    f.save(b"accounts: [y]\n")
+    assert f.path.stat().st_mode & 0o777 == 0o600 and f.path.read_bytes() == b"accounts: [y]\n"
 
 
 @pytest.mark.timeout(60)

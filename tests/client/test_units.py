@@ -334,3 +334,17 @@ def test_the_blocking_admin_offers_every_async_admin_call():
     calls = {n for n, f in inspect.getmembers(AsyncAdmin, inspect.iscoroutinefunction) if not n.startswith("_")}
     missing = sorted(n for n in calls - {"start", "close"} if not hasattr(Admin, n))
     assert missing == []
+
+
+def test_acl_version_from_a_4_9_3_and_an_older_broker():
+    """allAclFileVersion (4.9.3+, one entry per file) wins; before it only "version" came."""
+    ident = {"clusterName": "C", "brokerName": "b", "brokerAddr": "127.0.0.1:10911"}
+    new = bodies.parse_acl_version({**ident, "version": '{"counter":9,"timestamp":5}',
+                                    "allAclFileVersion": '{"/a/plain_acl.yml":{"counter":3,"timestamp":1700000000000},'
+                                                         '"/a/acl/x.yml":{"counter":1,"stateVersion":0,"timestamp":2}}'})
+    assert new.files == {"/a/plain_acl.yml": (3, 1700000000000), "/a/acl/x.yml": (1, 2)}
+    assert new.to_json()["files"]["/a/acl/x.yml"] == {"counter": 1, "timestamp": 2}
+    old = bodies.parse_acl_version({**ident, "version": '{"counter":9,"timestamp":5}'})
+    assert (old.cluster, old.broker_name, old.broker_addr, old.files) == ("C", "b", "127.0.0.1:10911", {"": (9, 5)})
+    with pytest.raises(KeyError):
+        bodies.parse_acl_version({"version": "{}"})
