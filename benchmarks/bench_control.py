@@ -11,7 +11,8 @@ Scenarios (clients speak JSON headers, as Java clients do):
   offsets_sync    the same answered (8 in flight per connection)
   route       UPDATE_AND_CREATE_TOPIC -> the route visible on the node's registry: median, p99
 
-Every figure is the median of --runs runs (each on a fresh node). The machine is shared (2 vCPU):
+Every figure is the median of --runs runs (each on a fresh node; --quick, a smoke run, puts one
+run of each on one node). The machine is shared (2 vCPU):
 the load average is reported with the results. --json: the last line is one JSON object.
 host_probe_ms: the CPU time of a fixed Python loop before each run, median: higher is a slower host
 (host_probe.py; this VM's CPU speed varies up to 2x second to second).
@@ -21,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,10 +245,14 @@ def control_node(workdir: Path):
     return broker_node(workdir, NODE)
 
 
+#: what a scenario gets its node from: `with nodes() as (node, addr)`
+Nodes = Callable[[], AbstractContextManager[tuple[Node, str]]]
+
+
 # ---- scenarios ----------------------------------------------------------------------------------------------
 
-def scenario_heartbeat(workdir: Path, clients: int, period: float, quick: bool) -> dict:
-    with control_node(workdir) as (node, addr):
+def scenario_heartbeat(nodes: Nodes, clients: int, period: float, quick: bool) -> dict:
+    with nodes() as (node, addr):
         idle_before = control_cpu(node)
         time.sleep(period)
         idle = control_cpu(node) - idle_before
@@ -262,8 +270,8 @@ def scenario_heartbeat(workdir: Path, clients: int, period: float, quick: bool) 
             "errors": sum(r["errors"] for r in results), "joined": sum(r["joined"] for r in results)}
 
 
-def scenario_heartbeat_max(workdir: Path, seconds: float) -> dict:
-    with control_node(workdir) as (node, addr):
+def scenario_heartbeat_max(nodes: Nodes, seconds: float) -> dict:
+    with nodes() as (node, addr):
         jobs = [("heartbeat", {"addr": addr, "first": first, "clients": 50, "groups": 10, "period": 0,
                                "join_seconds": 0.5, "seconds": seconds, "blast": True}) for first in (0, 50)]
         results, cpu = run(jobs, node)
@@ -272,8 +280,8 @@ def scenario_heartbeat_max(workdir: Path, seconds: float) -> dict:
             "errors": sum(r["errors"] for r in results)}
 
 
-def scenario_offsets(workdir: Path, seconds: float, oneway: bool) -> dict:
-    with control_node(workdir) as (node, addr):
+def scenario_offsets(nodes: Nodes, seconds: float, oneway: bool) -> dict:
+    with nodes() as (node, addr):
         jobs = [("offsets", {"addr": addr, "conns": 2, "first_conn": first, "seconds": seconds, "oneway": oneway,
                              "depth": 8}) for first in (0, 2)]
         results, cpu = run(jobs, node)
@@ -282,8 +290,8 @@ def scenario_offsets(workdir: Path, seconds: float, oneway: bool) -> dict:
             "cpu_us_per_update": cpu / max(updates, 1) * 1e6, "errors": sum(r["errors"] for r in results)}
 
 
-def scenario_route(workdir: Path, trials: int) -> dict:
-    with control_node(workdir) as (node, addr):
+def scenario_route(nodes: Nodes, trials: int) -> dict:
+    with nodes() as (node, addr):
         registry = f"127.0.0.1:{node.registry_port}"
 
         async def main() -> list[float]:
@@ -321,28 +329,33 @@ def main() -> None:
     args = ap.parse_args()
     quick = args.quick
     runs = 1 if quick else args.runs
-    seconds = 1.5 if quick else args.seconds
+    seconds = 1.0 if quick else args.seconds
     only = set(filter(None, args.only.split(","))) or {"heartbeat", "heartbeat_max", "offsets", "offsets_sync",
                                                         "route"}
     results: dict = {"quick": quick, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
     probe = HostProbe()
-    with tempfile.TemporaryDirectory(prefix="bench_control_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench_control_") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
+        if quick:           # a smoke run: every scenario on one node saves four starts and stops
+            shared = stack.enter_context(control_node(work))
+            nodes: Nodes = lambda: contextlib.nullcontext(shared)   # noqa: E731
+        else:               # a measurement: a fresh node for each run of each scenario
+            nodes = lambda: control_node(work)   # noqa: E731
 
         def repeat(name: str, fn) -> None:
             results[name] = median_of([fn() for _ in probe.before_each(runs)])
             print(f"{name}: {results[name]}", file=sys.stderr)
 
         if "heartbeat" in only:
-            repeat("heartbeat", lambda: scenario_heartbeat(work, 100 if quick else 1000, 2.0 if quick else 30.0, quick))
+            repeat("heartbeat", lambda: scenario_heartbeat(nodes, 100 if quick else 1000, 1.0 if quick else 30.0, quick))
         if "heartbeat_max" in only:
-            repeat("heartbeat_max", lambda: scenario_heartbeat_max(work, seconds))
+            repeat("heartbeat_max", lambda: scenario_heartbeat_max(nodes, seconds))
         if "offsets" in only:
-            repeat("offsets", lambda: scenario_offsets(work, seconds, oneway=True))
+            repeat("offsets", lambda: scenario_offsets(nodes, seconds, oneway=True))
         if "offsets_sync" in only:
-            repeat("offsets_sync", lambda: scenario_offsets(work, seconds, oneway=False))
+            repeat("offsets_sync", lambda: scenario_offsets(nodes, seconds, oneway=False))
         if "route" in only:
-            repeat("route", lambda: scenario_route(work, 5 if quick else 100))
+            repeat("route", lambda: scenario_route(nodes, 5 if quick else 100))
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     results["host_probe_ms"] = probe.ms
     results["targets"] = TARGETS

@@ -101,6 +101,9 @@ class NodeConfig:
     client_scan_interval: float = setting(10.0, "seconds between scans for expired client connections")
     queue_lock_lease: float = setting(60.0, "seconds an orderly consumer's queue lock lasts without renewal")
     stats_interval: int = setting(60, "seconds per statistics record (a divisor of 3600; docs/STATS.md)")
+    stats_sample_interval: float = setting(10.0, "seconds between the samples behind the 4.x stats items' "
+                                                 "last-minute figures (VIEW_BROKER_STATS_DATA, mqadmin statsAll; "
+                                                 "4.x: 10); 7 are kept, so those figures span 6 intervals")
     stats_max_bytes: int = setting(256 * 1024 * 1024, "bytes the stats folder may hold; the oldest files go first")
     flush: str = setting("async", "acknowledge a send once it is in the mapped CommitLog (async) or only "
                                   "after it is on disk (sync, group commit)", choices=("async", "sync"))

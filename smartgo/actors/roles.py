@@ -16,7 +16,7 @@ from smartgo.actors.board import FieldSpec
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_writer, delay_levels, intent_fields,
                                     is_slave, net_names)
-from smartgo.broker.stats import window_seconds
+from smartgo.broker.stats import minute_sample_ms, window_seconds
 from smartgo.config import ConfigError, NodeConfig
 
 
@@ -79,6 +79,7 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     producers = commit_producers(config)        # the net actors and the schedule actor
     delay_levels(config)                        # a malformed table is a settings error (exit 2)
     window_seconds(config)                      # so is a stats window that does not tile an hour
+    minute_sample_ms(config)                    # and a stats sample interval that is not above 0
     slave = is_slave(config)
     if slave != (config.broker_id != 0):
         raise ConfigError(f"broker_id {config.broker_id}: a master is 0, a slave 1 or more (RocketMQ brokerId)")

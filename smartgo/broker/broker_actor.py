@@ -53,7 +53,7 @@ from smartgo.broker.slave_sync import Changed, MasterState, apply_state, run_sla
 from smartgo.broker.ha_client import master_file
 from smartgo.broker.settings import broker_addr, ha_addr, is_slave, registry_addrs, store_config
 from smartgo.broker.progress_processor import ProgressProcessor
-from smartgo.broker.stats import FLUSH_INTERVAL, StatsBook, window_seconds
+from smartgo.broker.stats import FLUSH_INTERVAL, StatsBook, minute_sample_ms, window_seconds
 from smartgo.broker.stats_files import StatsFiles
 from smartgo.broker.subscriptions import GroupState
 from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, auto_created, default_topics,
@@ -122,7 +122,7 @@ class BrokerActor(Actor):
         self.cpu_sampler = CpuSampler()
         self.stats_files = StatsFiles(store / "stats", cfg.stats_max_bytes)
         self.stats = StatsBook(window_seconds(cfg), _now_ms(), self.stats_files.last_ts(), cfg.cluster_name,
-                               time.monotonic())
+                               time.monotonic(), minute_sample_ms(cfg))
         self._day = date.today()
         self._morning = self._yesterday = (0, 0)
         self.identity = {"cluster": cfg.cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,

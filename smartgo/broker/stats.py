@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from smartgo.broker.stats_items import (BROKER_GET_NUMS, BROKER_PUT_NUMS, GROUP_GET_NUMS, GROUP_GET_SIZE,
-                                        TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems, group_key)
+                                        RESOLUTIONS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems, group_key)
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.stats_schema import LATENCY_BOUNDS, SCHEMA_VERSION
 
@@ -40,6 +40,13 @@ def window_seconds(config: NodeConfig) -> int:
     if w <= 0 or 3600 % w:
         raise ConfigError(f"stats_interval must divide 3600 (whole windows per hour), got {w}")
     return w
+
+
+def minute_sample_ms(config: NodeConfig) -> int:
+    """stats_sample_interval in ms, checked."""
+    if not config.stats_sample_interval > 0:
+        raise ConfigError(f"stats_sample_interval must be above 0 seconds, got {config.stats_sample_interval}")
+    return round(config.stats_sample_interval * 1000)
 
 
 class LatencyHistogram:
@@ -209,7 +216,7 @@ class StatsBook:
     """The broker actor's statistics: open windows, running totals, rates."""
 
     def __init__(self, window_s: int, now_ms: int, not_before_ms: int = 0, cluster: str = "DefaultCluster",
-                 now: float = 0.0) -> None:
+                 now: float = 0.0, minute_sample_ms: int = RESOLUTIONS[0][0]) -> None:
         self.window_s = window_s
         self.window_ms = window_s * 1000
         self.windows: dict[int, Window] = {}
@@ -220,7 +227,7 @@ class StatsBook:
         self.pull_max_ms = 0.0
         self.broker_rates = Samples(1.0, 3601)
         self.cluster = cluster
-        self.items = StatsItems(now)
+        self.items = StatsItems(now, minute_sample_ms)
 
     def _end_of(self, stamp_ms: int) -> int:
         return -(-stamp_ms // self.window_ms) * self.window_ms

@@ -41,10 +41,10 @@ class StatsItem:
     snapshots: tuple[deque, ...] = field(
         default_factory=lambda: tuple(deque(maxlen=keep) for _, keep in RESOLUTIONS))
 
-    def sample(self, resolution: int, now_ms: int) -> None:
+    def sample(self, resolution: int, now_ms: int, interval_ms: int) -> None:
         snaps = self.snapshots[resolution]
         if not snaps:
-            snaps.append((now_ms - RESOLUTIONS[resolution][0], 0, 0))
+            snaps.append((now_ms - interval_ms, 0, 0))
         snaps.append((now_ms, self.times, self.value))
 
     def figures(self, resolution: int) -> dict:
@@ -65,10 +65,12 @@ class StatsItem:
 
 class StatsItems:
     """Every item by name and key, and when each resolution samples next (all at start, then
-    every interval, as 4.x's schedules with no initial delay)."""
+    every interval, as 4.x's schedules with no initial delay). minute_ms replaces the minute
+    list's 10 s (the stats_sample_interval setting)."""
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, minute_ms: int = RESOLUTIONS[0][0]) -> None:
         self.table: dict[str, dict[str, StatsItem]] = {name: {} for name in NAMES}
+        self.intervals_ms = (minute_ms, *(interval for interval, _ in RESOLUTIONS[1:]))
         self._next = [now] * len(RESOLUTIONS)
 
     def add(self, name: str, key: str, value: int, times: int) -> None:
@@ -85,14 +87,14 @@ class StatsItems:
 
     def tick(self, now: float, now_ms: int) -> None:
         """Sample each resolution that is due (now: monotonic seconds)."""
-        for r, (interval_ms, _) in enumerate(RESOLUTIONS):
+        for r, interval_ms in enumerate(self.intervals_ms):
             if now < self._next[r]:
                 continue
             nxt = self._next[r] + interval_ms / 1000
             self._next[r] = nxt if nxt > now else now + interval_ms / 1000   # after a stall: no burst
             for items in self.table.values():
                 for item in items.values():
-                    item.sample(r, now_ms)
+                    item.sample(r, now_ms, interval_ms)
 
     def minute_tps(self, name: str, key: str) -> float:
         item = self.get(name, key)

@@ -18,7 +18,7 @@ from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.testing import wait_until
 
-NODE_SETTINGS = {"offset_persist_interval": 0.2}
+NODE_SETTINGS = {"offset_persist_interval": 0.2, "stats_sample_interval": 2}   # consumeTps within 2 s, not 10
 
 
 def uid(prefix: str) -> str:

@@ -28,8 +28,9 @@ from smartgo.broker.locks import RebalanceLocks
 from smartgo.broker.offsets import ConsumerOffsets
 from smartgo.broker.persist import PersistedFile
 from smartgo.broker import stats_items
-from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook
+from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook, minute_sample_ms
 from smartgo.broker.stats_files import StatsFiles
+from smartgo.config import ConfigError, NodeConfig
 from smartgo.broker.testing import heartbeat_body
 from smartgo.stats_schema import file_hour_ms, file_name
 
@@ -326,6 +327,21 @@ def test_stats_items_follow_4x_statsitem_arithmetic():
     late.sample(0.0, 0)
     late.items.add(stats_items.TOPIC_PUT_NUMS, "U", 3, 1)
     assert late.items.get(stats_items.TOPIC_PUT_NUMS, "U").figures(2) == {"avgpt": 0.0, "sum": 0, "tps": 0.0}
+
+
+def test_a_shorter_minute_sample_interval_and_its_check():
+    """stats_sample_interval moves only the minute list (its seed and its spacing)."""
+    book = StatsBook(60, 0, now=0.0, minute_sample_ms=2000)
+    for t in range(0, 20):
+        book.items.add(stats_items.TOPIC_PUT_NUMS, "T", 10, 1)
+        book.sample(float(t), t * 1000)
+    put = book.items.get(stats_items.TOPIC_PUT_NUMS, "T")
+    assert [ts for ts, _, _ in put.snapshots[0]] == list(range(6000, 19000, 2000))   # 7 kept, 2 s apart
+    assert put.figures(0) == {"avgpt": 10.0, "sum": 120, "tps": 10.0}
+    assert [ts for ts, _, _ in put.snapshots[1]] == [-600_000, 0]
+    with pytest.raises(ConfigError, match="stats_sample_interval must be above 0"):
+        minute_sample_ms(NodeConfig(stats_sample_interval=0))
+    assert minute_sample_ms(NodeConfig()) == 10_000
 
 
 def test_stats_files_hour_boundary_rotation_and_restart(tmp_path):
