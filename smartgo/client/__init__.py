@@ -38,11 +38,11 @@ from smartgo.client.route import select_by_hash, select_random
 from smartgo.client.subscription import MessageSelector, SubscriptionError
 from smartgo.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
-__all__ = ["AccessConfig", "Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "BrokerError",
-           "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere", "ConsumeResult",
-           "LocalTransactionState", "Message", "MessageError", "MessageExt", "MessageModel", "MessageQueue",
-           "MessageSelector", "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",
-           "RegistryUnavailableError", "RequestTimeoutError", "SendResult", "SendStatus", "SendTimeoutError",
-           "SubscriptionError", "TransactionListener", "TransactionSendResult", "allocate_averagely",
-           "allocate_by_circle", "allocate_consistent_hash", "create_reply_message", "reply_topic", "select_by_hash",
-           "select_random"]
+__all__ = ["AccessConfig", "Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer",
+           "BrokerError", "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere",
+           "ConsumeResult", "LocalTransactionState", "Message", "MessageError", "MessageExt", "MessageModel",
+           "MessageQueue", "MessageSelector", "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus",
+           "PushConsumer", "RegistryUnavailableError", "RequestTimeoutError", "SendResult", "SendStatus",
+           "SendTimeoutError", "SubscriptionError", "TransactionListener", "TransactionSendResult",
+           "allocate_averagely", "allocate_by_circle", "allocate_consistent_hash", "create_reply_message",
+           "reply_topic", "select_by_hash", "select_random"]

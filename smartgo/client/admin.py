@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from smartgo.client import api, bodies
 from smartgo.acl import AccessConfig
+from smartgo.client import api, bodies
 from smartgo.client.bodies import AclVersion, BrokerStats, ConsumeStats, QueueProgress, QueueStatus, QueueTimeSpan
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientError, NoRouteError
@@ -118,7 +118,7 @@ class AsyncAdmin:
             raise BrokerError(R.SYSTEM_ERROR, f"malformed cluster info: {exc}", "registry", "cluster info") from None
         return ClusterInfo(brokers, clusters)
 
-    async def _masters(self, cluster: str | None, broker_addr: str | None, slaves: bool = False) -> list[str]:
+    async def _brokers(self, cluster: str | None, broker_addr: str | None, slaves: bool = False) -> list[str]:
         """broker_addr, else the masters (with slaves: every broker) of a cluster (all when None)."""
         if broker_addr:
             return [broker_addr]
@@ -157,7 +157,7 @@ class AsyncAdmin:
         """UPDATE_AND_CREATE_TOPIC at every master of the cluster (all clusters when None) or at
         one broker; creates or updates. Returns the brokers' addresses."""
         check_topic(topic)
-        addrs = await self._masters(cluster, broker_addr)
+        addrs = await self._brokers(cluster, broker_addr)
         cmd_args = (topic, queues, queues if write_queues is None else write_queues, perm, order)
         await asyncio.gather(*(self._call(a, api.create_topic_request(*cmd_args), f"create topic {topic}")
                                for a in addrs))
@@ -165,7 +165,7 @@ class AsyncAdmin:
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
         """DELETE_TOPIC_IN_BROKER at the masters, then DELETE_TOPIC_IN_NAMESRV at every registry."""
-        addrs = await self._masters(cluster, None)
+        addrs = await self._brokers(cluster, None)
         await asyncio.gather(*(self._call(a, api.topic_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic),
                                           f"delete topic {topic}") for a in addrs))
         for registry in self.config.registry:
@@ -201,7 +201,7 @@ class AsyncAdmin:
 
     async def create_subscription_group(self, group: str, *, cluster: str | None = None,
                                         broker_addr: str | None = None, **options: object) -> list[str]:
-        addrs = await self._masters(cluster, broker_addr)
+        addrs = await self._brokers(cluster, broker_addr)
         body = api.subscription_group_body(group, **options)  # type: ignore[arg-type]
         await asyncio.gather(*(self._call(a, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
                                                              body=body), f"create group {group}") for a in addrs))
@@ -215,7 +215,7 @@ class AsyncAdmin:
         try:
             return await self._topic_masters(retry_topic(group))
         except NoRouteError:
-            return await self._masters(None, None)
+            return await self._brokers(None, None)
 
     async def _topic_masters(self, topic: str) -> list[str]:
         return sorted({b.master_addr for b in (await self.topic_route(topic)).broker_datas if b.master_addr})
@@ -442,10 +442,11 @@ class AsyncAdmin:
         return sorted(map(str, topics))
 
     @staticmethod
-    def _decoded(resp: RemotingCommand, addr: str, what: str, parse: Callable[[bytes], T]) -> T:
-        """The response's body parsed; a body that does not parse is a BrokerError."""
+    def _decoded(resp: RemotingCommand, addr: str, what: str, parse: Callable[..., T], header: bool = False) -> T:
+        """The response's body (or with header, its ext fields) parsed; one that does not parse
+        is a BrokerError."""
         try:
-            return parse(resp.body_bytes())
+            return parse(resp.ext_fields or {}) if header else parse(resp.body_bytes())
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
 
@@ -455,7 +456,7 @@ class AsyncAdmin:
 
     async def _acl_change(self, cmd_code: int, fields: dict[str, str], what: str, cluster: str | None,
                           broker_addr: str | None) -> list[str]:
-        addrs = await self._masters(cluster, broker_addr, slaves=True)
+        addrs = await self._brokers(cluster, broker_addr, slaves=True)
         await asyncio.gather(*(self._call(a, api.command(cmd_code, fields), what) for a in addrs))
         return addrs
 
@@ -485,12 +486,9 @@ class AsyncAdmin:
         """GET_BROKER_CLUSTER_ACL_INFO: each broker's ACL file versions, to see that a change reached all."""
         what = "ACL version"
         out = []
-        for addr in await self._masters(cluster, broker_addr, slaves=True):
+        for addr in await self._brokers(cluster, broker_addr, slaves=True):
             resp = await self._call(addr, api.command(RequestCode.GET_BROKER_CLUSTER_ACL_INFO), what)
-            try:
-                out.append(bodies.parse_acl_version(resp.ext_fields or {}))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise BrokerError(R.SYSTEM_ERROR, f"malformed answer: {exc}", addr, what) from None
+            out.append(self._decoded(resp, addr, what, bodies.parse_acl_version, header=True))
         return out
 
     async def acl_config(self, broker_addr: str) -> dict:
