@@ -23,6 +23,7 @@ import psutil
 from smartgo.actors.health import node_health
 from smartgo.broker.broker_config import check_updates, parse_properties, properties_text
 from smartgo.broker.channel import ClientRef, InvokeError
+from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
 from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics, system_topics
 from smartgo.net import fastjson
@@ -53,6 +54,15 @@ def _queue_key(key: object) -> object:
     if not (isinstance(broker_name, str) and isinstance(queue_id, int) and isinstance(topic, str)):
         raise ValueError(f"{key} is not a MessageQueue")
     return broker_name, topic, queue_id
+
+
+def refuse_old_consumers(request: RemotingCommand, channels: list[ClientChannel]) -> RemotingCommand | None:
+    """4.x's refusal of a reset or status call when a consumer predates V3_0_7_SNAPSHOT."""
+    old = next((ch for ch in channels if ch.version < MQVersion.V3_0_7_SNAPSHOT), None)
+    if old is None:
+        return None
+    return request.make_response(ResponseCode.SYSTEM_ERROR, f"the client does not support this feature. "
+                                 f"version={old.version}")
 
 
 def queue_keyed(entries: list[tuple[dict, dict]], **fields: object) -> bytes:
@@ -204,15 +214,13 @@ class AdminProcessor:
         them one after another, 5 s each, this asks them all at once."""
         b = self.b
         topic, group, only = request.ext_str("topic"), request.ext_str("group"), request.ext_str("clientAddr", "")
-        info = b.clients.consumers.get(group)
-        channels = list(info.channels.values()) if info is not None else []
+        channels = b.clients.consumer_channels(group)
         if not channels:
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"No Any Consumer online in the consumer group: [{group}]")
-        old = next((ch for ch in channels if ch.version < MQVersion.V3_0_7_SNAPSHOT), None)
-        if old is not None:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "the client does not support this feature. "
-                                         f"version={old.version}")
+        refused = refuse_old_consumers(request, channels)
+        if refused is not None:
+            return refused
         asked = [ch for ch in channels if not only or ch.client_id == only]
         call = RemotingCommand(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, ext_fields={"topic": topic, "group": group})
         answers = await asyncio.gather(*(b.channel.invoke(ch.ref, call, CONSUMER_STATUS_TIMEOUT) for ch in asked),
@@ -237,8 +245,7 @@ class AdminProcessor:
         opaque, to the connection of clientId in consumerGroup; the consumer's response is the
         answer, as it is."""
         group, client_id = request.ext_str("consumerGroup"), request.ext_str("clientId")
-        info = self.b.clients.consumers.get(group)
-        ch = next((c for c in info.channels.values() if c.client_id == client_id), None) if info else None
+        ch = next((c for c in self.b.clients.consumer_channels(group) if c.client_id == client_id), None)
         if ch is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
         if ch.version < MQVersion.V3_1_8_SNAPSHOT:

@@ -1,8 +1,9 @@
 """Client requests the broker actor serves (RocketMQ's ClientManageProcessor and
 ConsumerManageProcessor): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP
 (38), QUERY_CONSUMER_OFFSET (14), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
-GET_CONSUMER_CONNECTION_LIST (203) and GET_PRODUCER_CONNECTION_LIST (204); and the call `send_back_target`, the group half of
-CONSUMER_SEND_MSG_BACK (36), which a net actor serves (send_back_processor.py).
+GET_CONSUMER_CONNECTION_LIST (203) and GET_PRODUCER_CONNECTION_LIST (204); and the call
+`send_back_target`, the group half of CONSUMER_SEND_MSG_BACK (36), which a net actor serves
+(send_back_processor.py).
 
 Processors are plain functions (no awaits): the channel runs them in ring order and answers at
 once. A malformed body raises BodyError, which the channel answers SYSTEM_ERROR with the error

@@ -257,13 +257,15 @@ class ClientTable:
         return changes
 
     # ---- queries ---------------------------------------------------------------------------------
-    def consumer_ids(self, group: str) -> list[str]:
+    def consumer_channels(self, group: str) -> list[ClientChannel]:
         info = self.consumers.get(group)
-        return [] if info is None else [ch.client_id for ch in info.channels.values()]
+        return [] if info is None else list(info.channels.values())
+
+    def consumer_ids(self, group: str) -> list[str]:
+        return [ch.client_id for ch in self.consumer_channels(group)]
 
     def consumer_refs(self, group: str) -> list[ClientRef]:
-        info = self.consumers.get(group)
-        return [] if info is None else [ch.ref for ch in info.channels.values()]
+        return [ch.ref for ch in self.consumer_channels(group)]
 
     def producer_ref(self, client_id: str) -> ClientRef | None:
         """A connection of the producer client `client_id` (ProducerManager.findChannel: where a

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from smartgo.broker.admin_processor import mq_json, queue_keyed
+from smartgo.broker.admin_processor import mq_json, queue_keyed, refuse_old_consumers
 from smartgo.broker.channel import ClientRef
 from smartgo.broker.topics import TopicConfig
 from smartgo.net import fastjson
-from smartgo.net.codes import FLAG_ONEWAY, LanguageCode, MQVersion, RequestCode, ResponseCode
+from smartgo.net.codes import FLAG_ONEWAY, LanguageCode, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.config import CQ_UNIT
 from smartgo.store.consume_queue import ENTRY
@@ -236,15 +236,13 @@ class ProgressProcessor:
             target = end if timestamp == -1 else reader.search_offset_by_time(topic, q, timestamp, end, written)
             target = max(target, 0)
             table.append((q, target if force or target < current else current))
-        info = b.clients.consumers.get(group)
-        channels = list(info.channels.values()) if info is not None else []
+        channels = b.clients.consumer_channels(group)
         if not channels:
             return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online, so can not reset "
                                          f"offset, Group: {group} Topic: {topic} Timestamp: {timestamp}")
-        old = [ch for ch in channels if ch.version < MQVersion.V3_0_7_SNAPSHOT]
-        if old:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "the client does not support this feature. "
-                                         f"version={old[0].version}")
+        refused = refuse_old_consumers(request, channels)
+        if refused is not None:
+            return refused
         name = b.config.broker_name
         java_body = queue_keyed([(mq_json(name, topic, q), offset) for q, offset in table])
         c_body = fastjson.dumps({"offsetTable": [{**mq_json(name, topic, q), "offset": offset} for q, offset in table]})

@@ -157,7 +157,6 @@ def _dlq_resend(c: argparse.ArgumentParser) -> None:
     c.add_argument("--topic", "-t", help="send to this topic instead of the original one (RETRY_TOPIC)")
 
 
-
 def _behind(broker_id: int, master_end: str | None, end: str | None) -> str:
     """A slave's distance from its master: CommitLog bytes the master has and it has not yet."""
     if broker_id == 0 or master_end is None or end is None:

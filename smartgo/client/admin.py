@@ -22,7 +22,8 @@ from smartgo.client.route import BrokerData, TopicRouteData
 from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.uniq_id import uniq_id_time
-from smartgo.net.codes import MASTER_ID, PermName, RequestCode, dlq_topic, retry_topic
+from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, PermName, RequestCode,
+                               dlq_topic, retry_topic)
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
 from smartgo.store.errors import InvalidMessageIdError
@@ -379,9 +380,11 @@ class AsyncAdmin:
         """mqadmin statsAll: for each topic (default: every topic but retry and DLQ ones), the
         messages it took in over the last minute (per second) and day at its masters, and what each
         consuming group took out of it."""
+        if topics is None:
+            topics = [t for t in await self.topic_list()
+                      if not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))]
         rows = []
-        for topic in topics if topics is not None else [t for t in await self.topic_list()
-                                                        if not t.startswith(("%RETRY%", "%DLQ%"))]:
+        for topic in topics:
             masters = await self._topic_masters(topic)
             rows.append(await self._traffic(masters, topic, None, "TOPIC_PUT_NUMS", topic))
             for group in await self.topic_consumers(topic):
