@@ -275,6 +275,10 @@ class ChannelServer:
         else:
             fut.set_exception(InvokeError(msg["err"], msg.get("timeout", False)))
 
+    @property
+    def nets(self) -> list[str]:
+        return list(self._out)
+
     def send(self, net: str, op: str, **args: Any) -> None:
         """An event to one net actor (its link.events[op](args))."""
         self._seq[net] += 1

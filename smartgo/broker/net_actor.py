@@ -48,6 +48,7 @@ from smartgo.broker.query_processor import QueryProcessor
 from smartgo.broker.rings import (CTL_RING_CAPACITY, DONE_RING_CAPACITY, SEND_RING_CAPACITY, SMALL_RING_CAPACITY,
                                   monotonic_ms)
 from smartgo.broker.reply_processor import ReplyProcessor
+from smartgo.broker.resume_half_processor import ResumeHalfProcessor
 from smartgo.broker.send_back_processor import SendBackProcessor
 from smartgo.broker.send_processor import SendProcessor
 from smartgo.broker.settings import store_config, vip_port
@@ -104,6 +105,8 @@ class NetActor(Actor):
         queries = QueryProcessor(self.view, store.default_query_max_num)
         replies = ReplyProcessor(self)
         offsets = OffsetProcessor(self.view, self.link)
+        halves = ResumeHalfProcessor(self)
+        self.link.events["given_up"] = halves.given_up
         processors = {
             RequestCode.SEND_MESSAGE: self.sends.process,
             RequestCode.SEND_MESSAGE_V2: self.sends.process,
@@ -120,6 +123,7 @@ class NetActor(Actor):
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
             RequestCode.CONSUMER_SEND_MSG_BACK: SendBackProcessor(self).process,
             RequestCode.END_TRANSACTION: EndTransactionProcessor(self).process,
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: halves.process,
             RequestCode.CHECK_CLIENT_CONFIG: CheckClientConfigProcessor(self.filters).process,
         }
         for code in FORWARDED_CODES:

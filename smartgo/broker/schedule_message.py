@@ -1,6 +1,7 @@
 """Records the broker rewrites (sans-IO): the send path's delay and transaction-half rewrites, the
-schedule actor's re-publish, the copy a consumer's send-back stores (send_back_record) and the
-message END_TRANSACTION makes of a half (end_transaction_record).
+schedule actor's re-publish, the copy a consumer's send-back stores (send_back_record), the
+message END_TRANSACTION makes of a half (end_transaction_record) and a half's copies for the
+check-back's give-up and RESUME_CHECK_HALF_MESSAGE (half_copy).
 
 Storing (CommitLog.asyncPutMessage): a non-transactional or commit message with DELAY > 0 is
 stored in SCHEDULE_TOPIC_XXXX, queue level - 1, with the level capped at the table's maximum
@@ -39,11 +40,13 @@ REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 TRAN_MSG = "TRAN_MSG"
 PGROUP = "PGROUP"
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 _DELAY_SEG = DELAY + "\x01"
 _REAL_SEGS = (REAL_TOPIC + "\x01", REAL_QID + "\x01")
 _TRAN_SEG = TRAN_MSG + "\x01"
+_CHECK_TIMES_SEG = (CHECK_TIMES + "\x01").encode()
 _END_DROPPED = (_TRAN_SEG.encode(), *(seg.encode() for seg in _REAL_SEGS))
 _REAL_QID_B = _REAL_SEGS[1].encode()
 _ROUTE = re.compile(rb"(?:^|\x02)(REAL_TOPIC|REAL_QID)\x01([^\x02]*)").findall
@@ -188,6 +191,19 @@ def end_transaction_record(rec: memoryview | bytes, tx_type: int, half_offset: i
     return Republished(topic, queue_id, _rebuild(rec, lay, tfield, queue_id, kept, tx=(sys_flag, half_offset)))
 
 
+def half_copy(rec: memoryview | bytes, topic: str, check_times: int) -> bytes:
+    """A half record stored again in `topic` queue 0 (4.x's toMessageExtBrokerInner: the copy of a
+    given-up half, and the half RESUME_CHECK_HALF_MESSAGE puts back): TRANSACTION_CHECK_TIMES set
+    to check_times, every other field and property kept. ScheduleRecordError for a record that
+    is not a half (no REAL_TOPIC / REAL_QID: no producer could end it)."""
+    lay = _layout(rec)
+    props = bytes(rec[lay.props:lay.total])
+    _real_route(props)
+    kept = [seg for seg in props.split(b"\x02") if seg and not seg.startswith(_CHECK_TIMES_SEG)]
+    kept.append(_CHECK_TIMES_SEG + b"%d" % check_times)
+    return _rebuild(rec, lay, topic_field(topic), 0, b"\x02".join(kept))
+
+
 def check_message(rec: memoryview | bytes) -> bytes:
     """The body of CHECK_TRANSACTION_STATE (sendCheckMessage): the half record under its real
     topic and queue, every other field and property as stored."""
@@ -202,6 +218,8 @@ def _rebuild(rec, lay: _Layout, tfield: bytes, queue_id: int, props: bytes, reco
     """The record with a new topic, queue and properties (and reconsume times, or sys flag and
     prepared-transaction offset); queue offset, physical offset and store time zeroed for the
     commit actor to patch, or kept (stamped: a copy that is not stored)."""
+    if len(props) > 32767:
+        raise ScheduleRecordError(f"the properties would be {len(props)} bytes, over the 32767-byte limit")
     head = bytearray(rec[:lay.store_ts + 8])        # through STORETIMESTAMP: the fields patched here
     SIZE_MAGIC.pack_into(head, 0, lay.body_end + len(tfield) + 2 + len(props), MESSAGE_MAGIC)
     INT32.pack_into(head, 12, queue_id)
@@ -244,10 +262,7 @@ def send_back_record(rec: memoryview | bytes, topic: str, queue_id: int, propert
         tfield = topic_field(topic)
     except MessageIllegalError as exc:
         raise ScheduleRecordError(f"bad topic {topic!r}: {exc}") from None
-    props = properties.encode()
-    if len(props) > 32767:
-        raise ScheduleRecordError(f"the properties would be {len(props)} bytes, over the 32767-byte limit")
-    return _rebuild(rec, lay, tfield, queue_id, props, reconsume_times)
+    return _rebuild(rec, lay, tfield, queue_id, properties.encode(), reconsume_times)
 
 
 def copy_signature(rec: memoryview | bytes) -> bytes:

@@ -131,7 +131,7 @@ def stored_properties(props: str, cluster_suffix: str) -> tuple[bytes, bool]:
 
 @dataclass(slots=True)
 class PendingSend:
-    conn: Connection
+    conn: Connection | None         # None: the broker's own record, answered to `answer` only
     request: RemotingCommand
     queue_id: int
     sizes: list[int]                # record sizes (batch msgIds)
@@ -269,7 +269,7 @@ class SendProcessor:
         self.store(conn, request, h.topic, queue_id, store_queue if queued else -1, block, sizes, wait, answer)
         return None
 
-    def store(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int, store_queue: int,
+    def store(self, conn: Connection | None, request: RemotingCommand, topic: str, queue_id: int, store_queue: int,
               block: bytes, sizes: list[int], wait: bool, answer: asyncio.Future | None = None,
               counted: bool = True) -> None:
         """Hand encoded records to the commit actor; the request is answered on their completion
@@ -286,11 +286,11 @@ class SendProcessor:
         return encode_record(topic, 0, body, encode_properties(properties), born_timestamp=time.time_ns() // 1_000_000,
                              born_host=self.store_host, store_host=self.store_host)
 
-    def store_own(self, conn: Connection, request: RemotingCommand, topic: str, queue_id: int,
+    def store_own(self, conn: Connection | None, request: RemotingCommand, topic: str, queue_id: int,
                   block: bytes) -> asyncio.Future[RemotingCommand]:
-        """Store one record of the broker's own (END_TRANSACTION's, an offset-moved event) for
-        `request`; not in the send statistics, as 4.x puts those straight into the store. The
-        future gets the send response."""
+        """Store one record of the broker's own (END_TRANSACTION's, an offset-moved event, a
+        given-up half's copy: conn None) for `request`; not in the send statistics, as 4.x puts
+        those straight into the store. The future gets the send response."""
         answer = asyncio.get_running_loop().create_future()
         self.store(conn, request, topic, queue_id, queue_id, block, [len(block)], False, answer, counted=False)
         return answer

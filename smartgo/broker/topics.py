@@ -19,7 +19,7 @@ from smartgo.broker.persist import PersistedFile
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.net import fastjson
-from smartgo.net.codes import PermName
+from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, PermName
 from smartgo.store.record import SCHEDULE_TOPIC
 
 DEFAULT_TOPIC = "TBW102"                 # the auto-create template (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC)
@@ -30,7 +30,6 @@ REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"      # "_" + MixAll.REPLY_TOPIC_POSTFIX
 DLQ_QUEUES = 1                           # MixAll.DLQ_NUMS_PER_GROUP
 SNAPSHOT = Path("config") / "topics.json"
 RW = PermName.READ | PermName.WRITE
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"       # the default msgTraceTopicName
 # Topics producers may not send to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
 NOT_ALLOWED_SEND = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,

@@ -8,7 +8,9 @@ birth and after its last check (or CHECK_IMMUNITY_TIME_IN_SECONDS, when the prod
 one: the answer to a check must have time to land before the half is checked again) is sent to a
 producer of its group as CHECK_TRANSACTION_STATE (39, oneway, through the net actor holding that
 connection); the producer answers with END_TRANSACTION (fromTransactionCheck true). After
-transaction_check_max checks a half is given up (an error log names it) and counts as done.
+transaction_check_max checks a half is given up: an error log names it, a net actor copies it to
+TRANS_CHECK_MAX_TIME_TOPIC (smartgo.broker.resume_half_processor, where RESUME_CHECK_HALF_MESSAGE
+can put it back), and it counts as done.
 
 Progress is two offsets of the system group CID_RMQ_SYS_TRANS in consumerOffset.json, as in
 4.x: the half queue's (every half before it is done) and the op queue's (every op record before
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, ScheduleRecordError, check_message
 from smartgo.broker.topics import RW, TopicConfig
-from smartgo.net.codes import FLAG_ONEWAY, RequestCode
+from smartgo.net.codes import FLAG_ONEWAY, TRANS_CHECK_MAX_TIME_TOPIC, RequestCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.consume_queue import ENTRY, HOLE_SIZE
 from smartgo.store.errors import CorruptRecordError, OffsetGoneError
@@ -143,9 +145,10 @@ class TransactionChecker:
             return 0
         group = props.get(PGROUP, "")
         if count >= self.max_checks:
-            log.error("half message %d (%s, group %s, msgId %s) is still open after %d checks: given up",
-                      offset, half.msg_id, group, props.get(UNIQ_KEY), count)
+            log.error("half message %d (%s, group %s, msgId %s) is still open after %d checks: given up, copied to %s",
+                      offset, half.msg_id, group, props.get(UNIQ_KEY), count, TRANS_CHECK_MAX_TIME_TOPIC)
             self.done[offset] = None
+            self._give_up(phys, count)
             return 0
         self.checks[offset] = (count + 1, now_ms)
         producers = self.b.clients.producers.get(group)
@@ -163,6 +166,14 @@ class TransactionChecker:
             "transactionId": uniq, "offsetMsgId": half.msg_id}, body=body)
         self.b.channel.push(next(iter(producers.values())).ref, check)
         return 1
+
+    def _give_up(self, phys: int, checks: int) -> None:
+        """4.x's resolveDiscardMsg: the topic is created on demand (one queue, read-write, so routed
+        and consumable), and a net actor stores the copy."""
+        b = self.b
+        if TRANS_CHECK_MAX_TIME_TOPIC not in b.snapshot.topics:
+            b.publish_topics([TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, RW)])
+        b.channel.send(b.channel.nets[0], "given_up", phys=phys, checks=checks)
 
     def _unreadable(self, offset: int, exc: Exception) -> int:
         log.error("half message %d of %s is unreadable, given up: %s", offset, HALF_TOPIC, exc)

@@ -15,6 +15,7 @@
     smartgo admin broker-runtime --broker ADDR | broker-config --broker ADDR
     smartgo admin dlq-list --group G [--max 32] [--offset 0]
     smartgo admin dlq-resend --group G (--id ID [--id ID ...] | --all) [--topic T]
+    smartgo admin tx-given-up [--max 32] [--offset 0] | tx-resume --id ID [--topic T]
 
 Traffic, lag and the clients behind them (smartgo.cli.admin_stats):
 
@@ -42,6 +43,7 @@ from smartgo.cli._common import add_common, client_options, emit, guarded, table
 from smartgo.client import AsyncAdmin
 from smartgo.client.errors import ClientError
 from smartgo.client.message import message_to_json
+from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
 
@@ -155,6 +157,17 @@ def _dlq_resend(c: argparse.ArgumentParser) -> None:
     which.add_argument("--all", action="store_true", help="every message of the DLQ (up to --max)")
     c.add_argument("--max", type=int, default=1024)
     c.add_argument("--topic", "-t", help="send to this topic instead of the original one (RETRY_TOPIC)")
+
+
+_command("tx-given-up", "transaction half messages the check-back gave up on (TRANS_CHECK_MAX_TIME_TOPIC)")(
+    lambda c: (c.add_argument("--max", type=int, default=32), c.add_argument("--offset", type=int, default=0)))
+_command("tx-resume", "have a given-up transaction checked again: its half is put back and its producer group "
+         "asked anew (RESUME_CHECK_HALF_MESSAGE)")(
+    lambda c: (c.add_argument("--id", "-i", required=True, dest="msg_id",
+                              help="offsetMsgId of the given-up copy or of the half, or the transaction's msgId "
+                                   "(UNIQ_KEY), looked up in --topic"),
+               c.add_argument("--topic", "-t", default=TRANS_CHECK_MAX_TIME_TOPIC,
+                              help="where a UNIQ_KEY is looked up (default: %(default)s)")))
 
 
 def _behind(broker_id: int, master_end: str | None, end: str | None) -> str:
@@ -308,6 +321,12 @@ async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per
                 for m, new in sent:
                     print(f"{m.msg_id} -> {args.topic or m.properties.get('RETRY_TOPIC')} {new}")
                 print(f"{len(sent)} message(s) resent")
+        elif cmd == "tx-given-up":
+            _messages(args, await admin.given_up_halves(args.max, args.offset))
+        elif cmd == "tx-resume":
+            resumed = await admin.resume_half(args.msg_id, args.topic)
+            emit({"resumed": resumed}) if args.json else print(f"{resumed} put back: its transaction will be "
+                                                               "checked again")
         elif cmd in ("broker-runtime", "broker-config"):
             kv = await (admin.broker_runtime_info if cmd == "broker-runtime" else admin.broker_config)(args.broker)
             emit(kv) if args.json else print(table(sorted(kv.items()), ("KEY", "VALUE")))

@@ -22,8 +22,8 @@ from smartgo.client.route import BrokerData, TopicRouteData
 from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.uniq_id import uniq_id_time
-from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, PermName, RequestCode,
-                               dlq_topic, retry_topic)
+from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, RETRY_GROUP_TOPIC_PREFIX,
+                               TRANS_CHECK_MAX_TIME_TOPIC, PermName, RequestCode, dlq_topic, retry_topic)
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
 from smartgo.store.errors import InvalidMessageIdError
@@ -585,11 +585,36 @@ class AsyncAdmin:
     async def dlq_messages(self, group: str, max_num: int = 32, offset: int = 0) -> list[MessageExt]:
         """Messages a consumer group gave up on (%DLQ%<group>, every broker), oldest first, from
         `offset` of each broker's queue."""
-        topic = dlq_topic(group)
+        return await self._browse(dlq_topic(group), max_num, offset)
+
+    async def given_up_halves(self, max_num: int = 32, offset: int = 0) -> list[MessageExt]:
+        """Transaction half messages the brokers' check-back gave up on (4.x's
+        TRANS_CHECK_MAX_TIME_TOPIC, every broker), oldest first. Each one's REAL_TOPIC, PGROUP,
+        UNIQ_KEY (the transaction's msgId) and TRANSACTION_CHECK_TIMES say which it was;
+        resume_half puts one back."""
+        return await self._browse(TRANS_CHECK_MAX_TIME_TOPIC, max_num, offset)
+
+    async def resume_half(self, msg_id: str, topic: str = TRANS_CHECK_MAX_TIME_TOPIC) -> str:
+        """RESUME_CHECK_HALF_MESSAGE (DefaultMQAdminExt.resumeCheckHalfMessage): the broker holding
+        the half puts it back, and its check-back asks the producer group about the transaction
+        again, from 0 checks. msg_id: the offsetMsgId of a given-up copy or of the half itself, or
+        a transaction's UNIQ_KEY, looked up in `topic` (its latest copy there is resumed).
+        Returns the offsetMsgId put back."""
+        found = await self.query_by_id(msg_id, topic)
+        half = max(found, key=lambda m: m.store_timestamp)
+        host, port, _ = parse_offset_msg_id(half.msg_id)
+        addr = f"{host}:{port}"
+        await self._call(addr, api.command(RequestCode.RESUME_CHECK_HALF_MESSAGE, {"msgId": half.msg_id}),
+                         f"resume half message {half.msg_id}")
+        return half.msg_id
+
+    async def _browse(self, topic: str, max_num: int, offset: int) -> list[MessageExt]:
+        """Up to max_num messages of every queue of every broker of a topic (none if it has no
+        route), from `offset` of each queue."""
         try:
             route = await self.topic_route(topic)
         except NoRouteError:
-            return []                                   # nothing ever went to this group's DLQ
+            return []                                   # nothing was ever stored in it
         self.instance.remember_route(topic, route)
         out: list[MessageExt] = []
         sub = SubscriptionData.build(topic)

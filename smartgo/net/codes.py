@@ -84,6 +84,7 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_CONSUME_QUEUE = 321
     QUERY_DATA_VERSION = 322
+    RESUME_CHECK_HALF_MESSAGE = 323
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
@@ -210,6 +211,9 @@ MASTER_ID = 0
 #: DLQ_GROUP_TOPIC_PREFIX), named alike by brokers, clients and the ACL.
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+#: Where a broker copies the transaction half messages its check-back gave up on
+#: (TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC), which admin tools browse.
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 
 
 def retry_topic(group: str) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from smartgo.broker.schedule_message import (HALF_TOPIC, ScheduleRecordError, copy_signature, deliver_time,
-                                             end_transaction_record, half_rewrite, is_copy_candidate, republish,
-                                             schedule_rewrite)
+                                             end_transaction_record, half_copy, half_rewrite, is_copy_candidate,
+                                             republish, schedule_rewrite)
 from smartgo.broker.schedule_offsets import DelayOffsetFile, DelayState, decode_state, get_all_delay_offset
 from smartgo.broker.settings import delay_levels
 from smartgo.config import ConfigError, NodeConfig
@@ -65,6 +65,31 @@ def test_a_committed_half_is_its_message_again():
     with pytest.raises(ScheduleRecordError):          # a half without its route
         end_transaction_record(encode_record(HALF_TOPIC, 0, b"x", props(TRAN_MSG="true").encode()),
                                TRANSACTION_COMMIT_TYPE, 0)
+
+
+@pytest.mark.parametrize("topic, checks", [("TRANS_CHECK_MAX_TIME_TOPIC", 15), (HALF_TOPIC, 0)])
+def test_a_half_copy_keeps_everything_but_topic_queue_and_check_times(topic, checks):
+    """The given-up copy and the half RESUME_CHECK_HALF_MESSAGE puts back (4.x's toMessageExtBrokerInner)."""
+    half = encode_record(HALF_TOPIC, 0, b"body", props(TAGS="A", TRAN_MSG="true", PGROUP="G", REAL_TOPIC="Orders",
+                                                       REAL_QID="5", TRANSACTION_CHECK_TIMES="3", UNIQ_KEY="U").encode(),
+                         flag=7, sys_flag=MULTI_TAGS_FLAG, born_timestamp=123, reconsume_times=2, queue_offset=9,
+                         physical_offset=4096, store_timestamp=456, born_host=pack_host("10.0.0.9", 1234))
+    copy = decode_record(half_copy(half, topic, checks), check_crc=True)
+    original = decode_record(half)
+    assert (copy.topic, copy.queue_id) == (topic, 0)
+    assert (copy.queue_offset, copy.commit_log_offset, copy.store_timestamp) == (0, 0, 0)    # the commit actor's
+    for kept in ("body", "flag", "sys_flag", "born_timestamp", "born_host", "store_host", "reconsume_times"):
+        assert getattr(copy, kept) == getattr(original, kept), kept
+    assert copy.properties == {**original.properties, "TRANSACTION_CHECK_TIMES": str(checks)}
+
+
+@pytest.mark.parametrize("properties, error", [
+    (props(TAGS="A"), "REAL_TOPIC"),                                  # a plain message: no producer could end it
+    (props(REAL_TOPIC="Orders", REAL_QID="5", BIG="p" * 32727), "32767"),   # no room for the check count
+])
+def test_a_half_copy_refuses_what_it_cannot_copy(properties, error):
+    with pytest.raises(ScheduleRecordError, match=error):
+        half_copy(encode_record("Orders", 0, b"x", properties.encode()), HALF_TOPIC, 0)
 
 
 def test_rewrite_moves_a_delayed_message_to_the_schedule_queue_of_its_level():

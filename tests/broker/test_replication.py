@@ -17,7 +17,8 @@ import pytest
 
 from smartgo.broker.testing import (batch_command, committed_total, message_properties, restart_broker, send_command,
                                     start_slave, uniq_key)
-from smartgo.net.codes import ResponseCode
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
 from smartgo.net.ha_codec import encode_header
 from smartgo.testing import free_port, steady_disk_usage, wait_until
 
@@ -98,6 +99,8 @@ def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, 
     assert "slave" in refused.remark
     again = master.client.invoke(slave_addr, send_command("Rep", b"no"))      # the connection is kept
     assert again.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    resume = RemotingCommand(RequestCode.RESUME_CHECK_HALF_MESSAGE, ext_fields={"msgId": "7F00000100002A9F" + "0" * 16})
+    assert master.client.invoke(slave_addr, resume).code == ResponseCode.SERVICE_NOT_AVAILABLE   # no half put back
     assert field(slave, "commitlog.written") == end
 
 

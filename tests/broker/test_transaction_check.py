@@ -15,7 +15,7 @@ from smartgo.broker.testing import (end_transaction_command, group_command, hear
                                     restart_broker, send_command, uniq_key)
 from smartgo.broker.transaction_check import CHECK_GROUP
 from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                   TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
@@ -77,9 +77,9 @@ def check_progress(broker) -> int:
     return int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else -1
 
 
-def pull_all(broker, topic: str) -> list:
+def pull_all(broker, topic: str, queue_id: int = 1) -> list:
     wait_until(lambda: broker.board("commitlog.dispatched") == broker.board("commitlog.written"))
-    r = broker.call(pull_command(topic, 1, 0))
+    r = broker.call(pull_command(topic, queue_id, 0))
     return decode_records(r.body_bytes()) if r.code == ResponseCode.SUCCESS else []
 
 
@@ -122,6 +122,66 @@ def test_an_unknown_state_is_checked_again_until_the_limit_gives_it_up(broker, p
     assert len(p.checks_of(half)) == NODE_SETTINGS["transaction_check_max"]
     assert pull_all(broker, "TxUndecided") == []
     wait_until(lambda: "given up" in broker.node.log_text(), message="the give-up log line")
+
+
+def resume(broker, msg_id: str) -> RemotingCommand:
+    return broker.call(RemotingCommand(RequestCode.RESUME_CHECK_HALF_MESSAGE, ext_fields={"msgId": msg_id}))
+
+
+def test_a_given_up_half_is_copied_aside_and_resuming_it_has_it_checked_again(broker, producer, capsys):
+    """4.x's TRANS_CHECK_MAX_TIME_TOPIC and RESUME_CHECK_HALF_MESSAGE (323), over the wire, then
+    through the admin CLI by the transaction's msgId."""
+    from smartgo.cli.main import main
+    p = producer("tx_resumed", 0)                         # UNKNOW, until its transaction is decided
+    prepared, key = p.prepare("TxResumed", b"late")
+    half = int(prepared.ext_fields["queueOffset"])
+
+    def copies() -> list:                                 # other tests of the module give halves up too
+        return [m for m in pull_all(broker, TRANS_CHECK_MAX_TIME_TOPIC, 0) if m.uniq_key == key]
+    wait_until(copies, timeout=15, message="the given-up copy")
+    [copy] = copies()
+    assert (copy.topic, copy.queue_id, copy.body, copy.reconsume_times) == (TRANS_CHECK_MAX_TIME_TOPIC, 0, b"late", 0)
+    assert {k: copy.properties.get(k) for k in ("REAL_TOPIC", "REAL_QID", "PGROUP", "UNIQ_KEY", "TRAN_MSG",
+                                                "TRANSACTION_CHECK_TIMES")} == {
+        "REAL_TOPIC": "TxResumed", "REAL_QID": "1", "PGROUP": "tx_resumed", "UNIQ_KEY": key, "TRAN_MSG": "true",
+        "TRANSACTION_CHECK_TIMES": str(NODE_SETTINGS["transaction_check_max"])}
+    wait_until(lambda: "copied to TRANS_CHECK_MAX_TIME_TOPIC as " + copy.msg_id in broker.node.log_text(),
+               message="the copy's log line")
+    assert len(p.checks_of(half)) == NODE_SETTINGS["transaction_check_max"]
+
+    # refusals: SYSTEM_ERROR with 4.x's remark and the reason; nothing is stored
+    plain = broker.call(send_command("TxResumed", b"plain", queue_id=0)).ext_fields["msgId"]
+    written = broker.board("commitlog.written")
+    host, offset = copy.msg_id[:-16], int(copy.msg_id[-16:], 16)
+    other_port = host[:8] + f"{(int(host[8:], 16) + 1) % 65536:08X}"
+    for msg_id, reason in [("not-an-id", "bad msgId"), (plain, "is not a transaction half message"),
+                           (f"{host}{offset + (1 << 30):016X}", "no message"),
+                           (other_port + copy.msg_id[-16:], "names another broker"),
+                           (f"{host}{offset + 1:016X}", "no message")]:                # inside the copy's record
+        refused = resume(broker, msg_id)
+        assert refused.code == ResponseCode.SYSTEM_ERROR, msg_id
+        assert refused.remark.startswith(f"Exception was thrown when putting message back to {HALF_TOPIC}. ")
+        assert reason in refused.remark, (msg_id, refused.remark)
+    assert broker.board("commitlog.written") == written
+
+    p.answer = TRANSACTION_COMMIT_TYPE                    # the transaction is decided now
+    resumed = resume(broker, copy.msg_id)
+    assert (resumed.code, resumed.remark, resumed.ext_fields or {}) == (ResponseCode.SUCCESS, None, {})
+    wait_until(lambda: pull_all(broker, "TxResumed"), timeout=10, message="the resumed half committed by its check")
+    [msg] = pull_all(broker, "TxResumed")
+    assert (msg.body, msg.uniq_key) == (b"late", key)
+    [again] = [c for c in p.checks if c.ext_fields["msgId"] == key and c.ext_fields["tranStateTableOffset"] != str(half)]
+    assert int(again.ext_fields["tranStateTableOffset"]) > half              # a new half, checked from 0
+    assert f"half message {copy.msg_id} put back in {HALF_TOPIC}" in broker.node.log_text()
+
+    # the admin CLI: list the given-up copies, resume one by the transaction's msgId (its UNIQ_KEY)
+    assert main(["admin", "tx-given-up", "--json", "-n", broker.registry]) == 0
+    [listed] = [m for m in json.loads(capsys.readouterr().out)["messages"] if m["msg_id"] == key]
+    assert (listed["offset_msg_id"], listed["msg_id"], listed["properties"]["REAL_TOPIC"]) == (copy.msg_id, key,
+                                                                                                "TxResumed")
+    assert main(["admin", "tx-resume", "--id", key, "--json", "-n", broker.registry]) == 0
+    assert json.loads(capsys.readouterr().out) == {"resumed": copy.msg_id}
+    wait_until(lambda: len(pull_all(broker, "TxResumed")) == 2, timeout=10, message="the second resume's commit")
 
 
 @pytest.mark.timeout(120)

@@ -10,6 +10,7 @@ import pytest
 
 from smartgo.broker.offsets import ConsumerOffsets
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
+from smartgo.broker.topics import RW, TRANS_CHECK_MAX_TIME_TOPIC
 from smartgo.broker.transaction_check import CHECK_GROUP, TransactionChecker
 from smartgo.store import Message, MessageStore
 from smartgo.store.consume_queue import CQ_UNIT, ENTRY, HOLE_SIZE, queue_dir
@@ -28,6 +29,7 @@ class Broker:
     offsets: ConsumerOffsets
     pushed: list = field(default_factory=list)
     producers: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)          # (net actor, op, args) sent to the net actors
 
     def __post_init__(self) -> None:
         store = self.store
@@ -36,7 +38,8 @@ class Broker:
                                     written=SimpleNamespace(get=lambda: store.written))
         self.snapshot = SimpleNamespace(topics={})
         self.clients = SimpleNamespace(producers=self.producers)
-        self.channel = SimpleNamespace(push=lambda ref, cmd: self.pushed.append((ref, cmd)))
+        self.channel = SimpleNamespace(push=lambda ref, cmd: self.pushed.append((ref, cmd)), nets=["net0", "net1"],
+                                       send=lambda net, op, **args: self.events.append((net, op, args)))
 
     def publish_topics(self, configs) -> None:
         self.snapshot.topics.update({c.name: c for c in configs})
@@ -96,6 +99,11 @@ def test_a_half_is_given_up_after_the_check_limit_and_immunity_delays_it(setup):
         checker.run(now)
         now += TIMEOUT_MS
     assert checked(broker).count(stuck) == 2 and immune not in checked(broker)
+    # the copy to TRANS_CHECK_MAX_TIME_TOPIC (created on demand, one queue) is asked of one net actor
+    assert broker.events == [("net0", "given_up", {"phys": store.reader.queue(HALF_TOPIC, 0).entry(stuck)[0],
+                                                   "checks": 2})]
+    topic = broker.snapshot.topics[TRANS_CHECK_MAX_TIME_TOPIC]
+    assert (topic.read_queues, topic.write_queues, topic.perm) == (1, 1, RW)
     close(store, immune)
     checker.run(now)
     assert broker.offsets.query(CHECK_GROUP, HALF_TOPIC, 0) == immune + 1
