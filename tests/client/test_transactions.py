@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from smartgo.client import (AsyncProducer, AsyncPullConsumer, ClientStateError, LocalTransactionState, Message,
-                            Producer, PullStatus, SendStatus)
+from smartgo.client import (AsyncAdmin, AsyncProducer, AsyncPullConsumer, ClientStateError, LocalTransactionState,
+                            Message, Producer, PullStatus, SendStatus)
 from smartgo.testing import async_wait_until
 
 from .conftest import RealCluster, arun
@@ -21,9 +21,9 @@ COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransacti
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A node that checks open halves 1 s after their birth, every 0.2 s."""
+    """A node that checks open halves 1 s after their birth, every 0.2 s, and gives up after 2 checks."""
     with RealCluster(tmp_path_factory.mktemp("tx"), extra_args=(
-            "--transaction-timeout", "1", "--transaction-check-interval", "0.2")) as c:
+            "--transaction-timeout", "1", "--transaction-check-interval", "0.2", "--transaction-check-max", "2")) as c:
         yield c
 
 
@@ -99,6 +99,31 @@ def test_an_undecided_transaction_is_settled_by_the_check_back(cluster, local):
         [checked] = listener.checks
         assert (checked.topic, checked.body, checked.keys) == (topic, b"pending", ["p-1"])
         assert checked.properties["UNIQ_KEY"] == result.msg_id and checked.properties["PGROUP"] == "PG_TX_CHECK"
+    arun(main())
+
+
+def test_a_given_up_transaction_is_listed_and_resumed_by_the_admin(cluster):
+    """Undecided past the check limit: the admin finds it among the given-up halves and resumes it
+    by its msgId; the listener, asked again, commits it."""
+    topic = topic_name()
+    listener = Listener(UNKNOW, checked=UNKNOW)
+
+    async def main():
+        async with AsyncProducer("PG_TX_GIVEN_UP", cluster.registry, transaction_listener=listener) as p, \
+                AsyncAdmin(cluster.registry) as admin:
+            result = await p.send_in_transaction(Message(topic, b"stuck", keys="s-1"))
+
+            async def given_up() -> list:
+                return [m for m in await admin.given_up_halves(1000) if m.properties["UNIQ_KEY"] == result.msg_id]
+            await async_wait_until(given_up, 15, 0.1, "the given-up copy")
+            [copy] = await given_up()
+            assert (copy.properties["REAL_TOPIC"], copy.properties["TRANSACTION_CHECK_TIMES"]) == (topic, "2")
+            assert len(listener.checks) == 2 and await bodies(cluster.registry, topic) == []
+            listener.checked = COMMIT
+            assert await admin.resume_half(result.msg_id) == copy.msg_id
+            await async_wait_until(lambda: bodies_contain(cluster.registry, topic, b"stuck"), 15, 0.1,
+                                   "the resumed transaction committed by its check")
+        assert len(listener.checks) == 3 and listener.checks[-1].body == b"stuck"
     arun(main())
 
 
