@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from collections.abc import Callable
 
 from smartgo.cli import admin_acl, admin_stats
-from smartgo.cli._common import add_common, client_options, emit, guarded, table, when
+from smartgo.cli._common import CommandTable, add_common, client_options, emit, guarded, options, table, when
+from smartgo.cli.admin_stats import BROKER, GROUP, TOPIC
 from smartgo.client import AsyncAdmin
 from smartgo.client.errors import ClientError
 from smartgo.client.message import message_to_json
@@ -47,39 +47,33 @@ from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
 
-_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
-#: commands kept in modules of their own
-_TABLES = {**admin_stats.COMMANDS, **admin_acl.COMMANDS}
+COMMANDS = CommandTable()
+command = COMMANDS.command
+#: every `smartgo admin` command, in --help's order: this module's, then those kept in modules of their own
+_TABLES = (COMMANDS, admin_stats.COMMANDS, admin_acl.COMMANDS)
 
-
-def _command(name: str, help_text: str):
-    def deco(fn):
-        _COMMANDS[name] = (help_text, fn)
-        return fn
-    return deco
+OPTIONAL_TOPIC = (("--topic", "-t"), {})
+CLUSTER = (("--cluster", "-c"), {})
+MAX = (("--max",), {"type": int, "default": 32})
+OFFSET = (("--offset",), {"type": int, "default": 0})
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("admin", help="administer topics, groups and messages", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     cmds = p.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND", required=True)
-    for name, (help_text, configure) in [*_COMMANDS.items(), *((n, c[:2]) for n, c in _TABLES.items())]:
-        c = cmds.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
-        add_common(c)
-        configure(c)
+    for commands in _TABLES:
+        for name, (help_text, configure, handler) in commands.items():
+            c = cmds.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
+            add_common(c)
+            configure(c)
+            c.set_defaults(admin_handler=handler)
     p.set_defaults(handler=guarded(run))
 
 
-def _topic(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--topic", "-t", required=True)
-
-
-def _group(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--group", "-g", required=True)
-
-
 def _create_options(c: argparse.ArgumentParser) -> None:
-    _topic(c)
+    """topic-create's and topic-update's options: a function, not options(), for the --cluster | --broker group."""
+    options(TOPIC)(c)
     c.add_argument("--queues", "-q", type=int, default=8, help="read (and write) queue count (default 8)")
     c.add_argument("--write-queues", type=int, help="write queue count if different")
     c.add_argument("--perm", type=int, default=6, help="permission bits: 2 write, 4 read, 6 both (default)")
@@ -89,85 +83,96 @@ def _create_options(c: argparse.ArgumentParser) -> None:
     where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
 
 
-for _name, _text in (("topic-create", "create a topic on brokers"), ("topic-update", "update a topic's settings")):
-    _command(_name, _text)(_create_options)
-_command("topic-delete", "delete a topic from the brokers and registries")(
-    lambda c: (_topic(c), c.add_argument("--cluster", "-c")))
-_command("topic-list", "list every topic the registries know")(lambda c: None)
-_command("topic-route", "show a topic's route")(_topic)
-_command("topic-status", "show each queue's min and max offset")(_topic)
-_command("topic-consumers", "the groups that consume a topic, with their lag")(_topic)
-_command("cluster-list", "show clusters and brokers (with runtime figures when brokers answer)")(lambda c: None)
-_command("consumer-progress", "a group's offsets and lag per queue")(
-    lambda c: (_group(c), c.add_argument("--topic", "-t")))
-_command("consumer-connections", "a group's connected clients and subscriptions")(_group)
-_command("consumer-status", "what each consumer of a group reports of itself: settings, queues held with "
-         "their commit offsets and caches, pull and consume rates (GET_CONSUMER_RUNNING_INFO)")(
-    lambda c: (_group(c), c.add_argument("--client", help="only this client id (default: every connected one)"),
-               c.add_argument("--jstack", action="store_true", help="with each client's thread stacks")))
-_command("consume-directly", "have one consumer of a group run its listener on a message, outside its queues "
-         "(nothing is committed or retried; CONSUME_MESSAGE_DIRECTLY)")(
-    lambda c: (_group(c), c.add_argument("--client", required=True, help="the consumer's client id"),
-               c.add_argument("--id", "-i", required=True, dest="msg_id", help="offsetMsgId, or UNIQ_KEY with --topic"),
-               c.add_argument("--topic", "-t")))
-_command("reset-offset", "move a group's offsets in a topic to a point in time (consume again, or skip)")(
-    lambda c: (_group(c), _topic(c),
-               c.add_argument("--to", required=True, type=_point_in_time, metavar="MS|ISO-TIME|end",
-                              help="milliseconds since the epoch, an ISO 8601 time (local unless it names a zone), "
-                                   "or end (the end of each queue)"),
-               c.add_argument("--no-force", dest="force", action="store_false",
-                              help="only move offsets backwards (never skip messages)")))
+async def _create_topic(admin: AsyncAdmin, args: argparse.Namespace, done: str) -> None:
+    """One request (UPDATE_AND_CREATE_TOPIC) behind both commands; only the word printed differs."""
+    addrs = await admin.create_topic(args.topic, args.queues, write_queues=args.write_queues, perm=args.perm,
+                                     order=args.order, cluster=args.cluster, broker_addr=args.broker)
+    emit({"topic": args.topic, "brokers": addrs}) if args.json else print(f"{done} {args.topic} on {', '.join(addrs)}")
 
 
-def _point_in_time(text: str) -> int:
-    """-1 for end (the broker's sign for the end of each queue), else milliseconds since the epoch."""
-    if text == "end":
-        return -1
-    if text.isdigit():
-        return int(text)
-    try:
-        return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither milliseconds, an ISO 8601 time nor end") from None
-_command("group-create", "create or update a subscription group")(
-    lambda c: (_group(c), c.add_argument("--retry-max-times", type=int, default=16), c.add_argument("--cluster", "-c"),
-               c.add_argument("--no-broadcast", action="store_true", help="refuse broadcasting consumers")))
-_command("query-key", "find messages by business key")(
-    lambda c: (_topic(c), c.add_argument("--key", "-k", required=True), c.add_argument("--max", type=int, default=32)))
-_command("query-id", "find a message by msgId (offsetMsgId, or UNIQ_KEY with --topic)")(
-    lambda c: (c.add_argument("--id", "-i", required=True, dest="msg_id"), c.add_argument("--topic", "-t")))
-_command("query-offset", "show the message at (topic, queue, offset)")(
-    lambda c: (_topic(c), c.add_argument("--queue", type=int, required=True), c.add_argument("--offset", type=int,
-               required=True), c.add_argument("--broker-name")))
-_command("broker-runtime", "a broker's runtime info (GET_BROKER_RUNTIME_INFO)")(
-    lambda c: c.add_argument("--broker", "-b", required=True, metavar="HOST:PORT"))
-_command("broker-config", "a broker's configuration (GET_BROKER_CONFIG)")(
-    lambda c: c.add_argument("--broker", "-b", required=True, metavar="HOST:PORT"))
-
-_command("dlq-list", "browse a consumer group's dead-letter queue (%DLQ%<group>)")(
-    lambda c: (_group(c), c.add_argument("--max", type=int, default=32), c.add_argument("--offset", type=int, default=0)))
+@command("topic-create", "create a topic on brokers", _create_options)
+async def _topic_create(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    await _create_topic(admin, args, "created")
 
 
-@_command("dlq-resend", "send dead-letter messages again to their original topic")
-def _dlq_resend(c: argparse.ArgumentParser) -> None:
-    _group(c)
-    which = c.add_mutually_exclusive_group(required=True)
-    which.add_argument("--id", "-i", action="append", dest="msg_ids", metavar="ID",
-                       help="a DLQ message's offsetMsgId or UNIQ_KEY (repeatable)")
-    which.add_argument("--all", action="store_true", help="every message of the DLQ (up to --max)")
-    c.add_argument("--max", type=int, default=1024)
-    c.add_argument("--topic", "-t", help="send to this topic instead of the original one (RETRY_TOPIC)")
+@command("topic-update", "update a topic's settings", _create_options)
+async def _topic_update(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    await _create_topic(admin, args, "updated")
 
 
-_command("tx-given-up", "transaction half messages the check-back gave up on (TRANS_CHECK_MAX_TIME_TOPIC)")(
-    lambda c: (c.add_argument("--max", type=int, default=32), c.add_argument("--offset", type=int, default=0)))
-_command("tx-resume", "have a given-up transaction checked again: its half is put back and its producer group "
-         "asked anew (RESUME_CHECK_HALF_MESSAGE)")(
-    lambda c: (c.add_argument("--id", "-i", required=True, dest="msg_id",
-                              help="offsetMsgId of the given-up copy or of the half, or the transaction's msgId "
-                                   "(UNIQ_KEY), looked up in --topic"),
-               c.add_argument("--topic", "-t", default=TRANS_CHECK_MAX_TIME_TOPIC,
-                              help="where a UNIQ_KEY is looked up (default: %(default)s)")))
+@command("topic-delete", "delete a topic from the brokers and registries", options(TOPIC, CLUSTER))
+async def _topic_delete(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    addrs = await admin.delete_topic(args.topic, args.cluster)
+    emit({"topic": args.topic, "brokers": addrs}) if args.json else print(
+        f"deleted {args.topic} from {', '.join(addrs)} and the registries")
+
+
+@command("topic-list", "list every topic the registries know", options())
+async def _topic_list(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    topics = await admin.topic_list()
+    emit({"topics": topics}) if args.json else print("\n".join(topics) or "(no topics)")
+
+
+@command("topic-route", "show a topic's route", options(TOPIC))
+async def _topic_route(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    route = await admin.topic_route(args.topic)
+    if args.json:
+        emit(route.to_json())
+        return
+    print(table([(b.broker_name, b.cluster, " ".join(f"{k}={v}" for k, v in sorted(b.broker_addrs.items())))
+                 for b in route.broker_datas], ("BROKER", "CLUSTER", "ADDRESSES")))
+    print(table([(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas],
+                ("BROKER", "READ", "WRITE", "PERM")))
+
+
+@command("topic-status", "show each queue's min and max offset", options(TOPIC))
+async def _topic_status(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    stats = await admin.topic_status(args.topic)
+    if args.json:
+        emit({"topic": args.topic, "queues": [s.to_json() for s in stats]})
+        return
+    print(table([(s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset, when(s.last_update_timestamp))
+                 for s in stats], ("BROKER", "QUEUE", "MIN", "MAX", "LAST UPDATED")))
+
+
+@command("topic-consumers", "the groups that consume a topic, with their lag", options(TOPIC))
+async def _topic_consumers(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    rows = []
+    for group in await admin.topic_consumers(args.topic):
+        stats = await admin.consumer_progress(group, args.topic)
+        rows.append({"group": group, "total_lag": stats.total_lag, "consume_tps": stats.consume_tps,
+                     "last": max((q.last_timestamp for q in stats.queues), default=0)})
+    if args.json:
+        emit({"topic": args.topic, "groups": rows})
+        return
+    print(table([(r["group"], r["total_lag"], f"{r['consume_tps']:.1f}", when(r["last"])) for r in rows],
+                ("GROUP", "LAG", "TPS", "LAST CONSUMED")))
+
+
+@command("cluster-list", "show clusters and brokers (with runtime figures when brokers answer)", options())
+async def _cluster_list(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    info = await admin.cluster_info()
+    runtime = {}
+    for addr in sorted({a for b in info.brokers.values() for a in b.broker_addrs.values()}):
+        try:
+            runtime[addr] = await admin.broker_runtime_info(addr)
+        except Exception as exc:  # an older broker without the code still lists
+            runtime[addr] = {"error": str(exc)}
+    if args.json:
+        emit({**info.to_json(), "runtime": runtime})
+        return
+    rows = []
+    for cluster, names in sorted(info.clusters.items()):
+        for name in names:
+            b = info.brokers.get(name)
+            addrs = b.broker_addrs if b else {}
+            master_end = runtime.get(addrs.get(0, ""), {}).get("commitLogMaxOffset")
+            for bid, addr in sorted(addrs.items()):
+                rt = runtime.get(addr, {})
+                rows.append((cluster, name, bid, addr, rt.get("brokerVersionDesc", rt.get("version", "-")),
+                             rt.get("putTps", "-"), rt.get("getTransferedTps", rt.get("getTps", "-")),
+                             _behind(bid, master_end, rt.get("commitLogMaxOffset"))))
+    print(table(rows, ("CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "PUT TPS", "GET TPS", "SLAVE BEHIND")))
 
 
 def _behind(broker_id: int, master_end: str | None, end: str | None) -> str:
@@ -177,161 +182,37 @@ def _behind(broker_id: int, master_end: str | None, end: str | None) -> str:
     return f"{max(0, int(master_end) - int(end))} B"
 
 
-def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:
+@command("consumer-progress", "a group's offsets and lag per queue", options(GROUP, OPTIONAL_TOPIC))
+async def _consumer_progress(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    stats = await admin.consumer_progress(args.group, args.topic)
     if args.json:
-        emit({"messages": [message_to_json(m) for m in msgs]})
+        emit({"group": args.group, "consume_tps": stats.consume_tps, "total_lag": stats.total_lag,
+              "queues": [q.to_json() for q in stats.queues]})
         return
-    for m in msgs:
-        doc = message_to_json(m, 256)
-        print(f"{m.topic} q{m.queue_id}@{m.queue_offset} msgId={doc['msg_id']} offsetMsgId={m.msg_id}\n"
-              f"  tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} born={when(m.born_timestamp)} "
-              f"stored={when(m.store_timestamp)} store={m.store_host[0]}:{m.store_host[1]} "
-              f"reconsume={m.reconsume_times}\n  properties={m.properties}\n  body={doc['body']!r}")
-    print(f"{len(msgs)} message(s)")
+    print(table([(q.queue.topic, q.queue.broker_name, q.queue.queue_id, q.broker_offset, q.consumer_offset, q.lag,
+                  when(q.last_timestamp)) for q in stats.queues],
+                ("TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST")))
+    print(f"consume TPS {stats.consume_tps:.1f}  total lag {stats.total_lag}")
 
 
-async def _run(args: argparse.Namespace) -> None:  # noqa: C901 - one branch per command
-    cmd = args.admin_command
-    async with AsyncAdmin(args.registry, **client_options(args)) as admin:
-        if cmd in _TABLES:
-            await _TABLES[cmd][2](admin, args)
-        elif cmd in ("topic-create", "topic-update"):
-            addrs = await admin.create_topic(args.topic, args.queues, write_queues=args.write_queues, perm=args.perm,
-                                             order=args.order, cluster=args.cluster, broker_addr=args.broker)
-            emit({"topic": args.topic, "brokers": addrs}) if args.json else print(
-                f"{'created' if cmd == 'topic-create' else 'updated'} {args.topic} on {', '.join(addrs)}")
-        elif cmd == "topic-delete":
-            addrs = await admin.delete_topic(args.topic, args.cluster)
-            emit({"topic": args.topic, "brokers": addrs}) if args.json else print(
-                f"deleted {args.topic} from {', '.join(addrs)} and the registries")
-        elif cmd == "topic-list":
-            topics = await admin.topic_list()
-            emit({"topics": topics}) if args.json else print("\n".join(topics) or "(no topics)")
-        elif cmd == "topic-route":
-            route = await admin.topic_route(args.topic)
-            if args.json:
-                emit(route.to_json())
-            else:
-                print(table([(b.broker_name, b.cluster, " ".join(f"{k}={v}" for k, v in sorted(b.broker_addrs.items())))
-                             for b in route.broker_datas], ("BROKER", "CLUSTER", "ADDRESSES")))
-                print(table([(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas],
-                            ("BROKER", "READ", "WRITE", "PERM")))
-        elif cmd == "topic-status":
-            stats = await admin.topic_status(args.topic)
-            if args.json:
-                emit({"topic": args.topic, "queues": [s.to_json() for s in stats]})
-            else:
-                print(table([(s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset,
-                              when(s.last_update_timestamp)) for s in stats],
-                            ("BROKER", "QUEUE", "MIN", "MAX", "LAST UPDATED")))
-        elif cmd == "cluster-list":
-            info = await admin.cluster_info()
-            runtime = {}
-            for addr in sorted({a for b in info.brokers.values() for a in b.broker_addrs.values()}):
-                try:
-                    runtime[addr] = await admin.broker_runtime_info(addr)
-                except Exception as exc:  # an older broker without the code still lists
-                    runtime[addr] = {"error": str(exc)}
-            if args.json:
-                emit({**info.to_json(), "runtime": runtime})
-            else:
-                rows = []
-                for cluster, names in sorted(info.clusters.items()):
-                    for name in names:
-                        b = info.brokers.get(name)
-                        addrs = b.broker_addrs if b else {}
-                        master_end = runtime.get(addrs.get(0, ""), {}).get("commitLogMaxOffset")
-                        for bid, addr in sorted(addrs.items()):
-                            rt = runtime.get(addr, {})
-                            rows.append((cluster, name, bid, addr, rt.get("brokerVersionDesc", rt.get("version", "-")),
-                                         rt.get("putTps", "-"), rt.get("getTransferedTps", rt.get("getTps", "-")),
-                                         _behind(bid, master_end, rt.get("commitLogMaxOffset"))))
-                print(table(rows, ("CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "PUT TPS", "GET TPS",
-                                   "SLAVE BEHIND")))
-        elif cmd == "consumer-progress":
-            stats = await admin.consumer_progress(args.group, args.topic)
-            if args.json:
-                emit({"group": args.group, "consume_tps": stats.consume_tps, "total_lag": stats.total_lag,
-                      "queues": [q.to_json() for q in stats.queues]})
-            else:
-                print(table([(q.queue.topic, q.queue.broker_name, q.queue.queue_id, q.broker_offset, q.consumer_offset,
-                              q.lag, when(q.last_timestamp)) for q in stats.queues],
-                            ("TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST")))
-                print(f"consume TPS {stats.consume_tps:.1f}  total lag {stats.total_lag}")
-        elif cmd == "topic-consumers":
-            rows = []
-            for group in await admin.topic_consumers(args.topic):
-                stats = await admin.consumer_progress(group, args.topic)
-                rows.append({"group": group, "total_lag": stats.total_lag, "consume_tps": stats.consume_tps,
-                             "last": max((q.last_timestamp for q in stats.queues), default=0)})
-            if args.json:
-                emit({"topic": args.topic, "groups": rows})
-            else:
-                print(table([(r["group"], r["total_lag"], f"{r['consume_tps']:.1f}", when(r["last"])) for r in rows],
-                            ("GROUP", "LAG", "TPS", "LAST CONSUMED")))
-        elif cmd == "reset-offset":
-            moved = await admin.reset_offset_by_time(args.group, args.topic, args.to, args.force)
-            if args.json:
-                emit({"group": args.group, "topic": args.topic, "timestamp": args.to,
-                      "queues": [{"broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": offset}
-                                 for mq, offset in moved.items()]})
-            else:
-                print(table([(mq.broker_name, mq.queue_id, offset) for mq, offset in moved.items()],
-                            ("BROKER", "QUEUE", "NEW OFFSET")))
-        elif cmd == "consumer-connections":
-            conn = await admin.consumer_connections(args.group)
-            if args.json:
-                emit(conn)
-            else:
-                print(table([(c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version"))
-                             for c in conn.get("connectionSet", [])], ("CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION")))
-                print(f"consumeType={conn.get('consumeType')} messageModel={conn.get('messageModel')} "
-                      f"consumeFromWhere={conn.get('consumeFromWhere')}")
-                for topic, sub in sorted((conn.get("subscriptionTable") or {}).items()):
-                    print(f"  {topic}: {sub.get('subString') if isinstance(sub, dict) else sub}")
-        elif cmd == "consumer-status":
-            await _consumer_status(admin, args)
-        elif cmd == "consume-directly":
-            result = await admin.consume_message_directly(args.group, args.client, args.msg_id, args.topic)
-            emit(result) if args.json else print(
-                f"{result.get('consumeResult')} in {result.get('spentTimeMills')} ms"
-                + (f"\n{result['remark']}" if result.get("remark") else ""))
-        elif cmd == "group-create":
-            addrs = await admin.create_subscription_group(args.group, cluster=args.cluster,
-                                                          retry_max_times=args.retry_max_times,
-                                                          broadcast_enable=not args.no_broadcast)
-            emit({"group": args.group, "brokers": addrs}) if args.json else print(
-                f"group {args.group} set on {', '.join(addrs)}")
-        elif cmd == "query-key":
-            _messages(args, await admin.query_by_key(args.topic, args.key, args.max))
-        elif cmd == "query-id":
-            _messages(args, await admin.query_by_id(args.msg_id, args.topic))
-        elif cmd == "query-offset":
-            _messages(args, [await admin.query_by_offset(args.topic, args.queue, args.offset, args.broker_name)])
-        elif cmd == "dlq-list":
-            _messages(args, await admin.dlq_messages(args.group, args.max, args.offset))
-        elif cmd == "dlq-resend":
-            sent = await admin.dlq_resend(args.group, None if args.all else args.msg_ids, to_topic=args.topic,
-                                          max_num=args.max)
-            if args.json:
-                emit({"group": args.group, "resent": [{"dlq_msg_id": m.msg_id, "topic": args.topic or
-                                                       m.properties.get("RETRY_TOPIC"), "offset_msg_id": new}
-                                                      for m, new in sent]})
-            else:
-                for m, new in sent:
-                    print(f"{m.msg_id} -> {args.topic or m.properties.get('RETRY_TOPIC')} {new}")
-                print(f"{len(sent)} message(s) resent")
-        elif cmd == "tx-given-up":
-            _messages(args, await admin.given_up_halves(args.max, args.offset))
-        elif cmd == "tx-resume":
-            resumed = await admin.resume_half(args.msg_id, args.topic)
-            emit({"resumed": resumed}) if args.json else print(f"{resumed} put back: its transaction will be "
-                                                               "checked again")
-        elif cmd in ("broker-runtime", "broker-config"):
-            kv = await (admin.broker_runtime_info if cmd == "broker-runtime" else admin.broker_config)(args.broker)
-            emit(kv) if args.json else print(table(sorted(kv.items()), ("KEY", "VALUE")))
+@command("consumer-connections", "a group's connected clients and subscriptions", options(GROUP))
+async def _consumer_connections(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    conn = await admin.consumer_connections(args.group)
+    if args.json:
+        emit(conn)
+        return
+    print(table([(c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version"))
+                 for c in conn.get("connectionSet", [])], ("CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION")))
+    print(f"consumeType={conn.get('consumeType')} messageModel={conn.get('messageModel')} "
+          f"consumeFromWhere={conn.get('consumeFromWhere')}")
+    for topic, sub in sorted((conn.get("subscriptionTable") or {}).items()):
+        print(f"  {topic}: {sub.get('subString') if isinstance(sub, dict) else sub}")
 
 
+@command("consumer-status", "what each consumer of a group reports of itself: settings, queues held with "
+         "their commit offsets and caches, pull and consume rates (GET_CONSUMER_RUNNING_INFO)",
+         options(GROUP, (("--client",), {"help": "only this client id (default: every connected one)"}),
+                 (("--jstack",), {"action": "store_true", "help": "with each client's thread stacks"})))
 async def _consumer_status(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     """mqadmin consumerStatus: each client's running info, and whether every client subscribes
     alike (ConsumerRunningInfo.analyzeSubscription). A client that cannot answer is listed with
@@ -378,6 +259,159 @@ def _ms(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
+@command("consume-directly", "have one consumer of a group run its listener on a message, outside its queues "
+         "(nothing is committed or retried; CONSUME_MESSAGE_DIRECTLY)",
+         options(GROUP, (("--client",), {"required": True, "help": "the consumer's client id"}),
+                 (("--id", "-i"), {"required": True, "dest": "msg_id",
+                                   "help": "offsetMsgId, or UNIQ_KEY with --topic"}),
+                 OPTIONAL_TOPIC))
+async def _consume_directly(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    result = await admin.consume_message_directly(args.group, args.client, args.msg_id, args.topic)
+    emit(result) if args.json else print(f"{result.get('consumeResult')} in {result.get('spentTimeMills')} ms"
+                                         + (f"\n{result['remark']}" if result.get("remark") else ""))
+
+
+def _point_in_time(text: str) -> int:
+    """-1 for end (the broker's sign for the end of each queue), else milliseconds since the epoch."""
+    if text == "end":
+        return -1
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither milliseconds, an ISO 8601 time nor end") from None
+
+
+@command("reset-offset", "move a group's offsets in a topic to a point in time (consume again, or skip)",
+         options(GROUP, TOPIC,
+                 (("--to",), {"required": True, "type": _point_in_time, "metavar": "MS|ISO-TIME|end",
+                              "help": "milliseconds since the epoch, an ISO 8601 time (local unless it names a zone), "
+                                      "or end (the end of each queue)"}),
+                 (("--no-force",), {"dest": "force", "action": "store_false",
+                                    "help": "only move offsets backwards (never skip messages)"})))
+async def _reset_offset(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    moved = await admin.reset_offset_by_time(args.group, args.topic, args.to, args.force)
+    if args.json:
+        emit({"group": args.group, "topic": args.topic, "timestamp": args.to,
+              "queues": [{"broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": offset}
+                         for mq, offset in moved.items()]})
+        return
+    print(table([(mq.broker_name, mq.queue_id, offset) for mq, offset in moved.items()],
+                ("BROKER", "QUEUE", "NEW OFFSET")))
+
+
+@command("group-create", "create or update a subscription group",
+         options(GROUP, (("--retry-max-times",), {"type": int, "default": 16}), CLUSTER,
+                 (("--no-broadcast",), {"action": "store_true", "help": "refuse broadcasting consumers"})))
+async def _group_create(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    addrs = await admin.create_subscription_group(args.group, cluster=args.cluster,
+                                                  retry_max_times=args.retry_max_times,
+                                                  broadcast_enable=not args.no_broadcast)
+    emit({"group": args.group, "brokers": addrs}) if args.json else print(
+        f"group {args.group} set on {', '.join(addrs)}")
+
+
+@command("query-key", "find messages by business key",
+         options(TOPIC, (("--key", "-k"), {"required": True}), MAX))
+async def _query_key(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _messages(args, await admin.query_by_key(args.topic, args.key, args.max))
+
+
+@command("query-id", "find a message by msgId (offsetMsgId, or UNIQ_KEY with --topic)",
+         options((("--id", "-i"), {"required": True, "dest": "msg_id"}), OPTIONAL_TOPIC))
+async def _query_id(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _messages(args, await admin.query_by_id(args.msg_id, args.topic))
+
+
+@command("query-offset", "show the message at (topic, queue, offset)",
+         options(TOPIC, (("--queue",), {"type": int, "required": True}),
+                 (("--offset",), {"type": int, "required": True}), (("--broker-name",), {})))
+async def _query_offset(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _messages(args, [await admin.query_by_offset(args.topic, args.queue, args.offset, args.broker_name)])
+
+
+@command("broker-runtime", "a broker's runtime info (GET_BROKER_RUNTIME_INFO)", options(BROKER))
+async def _broker_runtime(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _key_values(args, await admin.broker_runtime_info(args.broker))
+
+
+@command("broker-config", "a broker's configuration (GET_BROKER_CONFIG)", options(BROKER))
+async def _broker_config(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _key_values(args, await admin.broker_config(args.broker))
+
+
+def _key_values(args: argparse.Namespace, kv: dict[str, str]) -> None:
+    emit(kv) if args.json else print(table(sorted(kv.items()), ("KEY", "VALUE")))
+
+
+@command("dlq-list", "browse a consumer group's dead-letter queue (%DLQ%<group>)", options(GROUP, MAX, OFFSET))
+async def _dlq_list(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _messages(args, await admin.dlq_messages(args.group, args.max, args.offset))
+
+
+def _dlq_resend_options(c: argparse.ArgumentParser) -> None:
+    """dlq-resend's options: a function, not options(), for the required --id | --all group."""
+    options(GROUP)(c)
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", "-i", action="append", dest="msg_ids", metavar="ID",
+                       help="a DLQ message's offsetMsgId or UNIQ_KEY (repeatable)")
+    which.add_argument("--all", action="store_true", help="every message of the DLQ (up to --max)")
+    c.add_argument("--max", type=int, default=1024)
+    c.add_argument("--topic", "-t", help="send to this topic instead of the original one (RETRY_TOPIC)")
+
+
+@command("dlq-resend", "send dead-letter messages again to their original topic", _dlq_resend_options)
+async def _dlq_resend(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    sent = await admin.dlq_resend(args.group, None if args.all else args.msg_ids, to_topic=args.topic,
+                                  max_num=args.max)
+    if args.json:
+        emit({"group": args.group, "resent": [{"dlq_msg_id": m.msg_id, "topic": args.topic or
+                                               m.properties.get("RETRY_TOPIC"), "offset_msg_id": new}
+                                              for m, new in sent]})
+        return
+    for m, new in sent:
+        print(f"{m.msg_id} -> {args.topic or m.properties.get('RETRY_TOPIC')} {new}")
+    print(f"{len(sent)} message(s) resent")
+
+
+@command("tx-given-up", "transaction half messages the check-back gave up on (TRANS_CHECK_MAX_TIME_TOPIC)",
+         options(MAX, OFFSET))
+async def _tx_given_up(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _messages(args, await admin.given_up_halves(args.max, args.offset))
+
+
+@command("tx-resume", "have a given-up transaction checked again: its half is put back and its producer group "
+         "asked anew (RESUME_CHECK_HALF_MESSAGE)",
+         options((("--id", "-i"), {"required": True, "dest": "msg_id",
+                                   "help": "offsetMsgId of the given-up copy or of the half, or the transaction's "
+                                           "msgId (UNIQ_KEY), looked up in --topic"}),
+                 (("--topic", "-t"), {"default": TRANS_CHECK_MAX_TIME_TOPIC,
+                                      "help": "where a UNIQ_KEY is looked up (default: %(default)s)"})))
+async def _tx_resume(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    resumed = await admin.resume_half(args.msg_id, args.topic)
+    emit({"resumed": resumed}) if args.json else print(f"{resumed} put back: its transaction will be checked again")
+
+
+def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:
+    if args.json:
+        emit({"messages": [message_to_json(m) for m in msgs]})
+        return
+    for m in msgs:
+        doc = message_to_json(m, 256)
+        print(f"{m.topic} q{m.queue_id}@{m.queue_offset} msgId={doc['msg_id']} offsetMsgId={m.msg_id}\n"
+              f"  tags={m.tags or '-'} keys={' '.join(m.keys) or '-'} born={when(m.born_timestamp)} "
+              f"stored={when(m.store_timestamp)} store={m.store_host[0]}:{m.store_host[1]} "
+              f"reconsume={m.reconsume_times}\n  properties={m.properties}\n  body={doc['body']!r}")
+    print(f"{len(msgs)} message(s)")
+
+
 def run(args: argparse.Namespace) -> int:
     run_loop(_run(args))
     return 0
+
+
+async def _run(args: argparse.Namespace) -> None:
+    """Every command needs one admin client, opened and closed here; the subcommand's parser set its handler."""
+    async with AsyncAdmin(args.registry, **client_options(args)) as admin:
+        await args.admin_handler(admin, args)
