@@ -64,9 +64,9 @@ class TransactionChecker:
         half_max = view.max_offset(HALF_TOPIC, 0)
         if not half_max:
             return 0
-        if HALF_TOPIC not in self.b.snapshot.topics:     # created on first use, as in 4.x: then routed, and
-            # consumer-progress of CID_RMQ_SYS_TRANS shows the open halves as its lag
-            self.b.publish_topics([TopicConfig(HALF_TOPIC, 1, 1, RW), TopicConfig(OP_TOPIC, 1, 1, RW)])
+        # created on first use, as in 4.x: then routed, and consumer-progress of CID_RMQ_SYS_TRANS
+        # shows the open halves as its lag
+        self._create_topics(HALF_TOPIC, OP_TOPIC)
         reader = view.fresh_reader()
         written = view.written.get()
         offsets = self.b.offsets
@@ -170,10 +170,15 @@ class TransactionChecker:
     def _give_up(self, phys: int, checks: int) -> None:
         """4.x's resolveDiscardMsg: the topic is created on demand (one queue, read-write, so routed
         and consumable), and a net actor stores the copy."""
-        b = self.b
-        if TRANS_CHECK_MAX_TIME_TOPIC not in b.snapshot.topics:
-            b.publish_topics([TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, RW)])
-        b.channel.send(b.channel.nets[0], "given_up", phys=phys, checks=checks)
+        self._create_topics(TRANS_CHECK_MAX_TIME_TOPIC)
+        channel = self.b.channel
+        channel.send(channel.nets[0], "given_up", phys=phys, checks=checks)
+
+    def _create_topics(self, *names: str) -> None:
+        """The system topics not in the table yet, with 4.x's settings: one queue, read-write."""
+        missing = [TopicConfig(name, 1, 1, RW) for name in names if name not in self.b.snapshot.topics]
+        if missing:
+            self.b.publish_topics(missing)
 
     def _unreadable(self, offset: int, exc: Exception) -> int:
         log.error("half message %d of %s is unreadable, given up: %s", offset, HALF_TOPIC, exc)

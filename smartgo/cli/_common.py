@@ -86,6 +86,11 @@ def client_options(args: argparse.Namespace) -> dict[str, Any]:
 
 Configure = Callable[[argparse.ArgumentParser], None]
 
+# option specs several `smartgo admin` commands share
+GROUP = (("--group", "-g"), {"required": True})
+TOPIC = (("--topic", "-t"), {"required": True})
+BROKER = (("--broker", "-b"), {"required": True, "metavar": "HOST:PORT"})
+
 
 def options(*specs: tuple) -> Configure:
     """A subcommand's options from (flags, keyword arguments) pairs."""

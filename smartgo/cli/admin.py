@@ -38,8 +38,8 @@ import argparse
 import datetime
 
 from smartgo.cli import admin_acl, admin_stats
-from smartgo.cli._common import CommandTable, add_common, client_options, emit, guarded, options, table, when
-from smartgo.cli.admin_stats import BROKER, GROUP, TOPIC
+from smartgo.cli._common import (BROKER, GROUP, TOPIC, CommandTable, add_common, client_options, emit, guarded, options,
+                                 table, when)
 from smartgo.client import AsyncAdmin
 from smartgo.client.errors import ClientError
 from smartgo.client.message import message_to_json

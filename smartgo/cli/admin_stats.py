@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 
-from smartgo.cli._common import CommandTable, emit, options, table, when
+from smartgo.cli._common import BROKER, GROUP, TOPIC, CommandTable, emit, options, table, when
 from smartgo.client import AsyncAdmin
 
 COMMANDS = CommandTable()
 command = COMMANDS.command
 
-GROUP = (("--group", "-g"), {"required": True})
-TOPIC = (("--topic", "-t"), {"required": True})
-BROKER = (("--broker", "-b"), {"required": True, "metavar": "HOST:PORT"})
 
 
 @command("stats-all", "messages in and out per topic and consuming group: TPS over the last minute, sums over "
