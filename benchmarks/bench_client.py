@@ -1,6 +1,7 @@
 """Client SDK benchmark: client-side CPU per message (time.process_time of the client process, in
 µs) for sync sends, async sends, batched sends (32 a request) and push consumption, plus the
-blocking facade's sync send.
+blocking facade's sync send, and sync sends and consumption with message trace on (the trace
+records' batching and sending included).
 
 By default the broker is a stub in its own process (this script with --serve-stub: it answers
 sends like a broker and serves pulls from one pre-built 32-record body, registered with a real
@@ -141,11 +142,16 @@ async def _batch(producer: AsyncProducer, n: int) -> None:
         await producer.send_batch(msgs)
 
 
+#: Message trace on (trace records go to the benchmark topic, which the stub accepts).
+TRACED = {"enable_msg_trace": True, "trace_topic": TOPIC}
+
+
 def measure_sends(registry: str, n: int) -> dict[str, float]:
     out = {}
-    for name, fn, count in (("sync", _sync, n), ("async", _async, n * 4), ("batch", _batch, n * 16)):
-        async def main(fn=fn, count=count):
-            async with AsyncProducer("bench_client_producer", registry) as p:
+    for name, fn, count, options in (("sync", _sync, n, {}), ("async", _async, n * 4, {}),
+                                     ("batch", _batch, n * 16, {}), ("sync_traced", _sync, n, TRACED)):
+        async def main(fn=fn, count=count, options=options):
+            async with AsyncProducer("bench_client_producer", registry, **options) as p:
                 await fn(p, 200)  # warm up: route, connection, caches
                 c0, w0 = time.process_time(), time.perf_counter()
                 await fn(p, count)
@@ -163,7 +169,7 @@ def measure_sends(registry: str, n: int) -> dict[str, float]:
     return out
 
 
-def measure_consume(registry: str, n: int) -> dict[str, float]:
+def measure_consume(registry: str, n: int, traced: bool = False) -> dict[str, float]:
     async def main():
         counter = itertools.count(1)  # next() is atomic under the GIL; += from 4 threads is not
         done = asyncio.Event()
@@ -173,7 +179,7 @@ def measure_consume(registry: str, n: int) -> dict[str, float]:
             if next(counter) == n:
                 loop.call_soon_threadsafe(done.set)
             return ConsumeResult.SUCCESS
-        c = AsyncPushConsumer(GROUP, registry, listener=listener, consume_threads=4)
+        c = AsyncPushConsumer(GROUP, registry, listener=listener, consume_threads=4, **(TRACED if traced else {}))
         c.subscribe(TOPIC)
         c0, w0 = time.process_time(), time.perf_counter()
         async with c:
@@ -181,7 +187,8 @@ def measure_consume(registry: str, n: int) -> dict[str, float]:
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         return cpu, wall
     cpu, wall = run(main())
-    return {"consume_cpu_us_per_msg": cpu / n * 1e6, "consume_msgs_per_s": n / wall}
+    name = "consume_traced" if traced else "consume"
+    return {f"{name}_cpu_us_per_msg": cpu / n * 1e6, f"{name}_msgs_per_s": n / wall}
 
 
 def main() -> None:
@@ -217,7 +224,9 @@ def main() -> None:
         probe = HostProbe()
         for _ in probe.before_each(1 if args.quick else args.runs):
             figures = measure_sends(registry, n)
-            figures.update(measure_consume(registry, consume_n) if args.registry is None else {})
+            if args.registry is None:
+                figures.update(measure_consume(registry, consume_n))
+                figures.update(measure_consume(registry, consume_n, traced=True))
             runs.append(figures)
     finally:
         for p in procs:

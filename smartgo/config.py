@@ -84,6 +84,12 @@ class NodeConfig:
                                                   "message properties (MessageSelector.bySql); false answers them "
                                                   "SYSTEM_ERROR as 4.x does by default (enablePropertyFilter)",
                                           choices=("true", "false"))
+    trace_topic_enable: str = setting("false", "create the message trace topic (1 queue) at start, for clients "
+                                               "with message trace on (traceTopicEnable); without it the topic is "
+                                               "auto-created on a traced client's first send, if auto-creation is "
+                                               "on", choices=("true", "false"))
+    msg_trace_topic_name: str = setting("RMQ_SYS_TRACE_TOPIC", "the topic trace_topic_enable creates "
+                                                               "(msgTraceTopicName)", metavar="TOPIC")
     acl_enable: str = setting("false", "check every request against the ACL file: access key, signature and "
                                        "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable)",
                               choices=("true", "false"))

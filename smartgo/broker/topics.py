@@ -115,13 +115,18 @@ def default_topics(config: NodeConfig) -> list[TopicConfig]:
     if config.auto_create_topic == "true":
         q = config.default_topic_queues
         topics.append(TopicConfig(DEFAULT_TOPIC, q, q, RW | PermName.INHERIT))
+    if config.trace_topic_enable == "true":
+        topics.append(TopicConfig(config.msg_trace_topic_name, 1, 1))
     return topics + parse_static_topics(config.topics)
 
 
 def system_topics(config: NodeConfig) -> list[str]:
     """GET_SYSTEM_TOPIC_LIST_FROM_BROKER: TopicValidator's set with the broker's own system
     topics (its cluster's and its own name, its cluster's reply topic)."""
-    return sorted(SYSTEM_TOPICS | {config.cluster_name, config.broker_name, reply_topic(config.cluster_name)})
+    own = {config.cluster_name, config.broker_name, reply_topic(config.cluster_name)}
+    if config.trace_topic_enable == "true":
+        own.add(config.msg_trace_topic_name)
+    return sorted(SYSTEM_TOPICS | own)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,16 @@ def client_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"timeout": args.timeout, **credentials}
 
 
+def add_trace(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", action="store_true",
+                   help="message trace on (enableMsgTrace): `smartgo admin trace --id MSGID` shows what happened")
+    p.add_argument("--trace-topic", metavar="TOPIC", help="where traces go (default: RMQ_SYS_TRACE_TOPIC)")
+
+
+def trace_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"enable_msg_trace": args.trace, "trace_topic": args.trace_topic}
+
+
 Configure = Callable[[argparse.ArgumentParser], None]
 
 # option specs several `smartgo admin` commands share

@@ -16,6 +16,7 @@
     smartgo admin dlq-list --group G [--max 32] [--offset 0]
     smartgo admin dlq-resend --group G (--id ID [--id ID ...] | --all) [--topic T]
     smartgo admin tx-given-up [--max 32] [--offset 0] | tx-resume --id ID [--topic T]
+    smartgo admin trace --id ID [--trace-topic T] [--max 64]
 
 Traffic, lag and the clients behind them (smartgo.cli.admin_stats):
 
@@ -43,6 +44,7 @@ from smartgo.cli._common import (BROKER, GROUP, TOPIC, CommandTable, add_common,
 from smartgo.client import AsyncAdmin
 from smartgo.client.errors import ClientError
 from smartgo.client.message import message_to_json
+from smartgo.client.trace import TRACE_TOPIC, TraceRecord, TraceType, consume_end, trace_to_json
 from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
@@ -391,6 +393,44 @@ async def _tx_given_up(admin: AsyncAdmin, args: argparse.Namespace) -> None:
 async def _tx_resume(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     resumed = await admin.resume_half(args.msg_id, args.topic)
     emit({"resumed": resumed}) if args.json else print(f"{resumed} put back: its transaction will be checked again")
+
+
+@command("trace", "a traced message's trace: its send, each consumer group's consumptions, its transaction's "
+         "end (mqadmin queryMsgTraceById)",
+         options((("--id", "-i"), {"required": True, "dest": "msg_id", "help": "the message's msgId (UNIQ_KEY)"}),
+                 (("--trace-topic",), {"default": TRACE_TOPIC, "help": "default: %(default)s"}),
+                 (("--max",), {"type": int, "default": 64, "help": "trace messages read at most (default 64)"})))
+async def _trace(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    records = await admin.message_trace(args.msg_id, args.trace_topic, args.max)
+    if args.json:
+        emit({"trace": [trace_to_json(r) for r in records]})
+        return
+    if not records:
+        print(f"no trace of {args.msg_id} in {args.trace_topic}")
+        return
+    sections = {"Pub": ("#ProducerGroup", "#SendTime"), "Sub": ("#ConsumerGroup", "#ConsumeTime"),
+                "EndTransaction": ("#ProducerGroup", "#Time")}
+    for kind, (group_head, time_head) in sections.items():
+        rows = [_trace_row(kind, r) for r in records if _trace_kind(r) == kind]
+        if rows:
+            print(table(rows, ("#Type", group_head, "#ClientHost", time_head, "#CostTime", "#Status", "#Detail")))
+            print()
+
+
+def _trace_kind(rec: TraceRecord) -> str:
+    return {TraceType.PUB: "Pub", TraceType.SUB_AFTER: "Sub", TraceType.END_TRANSACTION: "EndTransaction"}.get(
+        rec.type, "")
+
+
+def _trace_row(kind: str, rec: TraceRecord) -> tuple:
+    status = "success" if rec.success else "failed"
+    if rec.type is TraceType.END_TRANSACTION:
+        status, detail = rec.transaction_state, "from a check" if rec.from_check else "after the send"
+    elif rec.type is TraceType.PUB:
+        detail = f"topic={rec.topic} store={rec.store_host} offsetMsgId={rec.offset_msg_id}"
+    else:
+        detail = f"retry={rec.retry_times} end={consume_end(rec.context_code)}"
+    return kind, rec.group or "-", rec.client_host, when(rec.timestamp), f"{rec.cost_ms}ms", status, detail
 
 
 def _messages(args: argparse.Namespace, msgs: list[MessageExt]) -> None:

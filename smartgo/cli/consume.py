@@ -18,7 +18,7 @@ import asyncio
 import os
 import time
 
-from smartgo.cli._common import add_common, client_options, emit, guarded
+from smartgo.cli._common import add_common, add_trace, client_options, emit, guarded, trace_options
 from smartgo.cli.errors import CliError
 from smartgo.client import (AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel, MessageSelector,
                             PullStatus)
@@ -46,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="stop after this long without a message (0: never)")
     p.add_argument("--body-limit", type=int, default=1024, help="show at most this many body bytes (default 1024)")
+    add_trace(p)
     p.set_defaults(handler=guarded(run))
 
 
@@ -100,7 +101,7 @@ async def _push(args: argparse.Namespace, printer: _Printer) -> None:
     consumer = AsyncPushConsumer(args.group or f"smartgo-cli-{os.getpid()}", args.registry, listener=listener,
                                  model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
                                  consume_from=consume_from, consume_timestamp_ms=ts, orderly=args.orderly,
-                                 consume_threads=1, **client_options(args))
+                                 consume_threads=1, **client_options(args), **trace_options(args))
     consumer.subscribe(args.topic, _selector(args))
     async with consumer:
         await printer.wait()
@@ -145,8 +146,8 @@ async def _pull(args: argparse.Namespace, printer: _Printer) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.pull and (args.broadcast or args.orderly):
-        raise CliError("--pull reads queues directly; --broadcast and --orderly apply to the push consumer")
+    if args.pull and (args.broadcast or args.orderly or args.trace):
+        raise CliError("--pull reads queues directly; --broadcast, --orderly and --trace apply to the push consumer")
     _start(args.start)
     printer = _Printer(args)
     run_loop((_pull if args.pull else _push)(args, printer))

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from smartgo.cli._common import add_common, client_options, emit, guarded, parse_properties
+from smartgo.cli._common import add_common, add_trace, client_options, emit, guarded, parse_properties, trace_options
 from smartgo.cli.errors import CliError
 from smartgo.client import AsyncProducer, Message, SendResult
 from smartgo.net.loop import run as run_loop
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("sync", "async", "oneway"), default="sync")
     p.add_argument("--sharding-key", help="ordered send: messages with one key go to one queue, in order")
     p.add_argument("--group", "-g", default="smartgo-cli-producer", help="producer group (default: %(default)s)")
+    add_trace(p)
     p.set_defaults(handler=guarded(run))
 
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         failures = 0
         async with AsyncProducer(args.group, args.registry, send_timeout=args.timeout,
-                                 **client_options(args)) as producer:
+                                 **client_options(args), **trace_options(args)) as producer:
             pending = []
             for n, body in enumerate(_bodies(args), 1):
                 msg = Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(props),

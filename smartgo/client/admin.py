@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from smartgo.acl import AccessConfig
-from smartgo.client import api, bodies
+from smartgo.client import api, bodies, trace
 from smartgo.client.bodies import AclVersion, BrokerStats, ConsumeStats, QueueProgress, QueueStatus, QueueTimeSpan
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientError, NoRouteError
@@ -607,6 +607,37 @@ class AsyncAdmin:
         await self._call(addr, api.command(RequestCode.RESUME_CHECK_HALF_MESSAGE, {"msgId": half.msg_id}),
                          f"resume half message {half.msg_id}")
         return half.msg_id
+
+    async def message_trace(self, msg_id: str, trace_topic: str = trace.TRACE_TOPIC, max_num: int = 64,
+                            begin_ms: int = 0, end_ms: int = LONG_MAX) -> list[trace.TraceRecord]:
+        """mqadmin queryMsgTraceById: the trace records of a traced message (by its msgId, the
+        UNIQ_KEY a send returns), oldest first, from every trace message the index finds under
+        that id (at most max_num of them). Each record's client_host is the host that wrote it.
+        A SubAfter gets its SubBefore's group, region, retry count and, from a client that does not
+        write it, its end time (Java's decoder leaves the group empty); consumption records get the
+        topic of the send's record. Records that do not parse are skipped."""
+        try:
+            found = await self.query_by_key(trace_topic, msg_id, max_num, begin_ms, end_ms)
+        except NoRouteError:
+            return []                                   # no traced client ever wrote there
+        records: list[trace.TraceRecord] = []
+        for stored in found:
+            got, _ = trace.decode(bytes(stored.body).decode("utf-8", "replace"))
+            for rec in got:
+                rec.client_host = stored.born_host[0]
+            records += got
+        started = {r.request_id: r for r in records if r.type is trace.TraceType.SUB_BEFORE}
+        for rec in records:
+            before = started.get(rec.request_id) if rec.type is trace.TraceType.SUB_AFTER else None
+            if before is not None:
+                rec.group, rec.region_id, rec.retry_times = before.group, before.region_id, before.retry_times
+                rec.timestamp = rec.timestamp or before.timestamp + rec.cost_ms
+        out = [r for r in records if r.msg_id == msg_id]
+        topic = next((r.topic for r in out if r.topic), "")
+        for rec in out:
+            rec.topic = rec.topic or topic              # consumption records do not carry it
+        out.sort(key=lambda r: r.timestamp)
+        return out
 
     async def _browse(self, topic: str, max_num: int, offset: int) -> list[MessageExt]:
         """Up to max_num messages of every queue of every broker of a topic (none if it has no

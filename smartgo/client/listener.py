@@ -47,6 +47,10 @@ def verdict(value: object) -> ConsumeResult:
     return ConsumeResult.RECONSUME_LATER
 
 
+def is_coroutine_listener(listener: Listener) -> bool:
+    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(getattr(listener, "__call__", None))
+
+
 class ListenerRunner:
     """submit(item, msg) runs the listener on msg; done(item, verdict) is then called on the loop."""
 
@@ -54,8 +58,7 @@ class ListenerRunner:
         if threads < 1:
             raise ValueError("consume threads must be >= 1")
         self.listener = listener
-        self.is_async = inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
-            getattr(listener, "__call__", None))
+        self.is_async = is_coroutine_listener(listener)
         self.size = threads
         self._done = done
         self._name = name

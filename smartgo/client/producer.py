@@ -27,9 +27,10 @@ from smartgo.client.instance import ClientInstance, MemberClient
 from smartgo.client.message import (COMPRESS_OVER, MAX_MESSAGE_SIZE, REPLY_MESSAGE_FLAG, Message, MessageQueue,
                                     Prop, SendResult, SendStatus, compress_body)
 from smartgo.client.route import QueueSelector, TopicPublishInfo, TopicRouteData, select_by_hash
+from smartgo.client.trace import TraceDispatcher, end_transaction_record, keys_text, pub_records
 from smartgo.client.transaction import (LocalTransactionState, TransactionListener, TransactionSendResult,
                                         checked_message, decide, end_after_check, end_after_send)
-from smartgo.client.uniq_id import UniqIdGenerator
+from smartgo.client.uniq_id import uniq_ids
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection
@@ -45,16 +46,6 @@ RETRY_CODES = frozenset({R.TOPIC_NOT_EXIST, R.SERVICE_NOT_AVAILABLE, R.SYSTEM_ER
                          R.NO_BUYER_ID, R.NOT_IN_CURRENT_UNIT, R.SYSTEM_BUSY})
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 
-_uniq_ids: UniqIdGenerator | None = None
-
-
-def uniq_ids() -> UniqIdGenerator:
-    global _uniq_ids
-    if _uniq_ids is None:
-        _uniq_ids = UniqIdGenerator()
-    return _uniq_ids
-
-
 @dataclass(slots=True)
 class _Prepared:
     """A message encoded once for every attempt of one send."""
@@ -67,6 +58,7 @@ class _Prepared:
     msg_id: str
     batch: bool = False
     reply: bool = False             # MSG_TYPE "reply": sent as SEND_REPLY_MESSAGE_V2
+    traced: tuple[Message, ...] = ()    # the message(s), when the producer traces them
 
 
 class AsyncProducer(MemberClient):
@@ -77,7 +69,8 @@ class AsyncProducer(MemberClient):
                  fault_tolerance: bool = True, default_topic_queue_nums: int = api.DEFAULT_TOPIC_QUEUE_NUMS,
                  create_topic_key: str = api.DEFAULT_TOPIC, config: ClientConfig | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 transaction_listener: TransactionListener | None = None, **config_options: object) -> None:
+                 transaction_listener: TransactionListener | None = None, enable_msg_trace: bool = False,
+                 trace_topic: str | None = None, **config_options: object) -> None:
         if not group:
             raise ValueError("a producer needs a group name")
         self.group = group
@@ -98,6 +91,19 @@ class AsyncProducer(MemberClient):
         self.instance.reply_handler = self._on_reply
         self.transaction_listener = transaction_listener
         self.instance.check_handler = self._on_check
+        #: Message trace (trace.py): a Pub record per message sent, an EndTransaction per decision.
+        self.tracer = TraceDispatcher(self.config, trace_topic) if enable_msg_trace else None
+
+    async def start(self) -> AsyncProducer:
+        await super().start()
+        if self.tracer is not None:
+            await self.tracer.start()
+        return self
+
+    async def close(self) -> None:
+        if self.tracer is not None:
+            await self.tracer.close()
+        await super().close()
 
     # -- membership -----------------------------------------------------------------------------
 
@@ -169,7 +175,8 @@ class AsyncProducer(MemberClient):
             body = compress_body(body)
             sys_flag |= COMPRESSED_FLAG
         return _Prepared(msg.topic, body, encode_properties(props).decode("utf-8"), sys_flag, msg.flag, msg_id,
-                         reply=props.get(Prop.MSG_TYPE) == REPLY_MESSAGE_FLAG)
+                         reply=props.get(Prop.MSG_TYPE) == REPLY_MESSAGE_FLAG,
+                         traced=(msg,) if self.tracer is not None else ())
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
         if not msgs:
@@ -190,7 +197,8 @@ class AsyncProducer(MemberClient):
         if len(body) > self.max_message_size:
             raise MessageError(f"the batch is {len(body)} bytes, over the {self.max_message_size}-byte limit")
         wait = "true" if msgs[0].wait_store_ok else "false"
-        return _Prepared(topic, body, f"{Prop.WAIT}\x01{wait}", 0, 0, ",".join(ids), batch=True)
+        return _Prepared(topic, body, f"{Prop.WAIT}\x01{wait}", 0, 0, ",".join(ids), batch=True,
+                         traced=tuple(msgs) if self.tracer is not None else ())
 
     def _command(self, prep: _Prepared, mq: MessageQueue) -> RemotingCommand:
         fields = api.send_fields(self.group, prep.topic, mq.queue_id, prep.sys_flag, int(time.time() * 1000),
@@ -263,6 +271,11 @@ class AsyncProducer(MemberClient):
             await self.instance.invoke_oneway(addr, end_after_send(self.group, sent, state))
         except (ClientError, RemotingError) as exc:      # the broker's check-back asks again later
             log.warning("%s: END_TRANSACTION %s of %s was not sent: %s", self.client_id, state.name, sent.msg_id, exc)
+        else:
+            if self.tracer is not None:
+                self.tracer.append(end_transaction_record(
+                    self.group, msg.topic, sent.msg_id, msg.tags, keys_text(msg.keys), addr, state.name, False,
+                    sent.region_id))
         return TransactionSendResult(*(getattr(sent, f.name) for f in dataclasses.fields(sent)), local_state=state)
 
     async def _on_check(self, conn: Connection, cmd: RemotingCommand) -> None:
@@ -281,6 +294,12 @@ class AsyncProducer(MemberClient):
             conn.invoke_oneway(end_after_check(self.group, cmd, state))
         except (KeyError, ValueError, RemotingError) as exc:     # a check header without its offsets, or gone
             log.warning("%s: the answer to a transaction check was not sent: %r", self.client_id, exc)
+            return
+        if self.tracer is not None:
+            props = msg.properties
+            self.tracer.append(end_transaction_record(
+                self.group, props.get(Prop.REAL_TOPIC, msg.topic), msg.uniq_key or msg.msg_id, msg.tags,
+                props.get(Prop.KEYS), conn.remote_address, state.name, True, props.get("MSG_REGION")))
 
     # -- request-reply ----------------------------------------------------------------------------
 
@@ -440,6 +459,11 @@ class _Send:
                 self._finish(None, exc)
             return
         fault.update(broker, latency_ms)
+        prep = self.prep
+        tracer = self.producer.tracer
+        if prep.traced and tracer is not None and result.trace_on:
+            tracer.extend(pub_records(self.producer.group, prep.traced, result, addr, int(latency_ms),
+                                      bool(prep.sys_flag & TRANSACTION_PREPARED_TYPE)))
         self._finish(result, None)
 
     def _failed(self, broker: str, exc: BaseException) -> None:

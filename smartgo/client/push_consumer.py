@@ -33,6 +33,7 @@ from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import TopicRouteData
 from smartgo.client.subscription import MessageSelector, SubscriptionData
+from smartgo.client.trace import TraceDispatcher, traced_listener
 from smartgo.filter import is_tag_type
 from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.errors import RemotingConnectError
@@ -64,7 +65,7 @@ class AsyncPushConsumer:
                  rebalance_interval: float = 20.0, lock_interval: float = 20.0,
                  post_subscription_when_pull: bool = False, await_termination: float = 5.0,
                  offset_store_dir: str | Path = "~/.smartgo_offsets", config: ClientConfig | None = None,
-                 **config_options: object) -> None:
+                 enable_msg_trace: bool = False, trace_topic: str | None = None, **config_options: object) -> None:
         if not group:
             raise ValueError("a consumer needs a group name")
         self.group = group
@@ -103,6 +104,8 @@ class AsyncPushConsumer:
         self._background: set[asyncio.Task] = set()
         self._running = False
         self.stats = ConsumerStats()
+        #: Message trace (trace.py): SubBefore and SubAfter records around each listener call.
+        self.tracer = TraceDispatcher(self.config, trace_topic) if enable_msg_trace else None
         self._started_ms = 0
         self._now_ms = 0
 
@@ -172,7 +175,11 @@ class AsyncPushConsumer:
         await self.instance.start()
         self.instance.members.append(self)
         self.instance.on_consumer_ids_changed.append(lambda group: self.rebalance_soon())
-        self._runner = ListenerRunner(self.listener, self.consume_threads, self._consumed, f"smartgo-{self.group}")
+        listener = self.listener
+        if self.tracer is not None:
+            await self.tracer.start()
+            listener = traced_listener(listener, self.group, self.tracer)
+        self._runner = ListenerRunner(listener, self.consume_threads, self._consumed, f"smartgo-{self.group}")
         self._started_ms = self._now_ms = int(time.time() * 1000)
         self._runner.start()
         self._running = True
@@ -246,6 +253,8 @@ class AsyncPushConsumer:
         finally:
             for pq in self.process_queues.values():
                 pq.dropped = True
+            if self.tracer is not None:
+                await self.tracer.close()
             await self.instance.close()
 
     async def __aenter__(self) -> AsyncPushConsumer:

@@ -65,6 +65,17 @@ class UniqIdGenerator:
                                         counter - 0x10000 if counter >= 0x8000 else counter).hex().upper()
 
 
+_shared: UniqIdGenerator | None = None
+
+
+def uniq_ids() -> UniqIdGenerator:
+    """The process's generator (made on first use: it looks up the local address)."""
+    global _shared
+    if _shared is None:
+        _shared = UniqIdGenerator()
+    return _shared
+
+
 def uniq_id_ip(uniq_id: str) -> str:
     return socket.inet_ntoa(bytes.fromhex(uniq_id[:8]))
 
