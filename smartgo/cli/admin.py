@@ -411,15 +411,13 @@ async def _trace(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     sections = {"Pub": ("#ProducerGroup", "#SendTime"), "Sub": ("#ConsumerGroup", "#ConsumeTime"),
                 "EndTransaction": ("#ProducerGroup", "#Time")}
     for kind, (group_head, time_head) in sections.items():
-        rows = [_trace_row(kind, r) for r in records if _trace_kind(r) == kind]
+        rows = [_trace_row(kind, r) for r in records if _TRACE_KINDS.get(r.type) == kind]
         if rows:
             print(table(rows, ("#Type", group_head, "#ClientHost", time_head, "#CostTime", "#Status", "#Detail")))
             print()
 
 
-def _trace_kind(rec: TraceRecord) -> str:
-    return {TraceType.PUB: "Pub", TraceType.SUB_AFTER: "Sub", TraceType.END_TRANSACTION: "EndTransaction"}.get(
-        rec.type, "")
+_TRACE_KINDS = {TraceType.PUB: "Pub", TraceType.SUB_AFTER: "Sub", TraceType.END_TRANSACTION: "EndTransaction"}
 
 
 def _trace_row(kind: str, rec: TraceRecord) -> tuple:

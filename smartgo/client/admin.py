@@ -35,7 +35,7 @@ RELAY_TIMEOUT = 15.0
 T = TypeVar("T")
 DLQ_RESEND_GROUP = "TOOLS_DLQ_RESEND"
 #: Properties a DLQ message carries that a resent copy must not: the SDK's own and the broker's.
-_NOT_RESENT = RESERVED_PROPERTIES | {"CLUSTER", Prop.CONSUME_START_TIME, "MSG_REGION", "TRACE_ON"}
+_NOT_RESENT = RESERVED_PROPERTIES | {"CLUSTER", Prop.CONSUME_START_TIME, Prop.MSG_REGION, Prop.TRACE_ON}
 
 
 def _json_object(data: bytes) -> dict:

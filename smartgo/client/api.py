@@ -98,8 +98,8 @@ def decode_send(resp: RemotingCommand, mq: MessageQueue, uniq_id: str, addr: str
     except (KeyError, ValueError):
         raise BrokerError(R.SYSTEM_ERROR, f"send response lacks queueId/queueOffset: {ext}", addr, "send") from None
     return SendResult(status, uniq_id, ext.get("msgId", ""), MessageQueue(mq.topic, mq.broker_name, queue_id),
-                      queue_offset, ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"),
-                      ext.get("TRACE_ON", "true") != "false")
+                      queue_offset, ext.get("transactionId"), ext.get(Prop.MSG_REGION, "DefaultRegion"),
+                      ext.get(Prop.TRACE_ON, "true") != "false")
 
 
 def decode_reply(cmd: RemotingCommand, arrive_ms: int) -> MessageExt:

@@ -44,6 +44,8 @@ class Prop:
     CLUSTER = "CLUSTER"
     ARRIVE_TIME = "ARRIVE_TIME"
     PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    MSG_REGION = "MSG_REGION"
+    TRACE_ON = "TRACE_ON"
 
 
 #: Properties the SDK manages itself; user properties may not use these names.
@@ -115,11 +117,18 @@ class Message:
         if self.tags:
             props[Prop.TAGS] = self.tags
         if self.keys:
-            props[Prop.KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+            props[Prop.KEYS] = self.keys_text  # type: ignore[assignment]
         if self.delay_level:
             props[Prop.DELAY] = str(self.delay_level)
         props[Prop.WAIT] = "true" if self.wait_store_ok else "false"
         return props
+
+    @property
+    def keys_text(self) -> str | None:
+        """The KEYS property: the keys space-separated, None when there are none."""
+        if not self.keys:
+            return None
+        return self.keys if isinstance(self.keys, str) else " ".join(self.keys)
 
     def validate(self, max_size: int = MAX_MESSAGE_SIZE) -> None:
         check_topic(self.topic)

@@ -27,7 +27,7 @@ from smartgo.client.instance import ClientInstance, MemberClient
 from smartgo.client.message import (COMPRESS_OVER, MAX_MESSAGE_SIZE, REPLY_MESSAGE_FLAG, Message, MessageQueue,
                                     Prop, SendResult, SendStatus, compress_body)
 from smartgo.client.route import QueueSelector, TopicPublishInfo, TopicRouteData, select_by_hash
-from smartgo.client.trace import TraceDispatcher, end_transaction_record, keys_text, pub_records
+from smartgo.client.trace import TraceDispatcher, end_transaction_record, pub_records
 from smartgo.client.transaction import (LocalTransactionState, TransactionListener, TransactionSendResult,
                                         checked_message, decide, end_after_check, end_after_send)
 from smartgo.client.uniq_id import uniq_ids
@@ -274,7 +274,7 @@ class AsyncProducer(MemberClient):
         else:
             if self.tracer is not None:
                 self.tracer.append(end_transaction_record(
-                    self.group, msg.topic, sent.msg_id, msg.tags, keys_text(msg.keys), addr, state.name, False,
+                    self.group, msg.topic, sent.msg_id, msg.tags, msg.keys_text, addr, state.name, False,
                     sent.region_id))
         return TransactionSendResult(*(getattr(sent, f.name) for f in dataclasses.fields(sent)), local_state=state)
 
@@ -299,7 +299,7 @@ class AsyncProducer(MemberClient):
             props = msg.properties
             self.tracer.append(end_transaction_record(
                 self.group, props.get(Prop.REAL_TOPIC, msg.topic), msg.uniq_key or msg.msg_id, msg.tags,
-                props.get(Prop.KEYS), conn.remote_address, state.name, True, props.get("MSG_REGION")))
+                props.get(Prop.KEYS), conn.remote_address, state.name, True, props.get(Prop.MSG_REGION)))
 
     # -- request-reply ----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import enum
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -252,12 +253,6 @@ def message_type(msg: Message, half: bool) -> MessageType:
     return MessageType.DELAY if msg.delay_level else MessageType.NORMAL
 
 
-def keys_text(keys: str | Iterable[str] | None) -> str | None:
-    if not keys:
-        return None
-    return keys if isinstance(keys, str) else " ".join(keys)
-
-
 def pub_records(group: str, msgs: Sequence[Message], result: SendResult, store_host: str, cost_ms: int,
                 half: bool = False) -> list[TraceRecord]:
     """SendMessageTraceHookImpl: one Pub per message (a batch's ids are comma-joined in the result;
@@ -267,7 +262,7 @@ def pub_records(group: str, msgs: Sequence[Message], result: SendResult, store_h
     offset_ids = result.offset_msg_id.split(",") if len(msgs) > 1 else [result.offset_msg_id]
     ok = result.status is SendStatus.SEND_OK
     return [TraceRecord(TraceType.PUB, now - cost_ms, result.region_id or DEFAULT_REGION, group, topic=msg.topic,
-                        msg_id=msg_id, tags=msg.tags, keys=keys_text(msg.keys), store_host=store_host,
+                        msg_id=msg_id, tags=msg.tags, keys=msg.keys_text, store_host=store_host,
                         body_length=len(msg.body), cost_ms=cost_ms, msg_type=message_type(msg, half),
                         offset_msg_id=offset_id, success=ok)
             for msg, msg_id, offset_id in zip(msgs, ids, offset_ids)]
@@ -303,7 +298,7 @@ class TraceDispatcher:
         self._task: asyncio.Task | None = None
         self._in_flight: set[asyncio.Future] = set()
         self._producer = None
-        self._last_failure_log = 0.0
+        self._last_failure_log = -math.inf
 
     async def start(self) -> None:
         from smartgo.client.producer import AsyncProducer      # the producer module imports this one
@@ -321,15 +316,20 @@ class TraceDispatcher:
                 log.warning("trace buffer full: %d trace record(s) dropped so far", self.dropped)
             return
         self._pending.append(rec)
-        if not self._wake_pending and self._loop is not None:
-            self._wake_pending = True
-            if threading.get_ident() == self._loop_thread:
-                self._wake.set()  # type: ignore[union-attr]
-                return
-            try:
-                self._loop.call_soon_threadsafe(self._wake.set)  # type: ignore[union-attr]
-            except RuntimeError:            # the loop is closed: the client is gone
-                pass
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        """Have the task send what is pending (once per batch, whoever calls)."""
+        if self._wake_pending or self._loop is None:
+            return
+        self._wake_pending = True
+        if threading.get_ident() == self._loop_thread:
+            self._wake.set()  # type: ignore[union-attr]
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._wake.set)  # type: ignore[union-attr]
+        except RuntimeError:                # the loop is closed: the client is gone
+            pass
 
     def extend(self, records: Iterable[TraceRecord]) -> None:
         for rec in records:
@@ -367,14 +367,13 @@ class TraceDispatcher:
             self.sent += 1
         else:
             self._failed(exc)
-        if self._pending and not self._wake_pending and self._wake is not None:
-            self._wake_pending = True
-            self._wake.set()
+        if self._pending:
+            self._wake_up()
 
     def _failed(self, exc: BaseException) -> None:
         self.failed += 1
         now = time.monotonic()
-        if now - self._last_failure_log >= 60.0 or self.failed == 1:
+        if now - self._last_failure_log >= 60.0:
             self._last_failure_log = now
             log.warning("a message trace was not stored in %s (%d so far): %s", self.topic, self.failed, exc)
 
@@ -400,7 +399,7 @@ class _Consumption:
 
     def __init__(self, group: str, msg: MessageExt, append: Callable[[TraceRecord], None]) -> None:
         self.append = append
-        region = msg.properties.get("MSG_REGION") or DEFAULT_REGION
+        region = msg.properties.get(Prop.MSG_REGION) or DEFAULT_REGION
         self.before = TraceRecord(TraceType.SUB_BEFORE, int(time.time() * 1000), region, group,
                                   request_id=uniq_ids().next_id(), topic=msg.topic,
                                   msg_id=msg.properties.get(Prop.UNIQ_KEY) or msg.msg_id,
