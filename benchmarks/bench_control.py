@@ -10,6 +10,9 @@ Scenarios (clients speak JSON headers, as Java clients do):
               connections in 2 processes, until the broker has applied every one   target >= 20,000/s
   offsets_sync    the same answered (8 in flight per connection)
   route       UPDATE_AND_CREATE_TOPIC -> the route visible on the node's registry: median, p99
+  metrics     GET /metrics (metrics_port) of a broker with 1,000 topics of 4 queues, a message in each
+              queue and 200 groups committed in 5 topics each (1,000 lagging topic/group pairs): page
+              build time (median, p99), size, and the broker actor's CPU per scrape
 
 Every figure is the median of --runs runs (each on a fresh node; --quick, a smoke run, puts one
 run of each on one node). The machine is shared (2 vCPU):
@@ -28,6 +31,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -39,11 +43,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_broker import actor_cpu, broker_node, median_of, percentile, run_workers  # noqa: E402
 from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.testing import Node  # noqa: E402
-from smartgo.broker.testing import group_command, heartbeat_body, update_offset_command  # noqa: E402
+from smartgo.broker.testing import group_command, heartbeat_body, send_command, update_offset_command  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
 from smartgo.net.frame import FrameDecoder, encode_frame  # noqa: E402
+from smartgo.testing import free_port  # noqa: E402
 
 TARGETS = {"heartbeat_cpu_pct": 5.0, "offsets_updates_s": 20_000}
 NODE = {"heartbeat_interval": 0.2, "log_level": "WARNING", "commitlog_file_size": 64 << 20,
@@ -241,8 +246,13 @@ def _control(per_actor: dict[str, float]) -> float:
     return sum(v for name, v in per_actor.items() if name.startswith(CONTROL_ACTORS))
 
 
+@contextlib.contextmanager
 def control_node(workdir: Path):
-    return broker_node(workdir, NODE)
+    """A node with its Prometheus endpoint on a free loopback port (`node.metrics_port`)."""
+    port = free_port()
+    with broker_node(workdir, {**NODE, "metrics_port": port, "metrics_host": "127.0.0.1"}) as (node, addr):
+        node.metrics_port = port        # type: ignore[attr-defined]
+        yield node, addr
 
 
 #: what a scenario gets its node from: `with nodes() as (node, addr)`
@@ -318,20 +328,67 @@ def scenario_route(nodes: Nodes, trials: int) -> dict:
             "max_ms": lat[-1] * 1000, "trials": len(lat)}
 
 
+def scenario_metrics(nodes: Nodes, topics: int, groups: int, scrapes: int) -> dict:
+    with nodes() as (node, addr):
+        names = [f"MetricsBench{i}" for i in range(topics)]
+
+        async def populate() -> None:
+            client = RemotingClient()
+            try:
+                sem = asyncio.Semaphore(16)
+
+                async def call(cmd: RemotingCommand) -> None:
+                    async with sem:
+                        r = await client.invoke(addr, cmd, 30.0)
+                    assert r.code == ResponseCode.SUCCESS, r.remark
+                await asyncio.gather(*(call(RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
+                    "topic": t, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+                    "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})) for t in names))
+                await asyncio.gather(*(call(send_command(t, b"m" * 128, queue_id=q)) for t in names for q in range(4)))
+                commits = [(f"MetricsGroup{g}", names[(g * 5 + k) % topics], q)
+                           for g in range(groups) for k in range(5) for q in range(4)]
+                await asyncio.gather(*(call(update_offset_command(g, t, q, 0)) for g, t, q in commits))
+            finally:
+                await client.close()
+        asyncio.run(populate())
+        url = f"http://127.0.0.1:{node.metrics_port}/metrics"
+        lag_pairs = counted = 0
+        deadline = time.monotonic() + 30
+        while (lag_pairs, counted) != (groups * 5, topics) and time.monotonic() < deadline:  # offsets, stats arrive
+            with urllib.request.urlopen(url, timeout=30) as r:
+                lines = r.read().decode().splitlines()
+            lag_pairs = sum(line.startswith("rocketmq_consumer_lag_messages{") and 'group="MetricsGroup' in line
+                            for line in lines)
+            counted = sum(line.startswith("rocketmq_messages_in_total{") and 'topic="MetricsBench' in line
+                          for line in lines)
+        before = actor_cpu(node)["broker"]
+        times, size = [], 0
+        for _ in range(scrapes):
+            start = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=30) as r:
+                size = len(r.read())
+            times.append(time.perf_counter() - start)
+        cpu = actor_cpu(node)["broker"] - before
+    times.sort()
+    return {"topics": topics, "counted_topics": counted, "lag_pairs": lag_pairs, "scrapes": scrapes,
+            "median_ms": percentile(times, 50) * 1000, "p99_ms": percentile(times, 99) * 1000, "page_bytes": size,
+            "broker_cpu_ms_per_scrape": cpu / scrapes * 1000}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a few-second smoke run with small sizes")
     ap.add_argument("--json", action="store_true", help="last line: one JSON object with every figure")
     ap.add_argument("--runs", type=int, default=3, help="runs per scenario (median reported)")
     ap.add_argument("--only", default="", help="comma-separated scenarios "
-                                               "(heartbeat,heartbeat_max,offsets,offsets_sync,route)")
+                                               "(heartbeat,heartbeat_max,offsets,offsets_sync,route,metrics)")
     ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per throughput run")
     args = ap.parse_args()
     quick = args.quick
     runs = 1 if quick else args.runs
     seconds = 1.0 if quick else args.seconds
     only = set(filter(None, args.only.split(","))) or {"heartbeat", "heartbeat_max", "offsets", "offsets_sync",
-                                                        "route"}
+                                                        "route", "metrics"}
     results: dict = {"quick": quick, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
     probe = HostProbe()
     with tempfile.TemporaryDirectory(prefix="bench_control_") as tmp, contextlib.ExitStack() as stack:
@@ -356,6 +413,9 @@ def main() -> None:
             repeat("offsets_sync", lambda: scenario_offsets(nodes, seconds, oneway=False))
         if "route" in only:
             repeat("route", lambda: scenario_route(nodes, 5 if quick else 100))
+        if "metrics" in only:
+            repeat("metrics", lambda: scenario_metrics(nodes, 50 if quick else 1000, 10 if quick else 200,
+                                                       3 if quick else 20))
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     results["host_probe_ms"] = probe.ms
     results["targets"] = TARGETS

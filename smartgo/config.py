@@ -90,6 +90,10 @@ class NodeConfig:
                                                "on", choices=("true", "false"))
     msg_trace_topic_name: str = setting("RMQ_SYS_TRACE_TOPIC", "the topic trace_topic_enable creates "
                                                                "(msgTraceTopicName)", metavar="TOPIC")
+    metrics_port: int = setting(0, "port of the broker's Prometheus endpoint, GET /metrics (RocketMQ 5.x's "
+                                   "metricsPromExporterPort, usually 5557); 0 = off")
+    metrics_host: str = setting("", "address the Prometheus endpoint binds; default broker_ip, as 5.x binds "
+                                    "brokerIP1 (metricsPromExporterHost)", metavar="IP")
     acl_enable: str = setting("false", "check every request against the ACL file: access key, signature and "
                                        "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable)",
                               choices=("true", "false"))

@@ -303,8 +303,8 @@ class AdminProcessor:
             "getTransferedTps1h": f"{book.tps('get_msgs', 3600, now):.2f}",
             "putMessageTimesTotal": str(t["put_msgs"]), "putMessageSizeTotal": str(t["put_bytes"]),
             "putMessageAverageSize": f"{t['put_bytes'] / t['put_msgs'] if t['put_msgs'] else 0.0:.1f}",
-            "putMessageEntireTimeMax": str(int(book.send_max_ms)),
-            "getMessageEntireTimeMax": str(int(book.pull_max_ms)),
+            "putMessageEntireTimeMax": str(int(book.send.max_ms)),
+            "getMessageEntireTimeMax": str(int(book.pull.max_ms)),
             "commitLogMinOffset": str(f["commitlog.min"]), "commitLogMaxOffset": str(f["commitlog.written"]),
             "commitLogDiskRatio": str(f["disk.used_permille"] / 1000), "consumeQueueDiskRatio":
                 str(f["disk.used_permille"] / 1000), "commitLogDirCapacity": capacity,

@@ -42,6 +42,8 @@ from smartgo.broker.client_processor import ClientProcessor
 from smartgo.broker.clients import Changes, ClientTable
 from smartgo.broker.groups import SubscriptionGroups
 from smartgo.broker.locks import RebalanceLocks
+from smartgo.broker.metrics import BrokerMetrics
+from smartgo.broker.metrics_http import MetricsServer
 from smartgo.broker.net_view import NetView
 from smartgo.broker.offsets import ConsumerOffsets
 from smartgo.broker.registration import BrokerIdentity, Registrar
@@ -53,6 +55,7 @@ from smartgo.broker.slave_sync import Changed, MasterState, apply_state, run_sla
 from smartgo.broker.ha_client import master_file
 from smartgo.broker.settings import broker_addr, ha_addr, is_slave, registry_addrs, store_config
 from smartgo.broker.progress_processor import ProgressProcessor
+from smartgo.broker.prometheus import render
 from smartgo.broker.stats import FLUSH_INTERVAL, StatsBook, minute_sample_ms, window_seconds
 from smartgo.broker.stats_files import StatsFiles
 from smartgo.broker.subscriptions import GroupState
@@ -95,6 +98,7 @@ class BrokerActor(Actor):
         self._register_task: asyncio.Task | None = None
         self._register_waiters: list[asyncio.Future] = []   # wait for the next round to finish
         self._noted_master: str | None = None               # a slave: the HA address in <run>/ha_master
+        self.metrics: MetricsServer | None = None            # the Prometheus endpoint, when metrics_port is set
         self.every(cfg.register_interval, self.register_soon, "register")
         self.every(cfg.offset_persist_interval, self.persist_offsets, "persist offsets")
         self.every(cfg.client_scan_interval, self.scan_clients, "scan clients")
@@ -149,6 +153,20 @@ class BrokerActor(Actor):
         self.log.info("broker %s at %s: %d topics (version %d), %d groups, %d offset entries, registries %s",
                       cfg.broker_name, broker_addr(cfg), len(self.snapshot.topics), self.snapshot.version,
                       len(self.groups.table), len(self.offsets.table), ";".join(self.registrar.registries))
+        if cfg.metrics_port:
+            await self._serve_metrics(cfg.metrics_host or cfg.broker_ip, cfg.metrics_port)
+
+    async def _serve_metrics(self, host: str, port: int) -> None:
+        """The Prometheus endpoint; a port it cannot bind costs the metrics, not the broker."""
+        metrics = BrokerMetrics(self)
+        server = MetricsServer(lambda: render(metrics.collect()), self.log)
+        try:
+            await server.start(host, port)
+        except OSError as exc:
+            self.log.error("metrics endpoint not served: cannot listen on %s:%d: %s", host, port, exc)
+            return
+        self.metrics = server
+        self.log.info("metrics at http://%s:%d/metrics", host, server.port)
 
     def _processors(self) -> dict:
         clients = ClientProcessor(self)
@@ -409,6 +427,8 @@ class BrokerActor(Actor):
             await asyncio.gather(self._register_task, return_exceptions=True)
         await self.registrar.unregister()
         await self.registrar.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         await self.channel.close()
         self.view.reader.close()
 

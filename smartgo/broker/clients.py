@@ -103,13 +103,16 @@ class ClientChannel:
     version: int
     last_update: float
 
+    @property
+    def language_name(self) -> str:
+        try:
+            return LanguageCode(self.language).name
+        except ValueError:
+            return "OTHER"
+
     def to_json(self) -> dict:
         """Connection (ConsumerConnection.connectionSet items)."""
-        try:
-            language = LanguageCode(self.language).name
-        except ValueError:
-            language = "OTHER"
-        return {"clientAddr": self.ref.addr, "clientId": self.client_id, "language": language,
+        return {"clientAddr": self.ref.addr, "clientId": self.client_id, "language": self.language_name,
                 "version": self.version}
 
 

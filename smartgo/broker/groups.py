@@ -26,6 +26,11 @@ DEFAULT_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "
                   "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS")
 
 
+def is_system_group(name: str) -> bool:
+    """MixAll.isSysConsumerGroup, or one of the groups every broker creates."""
+    return name.startswith(SYS_GROUP_PREFIX) or name in DEFAULT_GROUPS
+
+
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
     """SubscriptionGroupConfig (4.9)."""

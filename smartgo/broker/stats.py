@@ -51,14 +51,15 @@ def minute_sample_ms(config: NodeConfig) -> int:
 
 class LatencyHistogram:
     """The contract's fixed buckets (exact counts), fine log buckets (percentiles within 4%),
-    count and max."""
+    count, sum (a Prometheus histogram's _sum) and max."""
 
-    __slots__ = ("buckets", "fine", "count", "max_ms")
+    __slots__ = ("buckets", "fine", "count", "sum_ms", "max_ms")
 
     def __init__(self) -> None:
         self.buckets = [0] * len(LATENCY_BOUNDS)
         self.fine: dict[int, int] = {}
         self.count = 0
+        self.sum_ms = 0.0
         self.max_ms = 0.0
 
     def observe(self, ms: float) -> None:
@@ -66,19 +67,21 @@ class LatencyHistogram:
         i = int(math.log(ms * 1000.0) * _FINE_PER_E) if ms > 0.001 else 0
         self.fine[i] = self.fine.get(i, 0) + 1
         self.count += 1
+        self.sum_ms += ms
         if ms > self.max_ms:
             self.max_ms = ms
 
     def to_wire(self) -> list:
-        return [self.buckets, list(self.fine.items()), self.count, self.max_ms]
+        return [self.buckets, list(self.fine.items()), self.count, self.max_ms, self.sum_ms]
 
     def add_wire(self, wire: list) -> None:
-        buckets, fine, count, max_ms = wire
+        buckets, fine, count, max_ms, sum_ms = wire
         for i, n in enumerate(buckets):
             self.buckets[i] += n
         for i, n in fine:
             self.fine[i] = self.fine.get(i, 0) + n
         self.count += count
+        self.sum_ms += sum_ms
         self.max_ms = max(self.max_ms, max_ms)
 
     def quantile(self, q: float) -> float:
@@ -223,8 +226,8 @@ class StatsBook:
         # never (re)write a window ending at or before this: the last record already written
         self.closed_until = max(not_before_ms, self._end_of(now_ms) - self.window_ms)
         self.totals = dict.fromkeys(TOTALS, 0)
-        self.send_max_ms = 0.0
-        self.pull_max_ms = 0.0
+        self.send = LatencyHistogram()      # since start: runtime info's maxima, the metrics' histograms
+        self.pull = LatencyHistogram()
         self.broker_rates = Samples(1.0, 3601)
         self.cluster = cluster
         self.items = StatsItems(now, minute_sample_ms)
@@ -255,8 +258,8 @@ class StatsBook:
             items.add(BROKER_GET_NUMS, self.cluster, m, 0)
         t["pulls_found"] += wire["found"]
         t["pulls_missed"] += wire["missed"]
-        self.send_max_ms = max(self.send_max_ms, wire["send"][3])
-        self.pull_max_ms = max(self.pull_max_ms, wire["pull"][3])
+        self.send.add_wire(wire["send"])
+        self.pull.add_wire(wire["pull"])
 
     def due(self, now_ms: int, grace_ms: int) -> list[int]:
         """Ends of the windows to write now: every end up to now - grace not written yet (an

@@ -1,0 +1,244 @@
+"""The broker's Prometheus metrics, read from the broker actor's own tables at each scrape.
+
+Names, labels and units are RocketMQ 5.x's (BrokerMetricsManager, DefaultStoreMetricsManager), so
+its Grafana dashboards and alert rules apply: every sample carries cluster, node_type="broker" and
+node_id=<brokerName>. What 5.x has no name for is `smartgo_*`: request latency, pulls, the disk
+watermark and each actor's health, CPU and memory (the per-actor view the supervisor keeps).
+
+Nothing here is counted on the data path: the counters are the stats items the net actors
+already report every second (stats.py), so a scrape costs the broker actor, not the net actors,
+and counters restart from 0 with the broker actor (Prometheus' rate() expects that).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import psutil
+
+from smartgo.actors.health import CpuSampler, node_health
+from smartgo.broker.groups import is_system_group
+from smartgo.broker.prometheus import Family, Labels
+from smartgo.broker.schedule_message import HALF_TOPIC
+from smartgo.broker.stats_items import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems
+from smartgo.broker.topics import system_topics
+from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX
+from smartgo.stats_schema import LATENCY_BOUNDS
+from smartgo.store.record import SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from smartgo.broker.broker_actor import BrokerActor
+
+_BOUNDS_MS = [float(b) for b in LATENCY_BOUNDS if b is not None]
+_STORAGE = {"storage_type": "local", "storage_medium": "disk"}     # DefaultStoreMetricsConstant's defaults
+_CONSUME_MODES = {"CONSUME_ACTIVELY": "pull", "CONSUME_PASSIVELY": "push"}   # ConsumeType.getTypeCN, lower case
+
+
+class BrokerMetrics:
+    """collect() builds every family from the actor's tables; one per broker actor (it keeps the
+    psutil handles of the node's processes between scrapes)."""
+
+    def __init__(self, broker: BrokerActor) -> None:
+        self.b = broker
+        cfg = broker.config
+        self.const = {"cluster": cfg.cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
+        self.system_topics = frozenset(system_topics(cfg))
+        self.sampler = CpuSampler()
+
+    def family(self, name: str, kind: str, help_text: str) -> Family:
+        return Family(name, kind, help_text, self.const)
+
+    def collect(self) -> list[Family]:
+        now_ms = time.time_ns() // 1_000_000
+        return [*self._traffic(), *self._lag(now_ms), *self._connections(), *self._broker(),
+                *self._storage(now_ms), *self._latency(), *self._actors()]
+
+    def _system(self, topic: str, group: str = "") -> str:
+        return _bool(topic in self.system_topics or (bool(group) and is_system_group(group)))
+
+    # ---- messages in and out (the net actors' stats items) ------------------------------------------
+    def _traffic(self) -> list[Family]:
+        items = self.b.stats.items
+        msgs_in = self.family("rocketmq_messages_in_total", "counter", "Messages stored, by topic")
+        bytes_in = self.family("rocketmq_throughput_in_total", "counter", "Bytes of messages stored, by topic")
+        for family, name in ((msgs_in, TOPIC_PUT_NUMS), (bytes_in, TOPIC_PUT_SIZE)):
+            for topic, item in sorted(items.table[name].items()):
+                family.add({"topic": topic, "message_type": _message_type(topic),
+                            "is_system": self._system(topic)}, item.value)
+        msgs_out = self.family("rocketmq_messages_out_total", "counter", "Messages pulled, by topic and group")
+        bytes_out = self.family("rocketmq_throughput_out_total", "counter",
+                                "Bytes of messages pulled, by topic and group")
+        for family, name in ((msgs_out, GROUP_GET_NUMS), (bytes_out, GROUP_GET_SIZE)):
+            for key, value in _group_items(items, name):
+                family.add(self._group_labels(*key), value)
+        pulls = self.family("smartgo_pulls_total", "counter", "Pull requests answered, with messages or without")
+        totals = self.b.stats.totals
+        pulls.add({"result": "found"}, totals["pulls_found"])
+        pulls.add({"result": "missed"}, totals["pulls_missed"])
+        return [msgs_in, bytes_in, msgs_out, bytes_out, pulls]
+
+    def _group_labels(self, topic: str, group: str) -> Labels:
+        return {"topic": topic, "consumer_group": group, "is_retry": _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
+                "is_system": self._system(topic, group)}
+
+    # ---- consumer lag (committed offsets against the queues' max offsets) ------------------------------
+    def _lag(self, now_ms: int) -> list[Family]:
+        b = self.b
+        lag = self.family("rocketmq_consumer_lag_messages", "gauge",
+                          "Messages stored and not yet committed by the group (sum over its queues)")
+        latency = self.family("rocketmq_consumer_lag_latency", "gauge",
+                              "Milliseconds since the oldest message the group has not committed was stored")
+        reader = b.view.fresh_reader()
+        written = b.view.written.get()
+        for (topic, group), queues in sorted(b.offsets.table.items()):
+            behind, oldest = 0, 0
+            for queue_id, committed in queues.items():
+                max_offset = b.view.max_offset(topic, queue_id)
+                if committed >= max_offset:
+                    continue
+                behind += max_offset - committed
+                stored = reader.message_store_time(topic, queue_id, committed, max_offset, written)
+                if stored > 0 and (not oldest or stored < oldest):
+                    oldest = stored
+            labels = self._group_labels(topic, group)
+            lag.add(labels, behind)
+            latency.add(labels, max(0, now_ms - oldest) if oldest else 0)
+        return [lag, latency]
+
+    # ---- clients -----------------------------------------------------------------------------------------
+    def _connections(self) -> list[Family]:
+        clients = self.b.clients
+        producers: dict[tuple[str, int], int] = {}
+        for channels in clients.producers.values():
+            for ch in channels.values():
+                key = (ch.language_name.lower(), ch.version)
+                producers[key] = producers.get(key, 0) + 1
+        prod = self.family("rocketmq_producer_connections", "gauge",
+                           "Producer connections, by client language and version (MQVersion ordinal)")
+        for (language, version), n in sorted(producers.items()):
+            prod.add({"language": language, "version": str(version), "protocol_type": "remoting"}, n)
+        cons = self.family("rocketmq_consumer_connections", "gauge",
+                           "Consumer connections, by group, client language and version (MQVersion ordinal)")
+        for group, info in sorted(clients.consumers.items()):
+            counts: dict[tuple[str, int], int] = {}
+            for ch in info.channels.values():
+                key = (ch.language_name.lower(), ch.version)
+                counts[key] = counts.get(key, 0) + 1
+            for (language, version), n in sorted(counts.items()):
+                cons.add({"consumer_group": group, "language": language, "version": str(version),
+                          "consume_mode": _CONSUME_MODES.get(info.consume_type, info.consume_type.lower()),
+                          "protocol_type": "remoting", "is_system": _bool(is_system_group(group))}, n)
+        return [prod, cons]
+
+    # ---- the broker's tables and flags -------------------------------------------------------------------
+    def _broker(self) -> list[Family]:
+        b = self.b
+        out = []
+        for name, help_text, value in (
+                ("rocketmq_broker_permission", "brokerPermission (2 read, 4 write, 6 both)",
+                 b.runtime.config.broker_permission),
+                ("rocketmq_topic_number", "Topics in the broker's table", len(b.snapshot.topics)),
+                ("rocketmq_consumer_group_number", "Subscription groups in the broker's table", len(b.groups.table)),
+                ("smartgo_disk_full", "1 while sends are refused for a full disk (the 90 % watermark)",
+                 b.view.disk_full.get())):
+            family = self.family(name, "gauge", help_text)
+            family.add({}, value)
+            out.append(family)
+        return out
+
+    def _storage(self, now_ms: int) -> list[Family]:
+        b = self.b
+        f = b.board.scalars()
+        written = f["commitlog.written"]
+        values = [("rocketmq_storage_dispatch_behind_bytes", "CommitLog bytes not yet in the ConsumeQueues",
+                   max(0, written - f["commitlog.dispatched"])),
+                  ("rocketmq_storage_flush_behind_bytes", "CommitLog bytes not yet flushed to disk",
+                   max(0, written - f["commitlog.flushed"])),
+                  ("smartgo_storage_disk_used_ratio", "Used share of the store's disk, as the cleanup watermarks "
+                                                      "read it", f["disk.used_permille"] / 1000),
+                  ("smartgo_commitlog_min_offset", "First CommitLog offset still kept", f["commitlog.min"]),
+                  ("smartgo_commitlog_max_offset", "CommitLog offset written up to", written)]
+        try:
+            usage = psutil.disk_usage(str(b.config.store_path))
+            values.append(("rocketmq_storage_size", "Bytes used on the store's file system", usage.used))
+        except OSError:
+            pass
+        earliest = b.earliest_message_time()
+        if earliest > 0:
+            values.append(("rocketmq_storage_message_reserve_time", "Milliseconds since the oldest message kept "
+                                                                    "was stored", max(0, now_ms - earliest)))
+        out = []
+        for name, help_text, value in values:
+            family = self.family(name, "gauge", help_text)
+            family.add(_STORAGE if name.startswith("rocketmq_") else {}, value)
+            out.append(family)
+        return out
+
+    def _latency(self) -> list[Family]:
+        family = self.family("smartgo_request_latency_milliseconds", "histogram",
+                             "Send and pull requests, arrival (a parked pull: its wake-up) to response")
+        for request, hist in (("send", self.b.stats.send), ("pull", self.b.stats.pull)):
+            family.add_histogram({"request": request}, _BOUNDS_MS, hist.buckets, hist.sum_ms)
+        return [family]
+
+    # ---- the node's processes ------------------------------------------------------------------------------
+    def _actors(self) -> list[Family]:
+        health = node_health(self.b.board, self.sampler)
+        healthy = self.family("smartgo_node_healthy", "gauge", "1 when the supervisor and every actor are healthy")
+        healthy.add({}, int(health["healthy"]))
+        up = self.family("smartgo_actor_up", "gauge", "1 when the actor runs, is ready and heartbeats in time")
+        restarts = self.family("smartgo_actor_restarts_total", "counter", "Times the supervisor restarted the actor")
+        age = self.family("smartgo_actor_heartbeat_age_seconds", "gauge", "Seconds since the actor's last heartbeat")
+        mailbox = self.family("smartgo_actor_mailbox_depth", "gauge", "Control messages waiting for the actor")
+        cpu = self.family("smartgo_process_cpu_seconds_total", "counter", "CPU time (user + system) of the process")
+        rss = self.family("smartgo_process_resident_memory_bytes", "gauge", "Resident memory of the process")
+        node = health["node"]
+        processes = [("supervisor", node["pid"] if node["state"] != "down" else 0, node["rss_bytes"])]
+        for actor in health["actors"]:
+            labels = {"actor": actor["name"]}
+            up.add(labels, int(actor["healthy"]))
+            restarts.add(labels, actor["restarts"])
+            if actor["heartbeat_age_s"] is not None:
+                age.add(labels, actor["heartbeat_age_s"])
+            if actor["mailbox_depth"] is not None:
+                mailbox.add(labels, actor["mailbox_depth"])
+            processes.append((actor["name"], actor["pid"] or 0, actor["rss_bytes"]))
+        for name, pid, resident in processes:
+            times = self._cpu_times(pid)
+            if times is not None:
+                cpu.add({"actor": name}, round(times, 3))
+            if resident is not None:
+                rss.add({"actor": name}, resident)
+        return [healthy, up, restarts, age, mailbox, cpu, rss]
+
+    def _cpu_times(self, pid: int) -> float | None:
+        process = self.sampler.process(pid) if pid else None
+        try:
+            return None if process is None else sum(process.cpu_times()[:2])
+        except psutil.Error:
+            return None
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _message_type(topic: str) -> str:
+    """5.x's message_type label, from what the stats know: the topic a message was stored under.
+    A delayed message is stored under SCHEDULE_TOPIC_XXXX, a transaction's half under the half
+    topic; FIFO is a producer's choice of queue, invisible here, so it counts as normal."""
+    if topic == SCHEDULE_TOPIC:
+        return "delay"
+    if topic == HALF_TOPIC:
+        return "transaction"
+    return "normal"
+
+
+def _group_items(items: StatsItems, name: str) -> list[tuple[tuple[str, str], int]]:
+    """((topic, group), value) of a topic@group item; topic names cannot hold '@' (TopicValidator)."""
+    out = []
+    for key, item in items.table[name].items():
+        topic, _, group = key.partition("@")
+        out.append(((topic, group), item.value))
+    return sorted(out)

@@ -1,0 +1,274 @@
+"""The Prometheus endpoint (metrics_port): the exposition text, the HTTP server's answers to good
+and bad requests, and a real node's page after known traffic - 5.x's names and labels, counts
+that add up to what was sent and pulled, lag from committed offsets, connections by language,
+and every actor up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from smartgo.broker.broker_actor import BrokerActor
+from smartgo.broker.metrics import BrokerMetrics
+from smartgo.broker.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Request, answer, parse_head
+from smartgo.broker.prometheus import CONTENT_TYPE, Family, render
+from smartgo.broker.stats import LatencyHistogram
+from smartgo.broker.testing import ClientStub, pull_command, send_command, update_offset_command
+from smartgo.config import NodeConfig
+from smartgo.net.codes import LanguageCode, MQVersion, ResponseCode
+from smartgo.testing import free_port, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+METRICS_PORT = free_port()
+NODE_SETTINGS = {"metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_sample_interval": 1}
+TOPIC = "TopicMetrics"
+GROUP = "CG_METRICS"
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)')
+
+
+def parse(text: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a page, checked against the format: each line a comment or a sample, each
+    sample under a TYPE line of its family, label values unescaped."""
+    samples: dict[tuple[str, frozenset], float] = {}
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind in ("counter", "gauge", "histogram") and name not in types
+            types[name] = kind
+            continue
+        if line.startswith("# HELP ") or not line:
+            continue
+        m = _SAMPLE.match(line)
+        assert m, f"not a sample line: {line!r}"
+        name, _, body, value = m.groups()
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
+        assert family in types, f"{name} has no TYPE line"
+        labels = {}
+        pos = 0
+        while body and pos < len(body):
+            lm = _LABEL.match(body, pos)
+            assert lm, f"bad labels in {line!r}"
+            labels[lm.group(1)] = re.sub(r"\\(.)", lambda e: {"n": "\n"}.get(e.group(1), e.group(1)), lm.group(2))
+            pos = lm.end()
+        samples[(name, frozenset(labels.items()))] = float(value)
+    return samples
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    """The one sample of `name` whose labels include `labels` (None when there is none)."""
+    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(found) <= 1, f"{name} {labels} matches {len(found)} samples"
+    return found[0] if found else None
+
+
+# ---- the exposition format --------------------------------------------------------------------------------
+def test_render_escapes_label_values_and_writes_cumulative_histograms():
+    const = {"cluster": "C", "node_type": "broker", "node_id": "b"}
+    counter = Family("rocketmq_messages_in_total", "counter", "Messages\nstored \\ by topic", const)
+    counter.add({"topic": 'a"b\\c\nd'}, 3)
+    empty = Family("rocketmq_unused", "gauge", "never written", const)
+    hist = Family("smartgo_request_latency_milliseconds", "histogram", "latency", const)
+    hist.add_histogram({"request": "send"}, [1.0, 5.0], [2, 0, 1], 7.5)
+    text = render([counter, empty, hist]).decode()
+    assert "# HELP rocketmq_messages_in_total Messages\\nstored \\\\ by topic\n" in text
+    assert "rocketmq_unused" not in text
+    samples = parse(text)
+    assert value(samples, "rocketmq_messages_in_total", topic='a"b\\c\nd', cluster="C") == 3
+    line = next(x for x in text.splitlines() if x.startswith("rocketmq_messages_in_total"))
+    assert line.startswith('rocketmq_messages_in_total{cluster="C",node_type="broker",node_id="b",topic=')
+    buckets = [value(samples, "smartgo_request_latency_milliseconds_bucket", le=le) for le in ("1.0", "5.0", "+Inf")]
+    assert buckets == [2, 2, 3]
+    assert value(samples, "smartgo_request_latency_milliseconds_sum") == 7.5
+    assert value(samples, "smartgo_request_latency_milliseconds_count") == 3
+
+
+def test_latency_histograms_carry_their_sum_through_the_wire():
+    h = LatencyHistogram()
+    for ms in (0.2, 3.0, 9000.0):
+        h.observe(ms)
+    merged = LatencyHistogram()
+    merged.add_wire(h.to_wire())
+    merged.add_wire(h.to_wire())
+    assert (merged.count, merged.sum_ms, merged.max_ms) == (6, pytest.approx(2 * 9003.2), 9000.0)
+    assert merged.buckets[-1] == 2                      # above the last bound: +Inf only
+
+
+def test_group_labels_mark_retry_topics_and_system_groups():
+    metrics = BrokerMetrics(SimpleNamespace(config=NodeConfig()))   # type: ignore[arg-type]
+    assert metrics._group_labels("%RETRY%CG", "CG") == {"topic": "%RETRY%CG", "consumer_group": "CG",
+                                                         "is_retry": "true", "is_system": "false"}
+    assert metrics._group_labels("Orders", "CID_RMQ_SYS_TRANS")["is_system"] == "true"
+    assert metrics._group_labels("TBW102", "CG")["is_system"] == "true"
+    assert metrics._group_labels("Orders", "CG")["is_system"] == "false"
+
+
+# ---- the HTTP side, without a broker ---------------------------------------------------------------------
+def test_request_heads_are_parsed_or_refused():
+    assert parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n") == Request("GET", "/metrics")
+    for bad in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"GET /metrics\r\n\r\n",
+                b"GET /metrics SPDY/3\r\n\r\n", b"GET /m\xe9trics HTTP/1.1\r\n\r\n", b"G\x00T / HTTP/1.1\r\n\r\n"):
+        with pytest.raises(BadRequest):
+            parse_head(bad)
+    page = lambda: b"m 1\n"                      # noqa: E731
+    assert answer(Request("GET", "/"), page).startswith(b"HTTP/1.1 404 Not Found\r\n")
+    post = answer(Request("POST", "/metrics"), page)
+    assert post.startswith(b"HTTP/1.1 405 ") and b"Allow: GET, HEAD\r\n" in post
+    ok = answer(Request("GET", "/metrics"), page)
+    assert ok.startswith(b"HTTP/1.1 200 OK\r\n") and ok.endswith(b"\r\n\r\nm 1\n")
+    assert f"Content-Type: {CONTENT_TYPE}\r\n".encode() in ok and b"Content-Length: 4\r\n" in ok
+    head = answer(Request("HEAD", "/metrics"), page)
+    assert head.endswith(b"\r\n\r\n") and b"Content-Length: 4\r\n" in head
+
+
+def test_the_server_answers_bad_requests_and_goes_on_serving(caplog, monkeypatch):
+    monkeypatch.setattr("smartgo.broker.metrics_http.READ_TIMEOUT", 0.3)
+    log = logging.getLogger("test.metrics")
+    broken = {"on": False}
+
+    def page() -> bytes:
+        if broken["on"]:
+            raise RuntimeError("boom")
+        return b"m 1\n"
+
+    async def exchange(port: int, data: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(data)
+        await writer.drain()
+        out = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return out
+
+    async def main() -> list[bytes]:
+        server = MetricsServer(page, log)
+        await server.start("127.0.0.1", 0)
+        good = b"GET /metrics HTTP/1.1\r\n\r\n"
+        out = [await exchange(server.port, b"\x00\xff garbage\r\n\r\n"),
+               await exchange(server.port, b"GET /" + b"a" * MAX_HEAD + b" HTTP/1.1\r\n\r\n"),
+               await exchange(server.port, b"GET /metrics HTTP/1.1\r\n"),      # never finished
+               await exchange(server.port, good)]
+        broken["on"] = True
+        out.append(await exchange(server.port, good))
+        broken["on"] = False
+        out.append(await exchange(server.port, good))
+        await server.close()
+        return out
+
+    with caplog.at_level(logging.WARNING, logger="test.metrics"):
+        garbage, huge, unfinished, good, failed, again = asyncio.run(main())
+    assert garbage.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert huge.startswith(b"HTTP/1.1 431 ")
+    assert unfinished == b""
+    assert good.endswith(b"m 1\n") and again.endswith(b"m 1\n")
+    assert failed.startswith(b"HTTP/1.1 500 ")
+    text = caplog.text
+    assert "bad request" in text and f"over {MAX_HEAD} bytes" in text and "no complete request head" in text
+    assert "page could not be built" in text and "boom" in text
+
+
+def test_a_taken_port_costs_the_metrics_not_the_broker(caplog):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    fake = SimpleNamespace(config=NodeConfig(), log=logging.getLogger("test.metrics.port"), metrics=None)
+    with caplog.at_level(logging.ERROR, logger="test.metrics.port"):
+        asyncio.run(BrokerActor._serve_metrics(fake, "127.0.0.1", taken.getsockname()[1]))  # type: ignore[arg-type]
+    taken.close()
+    assert fake.metrics is None
+    assert "metrics endpoint not served: cannot listen on 127.0.0.1" in caplog.text
+
+
+# ---- a real node -------------------------------------------------------------------------------------------
+def scrape(path: str = "/metrics") -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}{path}", timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
+    consumer = ClientStub(broker.addr, "10.0.0.9@consumer")
+    producer = ClientStub(broker.addr, "10.0.0.8@producer")
+    try:
+        assert consumer.heartbeat({GROUP: {TOPIC: "*"}}, language=LanguageCode.JAVA,
+                                  client_version=MQVersion.V4_9_4).code == ResponseCode.SUCCESS
+        assert producer.heartbeat(producers=("PG_METRICS",), language=LanguageCode.CPP).code == ResponseCode.SUCCESS
+        for queue_id, n in ((0, 5), (1, 3)):
+            for i in range(n):
+                r = broker.call(send_command(TOPIC, b"m" * 100, queue_id=queue_id))
+                assert r.code == ResponseCode.SUCCESS, r.remark
+        r = broker.call(pull_command(TOPIC, 0, 0, group=GROUP))
+        assert r.code == ResponseCode.SUCCESS
+        for queue_id, offset in ((0, 2), (1, 0)):
+            assert broker.call(update_offset_command(GROUP, TOPIC, queue_id, offset)).code == ResponseCode.SUCCESS
+
+        def page():      # the net actor's stats reach the broker actor each second
+            status, ctype, text = scrape()
+            samples = parse(text)
+            done = value(samples, "rocketmq_messages_in_total", topic=TOPIC) == 8 and \
+                value(samples, "rocketmq_messages_out_total", topic=TOPIC, consumer_group=GROUP) == 5
+            return (status, ctype, samples) if done else None
+        status, ctype, samples = wait_until(page, 20, 0.2, "the sends and the pull on the metrics page")
+
+        assert (status, ctype) == (200, CONTENT_TYPE)
+        const = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+        assert value(samples, "rocketmq_messages_in_total", topic=TOPIC, message_type="normal", is_system="false",
+                     **const) == 8
+        assert value(samples, "rocketmq_throughput_in_total", topic=TOPIC) >= 8 * 100
+        out = {"topic": TOPIC, "consumer_group": GROUP, "is_retry": "false", "is_system": "false"}
+        assert value(samples, "rocketmq_throughput_out_total", **out) >= 5 * 100
+        # committed 2 of queue 0's 5 and 0 of queue 1's 3
+        assert value(samples, "rocketmq_consumer_lag_messages", **out) == 6
+        assert 0 < value(samples, "rocketmq_consumer_lag_latency", **out) < 60_000
+        assert value(samples, "rocketmq_consumer_connections", consumer_group=GROUP, language="java",
+                     version=str(int(MQVersion.V4_9_4)), consume_mode="push") == 1
+        assert value(samples, "rocketmq_producer_connections", language="cpp") == 1
+        assert value(samples, "smartgo_pulls_total", result="found") >= 1
+        sends = value(samples, "smartgo_request_latency_milliseconds_count", request="send")
+        assert sends >= 8
+        buckets = sorted((float(dict(ls)["le"]), v) for (n, ls), v in samples.items()
+                         if n == "smartgo_request_latency_milliseconds_bucket" and ("request", "send") in ls)
+        assert buckets[-1] == (float("inf"), sends)
+        assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))
+        assert value(samples, "smartgo_request_latency_milliseconds_sum", request="send") > 0
+        assert value(samples, "rocketmq_broker_permission") == 6
+        assert value(samples, "rocketmq_topic_number") >= 1
+        assert value(samples, "smartgo_disk_full") == 0
+        assert value(samples, "rocketmq_storage_dispatch_behind_bytes", storage_type="local") >= 0
+        assert value(samples, "smartgo_commitlog_max_offset") >= 8 * 100
+        assert 0 < value(samples, "rocketmq_storage_message_reserve_time") < 600_000
+        assert value(samples, "smartgo_node_healthy") == 1
+        for actor in ("net-0", "commit", "dispatch", "flush", "hold", "cleanup", "broker"):
+            assert value(samples, "smartgo_actor_up", actor=actor) == 1, actor
+            assert value(samples, "smartgo_actor_restarts_total", actor=actor) == 0, actor
+            assert value(samples, "smartgo_process_resident_memory_bytes", actor=actor) > 1 << 20, actor
+            assert value(samples, "smartgo_process_cpu_seconds_total", actor=actor) is not None, actor
+        assert value(samples, "smartgo_process_cpu_seconds_total", actor="supervisor") is not None
+    finally:
+        consumer.close()
+        producer.close()
+
+
+def test_a_node_refuses_bad_requests_and_keeps_serving(broker):
+    status, _, text = scrape("/")
+    assert status == 404 and "/metrics" in text
+    with socket.create_connection(("127.0.0.1", METRICS_PORT), timeout=10) as s:
+        s.sendall(b"\x16\x03\x01 not http at all\r\n\r\n")
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400 Bad Request")
+    assert broker.call(send_command(TOPIC, b"after")).code == ResponseCode.SUCCESS
+    status, _, text = scrape()
+    assert status == 200 and value(parse(text), "smartgo_node_healthy") == 1
+    assert "metrics: bad request from" in broker.node.log_text()
