@@ -9,11 +9,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from smartgo.actors.testing import ROOT, SUPERVISOR, Node, NodeStartError, launch_node
@@ -283,3 +286,53 @@ def restart_broker(node: Node, role: str = "master") -> Node:
         again.reap()
         raise
     return again
+
+
+# ---- the Prometheus endpoint (metrics_port) --------------------------------------------------------------
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)')
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a page, checked against the format: each line a comment or a sample, each
+    sample under a TYPE line of its family, label values unescaped."""
+    samples: dict[tuple[str, frozenset], float] = {}
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind in ("counter", "gauge", "histogram") and name not in types
+            types[name] = kind
+            continue
+        if line.startswith("# HELP ") or not line:
+            continue
+        m = _SAMPLE.match(line)
+        assert m, f"not a sample line: {line!r}"
+        name, _, body, value = m.groups()
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
+        assert family in types, f"{name} has no TYPE line"
+        labels = {}
+        pos = 0
+        while body and pos < len(body):
+            lm = _LABEL.match(body, pos)
+            assert lm, f"bad labels in {line!r}"
+            labels[lm.group(1)] = re.sub(r"\\(.)", lambda e: {"n": "\n"}.get(e.group(1), e.group(1)), lm.group(2))
+            pos = lm.end()
+        samples[(name, frozenset(labels.items()))] = float(value)
+    return samples
+
+
+def metric_value(samples: dict, name: str, **labels: str) -> float | None:
+    """The one sample of `name` whose labels include `labels` (None when there is none)."""
+    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(found) <= 1, f"{name} {labels} matches {len(found)} samples"
+    return found[0] if found else None
+
+
+def scrape_metrics(port: int, path: str = "/metrics") -> tuple[int, str, str]:
+    """(status, content type, text) of a GET on a node's metrics port."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import socket
-import urllib.error
-import urllib.request
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +17,8 @@ from smartgo.broker.metrics import BrokerMetrics
 from smartgo.broker.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Request, answer, parse_head
 from smartgo.broker.prometheus import CONTENT_TYPE, Family, render
 from smartgo.broker.stats import LatencyHistogram
-from smartgo.broker.testing import ClientStub, pull_command, send_command, update_offset_command
+from smartgo.broker.testing import (ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
+                                    send_command, update_offset_command)
 from smartgo.config import NodeConfig
 from smartgo.net.codes import LanguageCode, MQVersion, ResponseCode
 from smartgo.testing import free_port, wait_until
@@ -31,46 +29,6 @@ METRICS_PORT = free_port()
 NODE_SETTINGS = {"metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_sample_interval": 1}
 TOPIC = "TopicMetrics"
 GROUP = "CG_METRICS"
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)')
-
-
-def parse(text: str) -> dict[tuple[str, frozenset], float]:
-    """Every sample of a page, checked against the format: each line a comment or a sample, each
-    sample under a TYPE line of its family, label values unescaped."""
-    samples: dict[tuple[str, frozenset], float] = {}
-    types: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge", "histogram") and name not in types
-            types[name] = kind
-            continue
-        if line.startswith("# HELP ") or not line:
-            continue
-        m = _SAMPLE.match(line)
-        assert m, f"not a sample line: {line!r}"
-        name, _, body, value = m.groups()
-        family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
-        assert family in types, f"{name} has no TYPE line"
-        labels = {}
-        pos = 0
-        while body and pos < len(body):
-            lm = _LABEL.match(body, pos)
-            assert lm, f"bad labels in {line!r}"
-            labels[lm.group(1)] = re.sub(r"\\(.)", lambda e: {"n": "\n"}.get(e.group(1), e.group(1)), lm.group(2))
-            pos = lm.end()
-        samples[(name, frozenset(labels.items()))] = float(value)
-    return samples
-
-
-def value(samples: dict, name: str, **labels: str) -> float | None:
-    """The one sample of `name` whose labels include `labels` (None when there is none)."""
-    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
-    assert len(found) <= 1, f"{name} {labels} matches {len(found)} samples"
-    return found[0] if found else None
-
-
 # ---- the exposition format --------------------------------------------------------------------------------
 def test_render_escapes_label_values_and_writes_cumulative_histograms():
     const = {"cluster": "C", "node_type": "broker", "node_id": "b"}
@@ -82,14 +40,15 @@ def test_render_escapes_label_values_and_writes_cumulative_histograms():
     text = render([counter, empty, hist]).decode()
     assert "# HELP rocketmq_messages_in_total Messages\\nstored \\\\ by topic\n" in text
     assert "rocketmq_unused" not in text
-    samples = parse(text)
-    assert value(samples, "rocketmq_messages_in_total", topic='a"b\\c\nd', cluster="C") == 3
+    samples = parse_metrics(text)
+    assert metric_value(samples, "rocketmq_messages_in_total", topic='a"b\\c\nd', cluster="C") == 3
     line = next(x for x in text.splitlines() if x.startswith("rocketmq_messages_in_total"))
     assert line.startswith('rocketmq_messages_in_total{cluster="C",node_type="broker",node_id="b",topic=')
-    buckets = [value(samples, "smartgo_request_latency_milliseconds_bucket", le=le) for le in ("1.0", "5.0", "+Inf")]
+    buckets = [metric_value(samples, "smartgo_request_latency_milliseconds_bucket", le=le)
+               for le in ("1.0", "5.0", "+Inf")]
     assert buckets == [2, 2, 3]
-    assert value(samples, "smartgo_request_latency_milliseconds_sum") == 7.5
-    assert value(samples, "smartgo_request_latency_milliseconds_count") == 3
+    assert metric_value(samples, "smartgo_request_latency_milliseconds_sum") == 7.5
+    assert metric_value(samples, "smartgo_request_latency_milliseconds_count") == 3
 
 
 def test_latency_histograms_carry_their_sum_through_the_wire():
@@ -189,11 +148,7 @@ def test_a_taken_port_costs_the_metrics_not_the_broker(caplog):
 
 # ---- a real node -------------------------------------------------------------------------------------------
 def scrape(path: str = "/metrics") -> tuple[int, str, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}{path}", timeout=10) as r:
-            return r.status, r.headers["Content-Type"], r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+    return scrape_metrics(METRICS_PORT, path)
 
 
 def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
@@ -214,46 +169,46 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
 
         def page():      # the net actor's stats reach the broker actor each second
             status, ctype, text = scrape()
-            samples = parse(text)
-            done = value(samples, "rocketmq_messages_in_total", topic=TOPIC) == 8 and \
-                value(samples, "rocketmq_messages_out_total", topic=TOPIC, consumer_group=GROUP) == 5
+            samples = parse_metrics(text)
+            done = metric_value(samples, "rocketmq_messages_in_total", topic=TOPIC) == 8 and \
+                metric_value(samples, "rocketmq_messages_out_total", topic=TOPIC, consumer_group=GROUP) == 5
             return (status, ctype, samples) if done else None
         status, ctype, samples = wait_until(page, 20, 0.2, "the sends and the pull on the metrics page")
 
         assert (status, ctype) == (200, CONTENT_TYPE)
         const = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
-        assert value(samples, "rocketmq_messages_in_total", topic=TOPIC, message_type="normal", is_system="false",
-                     **const) == 8
-        assert value(samples, "rocketmq_throughput_in_total", topic=TOPIC) >= 8 * 100
+        assert metric_value(samples, "rocketmq_messages_in_total", topic=TOPIC, message_type="normal",
+                            is_system="false", **const) == 8
+        assert metric_value(samples, "rocketmq_throughput_in_total", topic=TOPIC) >= 8 * 100
         out = {"topic": TOPIC, "consumer_group": GROUP, "is_retry": "false", "is_system": "false"}
-        assert value(samples, "rocketmq_throughput_out_total", **out) >= 5 * 100
+        assert metric_value(samples, "rocketmq_throughput_out_total", **out) >= 5 * 100
         # committed 2 of queue 0's 5 and 0 of queue 1's 3
-        assert value(samples, "rocketmq_consumer_lag_messages", **out) == 6
-        assert 0 < value(samples, "rocketmq_consumer_lag_latency", **out) < 60_000
-        assert value(samples, "rocketmq_consumer_connections", consumer_group=GROUP, language="java",
-                     version=str(int(MQVersion.V4_9_4)), consume_mode="push") == 1
-        assert value(samples, "rocketmq_producer_connections", language="cpp") == 1
-        assert value(samples, "smartgo_pulls_total", result="found") >= 1
-        sends = value(samples, "smartgo_request_latency_milliseconds_count", request="send")
+        assert metric_value(samples, "rocketmq_consumer_lag_messages", **out) == 6
+        assert 0 < metric_value(samples, "rocketmq_consumer_lag_latency", **out) < 60_000
+        assert metric_value(samples, "rocketmq_consumer_connections", consumer_group=GROUP, language="java",
+                            version=str(int(MQVersion.V4_9_4)), consume_mode="push") == 1
+        assert metric_value(samples, "rocketmq_producer_connections", language="cpp") == 1
+        assert metric_value(samples, "smartgo_pulls_total", result="found") >= 1
+        sends = metric_value(samples, "smartgo_request_latency_milliseconds_count", request="send")
         assert sends >= 8
         buckets = sorted((float(dict(ls)["le"]), v) for (n, ls), v in samples.items()
                          if n == "smartgo_request_latency_milliseconds_bucket" and ("request", "send") in ls)
         assert buckets[-1] == (float("inf"), sends)
         assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))
-        assert value(samples, "smartgo_request_latency_milliseconds_sum", request="send") > 0
-        assert value(samples, "rocketmq_broker_permission") == 6
-        assert value(samples, "rocketmq_topic_number") >= 1
-        assert value(samples, "smartgo_disk_full") == 0
-        assert value(samples, "rocketmq_storage_dispatch_behind_bytes", storage_type="local") >= 0
-        assert value(samples, "smartgo_commitlog_max_offset") >= 8 * 100
-        assert 0 < value(samples, "rocketmq_storage_message_reserve_time") < 600_000
-        assert value(samples, "smartgo_node_healthy") == 1
+        assert metric_value(samples, "smartgo_request_latency_milliseconds_sum", request="send") > 0
+        assert metric_value(samples, "rocketmq_broker_permission") == 6
+        assert metric_value(samples, "rocketmq_topic_number") >= 1
+        assert metric_value(samples, "smartgo_disk_full") == 0
+        assert metric_value(samples, "rocketmq_storage_dispatch_behind_bytes", storage_type="local") >= 0
+        assert metric_value(samples, "smartgo_commitlog_max_offset") >= 8 * 100
+        assert 0 < metric_value(samples, "rocketmq_storage_message_reserve_time") < 600_000
+        assert metric_value(samples, "smartgo_node_healthy") == 1
         for actor in ("net-0", "commit", "dispatch", "flush", "hold", "cleanup", "broker"):
-            assert value(samples, "smartgo_actor_up", actor=actor) == 1, actor
-            assert value(samples, "smartgo_actor_restarts_total", actor=actor) == 0, actor
-            assert value(samples, "smartgo_process_resident_memory_bytes", actor=actor) > 1 << 20, actor
-            assert value(samples, "smartgo_process_cpu_seconds_total", actor=actor) is not None, actor
-        assert value(samples, "smartgo_process_cpu_seconds_total", actor="supervisor") is not None
+            assert metric_value(samples, "smartgo_actor_up", actor=actor) == 1, actor
+            assert metric_value(samples, "smartgo_actor_restarts_total", actor=actor) == 0, actor
+            assert metric_value(samples, "smartgo_process_resident_memory_bytes", actor=actor) > 1 << 20, actor
+            assert metric_value(samples, "smartgo_process_cpu_seconds_total", actor=actor) is not None, actor
+        assert metric_value(samples, "smartgo_process_cpu_seconds_total", actor="supervisor") is not None
     finally:
         consumer.close()
         producer.close()
@@ -270,5 +225,5 @@ def test_a_node_refuses_bad_requests_and_keeps_serving(broker):
     assert reply.startswith(b"HTTP/1.1 400 Bad Request")
     assert broker.call(send_command(TOPIC, b"after")).code == ResponseCode.SUCCESS
     status, _, text = scrape()
-    assert status == 200 and value(parse(text), "smartgo_node_healthy") == 1
+    assert status == 200 and metric_value(parse_metrics(text), "smartgo_node_healthy") == 1
     assert "metrics: bad request from" in broker.node.log_text()

@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smartgo.broker.testing import (batch_command, committed_total, message_properties, restart_broker, send_command,
-                                    start_slave, uniq_key)
+from smartgo.broker.testing import (batch_command, committed_total, message_properties, metric_value, parse_metrics,
+                                    restart_broker, scrape_metrics, send_command, start_slave, uniq_key)
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.ha_codec import encode_header
@@ -78,7 +78,8 @@ def slaves(tmp_path):
 
 def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, slaves):
     master = start_node({"topics": "Rep:4"})
-    slave = slaves(master.node)
+    metrics_port = free_port()
+    slave = slaves(master.node, {"metrics_port": metrics_port, "metrics_host": "127.0.0.1"})
     send_many(master, "Rep", 200, 700)                 # frames are cut at 32 KiB, inside records
     r = master.call(batch_command("Rep", [(b"b%d" % i, message_properties(uniq=uniq_key())) for i in range(32)]))
     assert r.code == ResponseCode.SUCCESS
@@ -86,6 +87,13 @@ def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, 
     wait_until(lambda: field(master.node, "commitlog.slave_acked") == end, timeout=10)
     assert field(master.node, "ha.slaves") == 1
     assert field(slave, "commitlog.dispatched") == end           # its own ConsumeQueues follow
+    status, _, page = scrape_metrics(metrics_port)              # a slave's page: its own log and actors
+    samples = parse_metrics(page)
+    assert status == 200 and metric_value(samples, "smartgo_commitlog_max_offset") == end
+    assert metric_value(samples, "smartgo_node_healthy") == 1
+    assert metric_value(samples, "smartgo_actor_up", actor="ha") == 1
+    assert metric_value(samples, "smartgo_actor_up", actor="commit") is None     # a slave has no commit actor
+    assert metric_value(samples, "rocketmq_storage_message_reserve_time") > 0
 
     listed = subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", "cluster-list", "-n", master.registry],
                             capture_output=True, text=True, timeout=30)
