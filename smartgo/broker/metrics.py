@@ -84,6 +84,9 @@ class BrokerMetrics:
 
     # ---- consumer lag (committed offsets against the queues' max offsets) ------------------------------
     def _lag(self, now_ms: int) -> list[Family]:
+        """Every committed (topic, group), online or not (a group whose consumers all died keeps
+        showing its growing lag; 5.x lists online groups only), and the online groups' subscribed
+        topics; a queue without a commit counts 0, as in 5.x's ConsumerLagCalculator."""
         b = self.b
         lag = self.family("rocketmq_consumer_lag_messages", "gauge",
                           "Messages stored and not yet committed by the group (sum over its queues)")
@@ -91,7 +94,12 @@ class BrokerMetrics:
                               "Milliseconds since the oldest message the group has not committed was stored")
         reader = b.view.fresh_reader()
         written = b.view.written.get()
-        for (topic, group), queues in sorted(b.offsets.table.items()):
+        pairs = dict(b.offsets.table)
+        for group, info in b.clients.consumers.items():     # online, nothing committed yet: 0, as in 5.x
+            for topic in info.subscriptions:
+                if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and topic in b.snapshot.topics:
+                    pairs.setdefault((topic, group), {})
+        for (topic, group), queues in sorted(pairs.items()):
             behind, oldest = 0, 0
             for queue_id, committed in queues.items():
                 max_offset = b.view.max_offset(topic, queue_id)

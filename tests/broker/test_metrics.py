@@ -28,7 +28,9 @@ pytestmark = pytest.mark.timeout(60)
 METRICS_PORT = free_port()
 NODE_SETTINGS = {"metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_sample_interval": 1}
 TOPIC = "TopicMetrics"
+IDLE_TOPIC = "TopicMetricsIdle"
 GROUP = "CG_METRICS"
+RETRY = "%RETRY%" + GROUP               # a Java consumer's heartbeat lists its retry topic
 # ---- the exposition format --------------------------------------------------------------------------------
 def test_render_escapes_label_values_and_writes_cumulative_histograms():
     const = {"cluster": "C", "node_type": "broker", "node_id": "b"}
@@ -155,7 +157,8 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
     consumer = ClientStub(broker.addr, "10.0.0.9@consumer")
     producer = ClientStub(broker.addr, "10.0.0.8@producer")
     try:
-        assert consumer.heartbeat({GROUP: {TOPIC: "*"}}, language=LanguageCode.JAVA,
+        assert broker.call(send_command(IDLE_TOPIC, b"never consumed")).code == ResponseCode.SUCCESS
+        assert consumer.heartbeat({GROUP: {TOPIC: "*", IDLE_TOPIC: "*", RETRY: "*"}}, language=LanguageCode.JAVA,
                                   client_version=MQVersion.V4_9_4).code == ResponseCode.SUCCESS
         assert producer.heartbeat(producers=("PG_METRICS",), language=LanguageCode.CPP).code == ResponseCode.SUCCESS
         for queue_id, n in ((0, 5), (1, 3)):
@@ -164,8 +167,8 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
                 assert r.code == ResponseCode.SUCCESS, r.remark
         r = broker.call(pull_command(TOPIC, 0, 0, group=GROUP))
         assert r.code == ResponseCode.SUCCESS
-        for queue_id, offset in ((0, 2), (1, 0)):
-            assert broker.call(update_offset_command(GROUP, TOPIC, queue_id, offset)).code == ResponseCode.SUCCESS
+        for group, queue_id, offset in ((GROUP, 0, 2), (GROUP, 1, 0), ("CG_OFFLINE", 0, 1)):
+            assert broker.call(update_offset_command(group, TOPIC, queue_id, offset)).code == ResponseCode.SUCCESS
 
         def page():      # the net actor's stats reach the broker actor each second
             status, ctype, text = scrape()
@@ -185,6 +188,11 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
         # committed 2 of queue 0's 5 and 0 of queue 1's 3
         assert metric_value(samples, "rocketmq_consumer_lag_messages", **out) == 6
         assert 0 < metric_value(samples, "rocketmq_consumer_lag_latency", **out) < 60_000
+        # a group with no consumer online keeps its lag (queue 1, never committed, counts 0, as in 5.x)
+        assert metric_value(samples, "rocketmq_consumer_lag_messages", topic=TOPIC, consumer_group="CG_OFFLINE") == 4
+        # a subscribed topic with nothing committed is listed with 0
+        assert metric_value(samples, "rocketmq_consumer_lag_messages", topic=IDLE_TOPIC, consumer_group=GROUP) == 0
+        assert metric_value(samples, "rocketmq_consumer_lag_messages", topic=RETRY) is None   # 5.x skips it too
         assert metric_value(samples, "rocketmq_consumer_connections", consumer_group=GROUP, language="java",
                             version=str(int(MQVersion.V4_9_4)), consume_mode="push") == 1
         assert metric_value(samples, "rocketmq_producer_connections", language="cpp") == 1
