@@ -21,6 +21,7 @@ from smartgo.broker.testing import (ClientStub, metric_value, parse_metrics, pul
                                     send_command, update_offset_command)
 from smartgo.config import NodeConfig
 from smartgo.net.codes import LanguageCode, MQVersion, ResponseCode
+from smartgo.store.record import decode_records
 from smartgo.testing import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -165,8 +166,12 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
             for i in range(n):
                 r = broker.call(send_command(TOPIC, b"m" * 100, queue_id=queue_id))
                 assert r.code == ResponseCode.SUCCESS, r.remark
-        r = broker.call(pull_command(TOPIC, 0, 0, group=GROUP))
-        assert r.code == ResponseCode.SUCCESS
+        pulled = 0
+        while pulled < 5:                   # dispatch may not have reached every send yet: pull on
+            r = wait_until(lambda: (x := broker.call(pull_command(TOPIC, 0, pulled, group=GROUP))).code
+                           == ResponseCode.SUCCESS and x, 10, 0.05, "a pull with messages")
+            pulled += len(decode_records(r.body_bytes()))
+        assert pulled == 5
         for group, queue_id, offset in ((GROUP, 0, 2), (GROUP, 1, 0), ("CG_OFFLINE", 0, 1)):
             assert broker.call(update_offset_command(group, TOPIC, queue_id, offset)).code == ResponseCode.SUCCESS
 
