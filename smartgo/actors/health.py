@@ -52,6 +52,18 @@ class CpuSampler:
             self._procs.pop(pid, None)
             return None, None
 
+    def cpu_seconds(self, pid: int) -> float | None:
+        """User + system CPU time of the process so far (a counter, where read() gives a rate)."""
+        p = self.process(pid)
+        if p is None:
+            return None
+        try:
+            times = p.cpu_times()
+        except psutil.Error:
+            self._procs.pop(pid, None)
+            return None
+        return times.user + times.system
+
 
 def _name(names: tuple[str, ...], value: int) -> str:
     return names[value] if 0 <= value < len(names) else f"?{value}"

@@ -25,6 +25,7 @@ from smartgo.broker.broker_config import check_updates, parse_properties, proper
 from smartgo.broker.channel import ClientRef, InvokeError
 from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
+from smartgo.broker.net_view import store_backlog
 from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics, system_topics
 from smartgo.net import fastjson
 from smartgo.net.codes import CURRENT_VERSION, MQVersion, RequestCode, ResponseCode
@@ -291,6 +292,7 @@ class AdminProcessor:
         consumer_groups, producer_groups, connections = b.clients.counts()
         health = node_health(b.board, b.cpu_sampler)
         morning, yesterday = b.day_totals()
+        dispatch_behind, flush_behind = store_backlog(f)
         info = {
             "brokerVersionDesc": CURRENT_VERSION.name, "brokerVersion": str(int(CURRENT_VERSION)),
             "msgPutTotalYesterdayMorning": str(yesterday[0]), "msgPutTotalTodayMorning": str(morning[0]),
@@ -308,8 +310,7 @@ class AdminProcessor:
             "commitLogMinOffset": str(f["commitlog.min"]), "commitLogMaxOffset": str(f["commitlog.written"]),
             "commitLogDiskRatio": str(f["disk.used_permille"] / 1000), "consumeQueueDiskRatio":
                 str(f["disk.used_permille"] / 1000), "commitLogDirCapacity": capacity,
-            "dispatchBehindBytes": str(max(0, f["commitlog.written"] - f["commitlog.dispatched"])),
-            "remainHowManyDataToFlush": str(max(0, f["commitlog.written"] - f["commitlog.flushed"])),
+            "dispatchBehindBytes": str(dispatch_behind), "remainHowManyDataToFlush": str(flush_behind),
             "earliestMessageTimeStamp": str(b.earliest_message_time()),
             "bootTimestamp": str(booted_ms),
             "runtime": f"[ {up // 86400} days, {up % 86400 // 3600} hours, {up % 3600 // 60} minutes, "

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Iterator
 from datetime import date
 
 from smartgo.acl import signer
@@ -355,15 +356,17 @@ class BrokerActor(Actor):
         record = reader.view(reader.commitlog_min, self.view.written.get())
         return 0 if record is None else store_timestamp_at(record, 0)
 
-    def lag_snapshot(self) -> list[dict]:
-        """Per queue of every committed (topic, group): max offset, committed offset, lag."""
-        out = []
+    def queue_lags(self) -> Iterator[tuple[str, str, int, int, int]]:
+        """(topic, group, queue id, max offset, committed offset) per queue of every committed
+        (topic, group): the stats records' lag snapshot and the metrics' lag."""
         for (topic, group), queues in sorted(self.offsets.table.items()):
             for queue_id, consumer_offset in sorted(queues.items()):
-                broker_offset = self.view.max_offset(topic, queue_id)
-                out.append({"group": group, "topic": topic, "queue_id": queue_id, "broker_offset": broker_offset,
-                            "consumer_offset": consumer_offset, "lag": max(0, broker_offset - consumer_offset)})
-        return out
+                yield topic, group, queue_id, self.view.max_offset(topic, queue_id), consumer_offset
+
+    def lag_snapshot(self) -> list[dict]:
+        return [{"group": group, "topic": topic, "queue_id": queue_id, "broker_offset": broker_offset,
+                 "consumer_offset": consumer_offset, "lag": max(0, broker_offset - consumer_offset)}
+                for topic, group, queue_id, broker_offset, consumer_offset in self.queue_lags()]
 
     async def _write_stats(self) -> None:
         """One record per window, written a little after the window's end."""

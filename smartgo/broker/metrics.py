@@ -13,12 +13,16 @@ and counters restart from 0 with the broker actor (Prometheus' rate() expects th
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import psutil
 
 from smartgo.actors.health import CpuSampler, node_health
+from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import is_system_group
+from smartgo.broker.net_view import store_backlog
 from smartgo.broker.prometheus import Family, Labels
 from smartgo.broker.schedule_message import HALF_TOPIC
 from smartgo.broker.stats_items import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems
@@ -94,21 +98,19 @@ class BrokerMetrics:
                               "Milliseconds since the oldest message the group has not committed was stored")
         reader = b.view.fresh_reader()
         written = b.view.written.get()
-        pairs = dict(b.offsets.table)
+        pairs: dict[tuple[str, str], list[int]] = {}            # (topic, group) -> [lag, oldest store time]
+        for topic, group, queue_id, broker_offset, committed in b.queue_lags():
+            pair = pairs.setdefault((topic, group), [0, 0])
+            if committed < broker_offset:
+                pair[0] += broker_offset - committed
+                stored = reader.message_store_time(topic, queue_id, committed, broker_offset, written)
+                if stored > 0 and (not pair[1] or stored < pair[1]):
+                    pair[1] = stored
         for group, info in b.clients.consumers.items():     # online, nothing committed yet: 0, as in 5.x
             for topic in info.subscriptions:
                 if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and topic in b.snapshot.topics:
-                    pairs.setdefault((topic, group), {})
-        for (topic, group), queues in sorted(pairs.items()):
-            behind, oldest = 0, 0
-            for queue_id, committed in queues.items():
-                max_offset = b.view.max_offset(topic, queue_id)
-                if committed >= max_offset:
-                    continue
-                behind += max_offset - committed
-                stored = reader.message_store_time(topic, queue_id, committed, max_offset, written)
-                if stored > 0 and (not oldest or stored < oldest):
-                    oldest = stored
+                    pairs.setdefault((topic, group), [0, 0])
+        for (topic, group), (behind, oldest) in sorted(pairs.items()):
             labels = self._group_labels(topic, group)
             lag.add(labels, behind)
             latency.add(labels, max(0, now_ms - oldest) if oldest else 0)
@@ -117,70 +119,58 @@ class BrokerMetrics:
     # ---- clients -----------------------------------------------------------------------------------------
     def _connections(self) -> list[Family]:
         clients = self.b.clients
-        producers: dict[tuple[str, int], int] = {}
-        for channels in clients.producers.values():
-            for ch in channels.values():
-                key = (ch.language_name.lower(), ch.version)
-                producers[key] = producers.get(key, 0) + 1
         prod = self.family("rocketmq_producer_connections", "gauge",
                            "Producer connections, by client language and version (MQVersion ordinal)")
-        for (language, version), n in sorted(producers.items()):
-            prod.add({"language": language, "version": str(version), "protocol_type": "remoting"}, n)
+        for (language, version), n in _by_client(ch for chans in clients.producers.values() for ch in chans.values()):
+            prod.add({"language": language, "version": version, "protocol_type": "remoting"}, n)
         cons = self.family("rocketmq_consumer_connections", "gauge",
                            "Consumer connections, by group, client language and version (MQVersion ordinal)")
         for group, info in sorted(clients.consumers.items()):
-            counts: dict[tuple[str, int], int] = {}
-            for ch in info.channels.values():
-                key = (ch.language_name.lower(), ch.version)
-                counts[key] = counts.get(key, 0) + 1
-            for (language, version), n in sorted(counts.items()):
-                cons.add({"consumer_group": group, "language": language, "version": str(version),
+            for (language, version), n in _by_client(info.channels.values()):
+                cons.add({"consumer_group": group, "language": language, "version": version,
                           "consume_mode": _CONSUME_MODES.get(info.consume_type, info.consume_type.lower()),
                           "protocol_type": "remoting", "is_system": _bool(is_system_group(group))}, n)
         return [prod, cons]
 
     # ---- the broker's tables and flags -------------------------------------------------------------------
+    def gauge(self, name: str, help_text: str, value: float, labels: Labels | None = None) -> Family:
+        """A family of one sample."""
+        family = self.family(name, "gauge", help_text)
+        family.add(labels or {}, value)
+        return family
+
     def _broker(self) -> list[Family]:
         b = self.b
-        out = []
-        for name, help_text, value in (
-                ("rocketmq_broker_permission", "brokerPermission (2 read, 4 write, 6 both)",
-                 b.runtime.config.broker_permission),
-                ("rocketmq_topic_number", "Topics in the broker's table", len(b.snapshot.topics)),
-                ("rocketmq_consumer_group_number", "Subscription groups in the broker's table", len(b.groups.table)),
-                ("smartgo_disk_full", "1 while sends are refused for a full disk (the 90 % watermark)",
-                 b.view.disk_full.get())):
-            family = self.family(name, "gauge", help_text)
-            family.add({}, value)
-            out.append(family)
-        return out
+        return [self.gauge("rocketmq_broker_permission", "brokerPermission (2 read, 4 write, 6 both)",
+                           b.runtime.config.broker_permission),
+                self.gauge("rocketmq_topic_number", "Topics in the broker's table", len(b.snapshot.topics)),
+                self.gauge("rocketmq_consumer_group_number", "Subscription groups in the broker's table",
+                           len(b.groups.table)),
+                self.gauge("smartgo_disk_full", "1 while sends are refused for a full disk (the 90 % watermark)",
+                           b.view.disk_full.get())]
 
     def _storage(self, now_ms: int) -> list[Family]:
         b = self.b
         f = b.board.scalars()
-        written = f["commitlog.written"]
-        values = [("rocketmq_storage_dispatch_behind_bytes", "CommitLog bytes not yet in the ConsumeQueues",
-                   max(0, written - f["commitlog.dispatched"])),
-                  ("rocketmq_storage_flush_behind_bytes", "CommitLog bytes not yet flushed to disk",
-                   max(0, written - f["commitlog.flushed"])),
-                  ("smartgo_storage_disk_used_ratio", "Used share of the store's disk, as the cleanup watermarks "
-                                                      "read it", f["disk.used_permille"] / 1000),
-                  ("smartgo_commitlog_min_offset", "First CommitLog offset still kept", f["commitlog.min"]),
-                  ("smartgo_commitlog_max_offset", "CommitLog offset written up to", written)]
+        dispatch_behind, flush_behind = store_backlog(f)
+        out = [self.gauge("rocketmq_storage_dispatch_behind_bytes", "CommitLog bytes not yet in the ConsumeQueues",
+                          dispatch_behind, _STORAGE),
+               self.gauge("rocketmq_storage_flush_behind_bytes", "CommitLog bytes not yet flushed to disk",
+                          flush_behind, _STORAGE),
+               self.gauge("smartgo_storage_disk_used_ratio", "Used share of the store's disk, as the cleanup "
+                                                             "watermarks read it", f["disk.used_permille"] / 1000),
+               self.gauge("smartgo_commitlog_min_offset", "First CommitLog offset still kept", f["commitlog.min"]),
+               self.gauge("smartgo_commitlog_max_offset", "CommitLog offset written up to", f["commitlog.written"])]
         try:
-            usage = psutil.disk_usage(str(b.config.store_path))
-            values.append(("rocketmq_storage_size", "Bytes used on the store's file system", usage.used))
+            out.append(self.gauge("rocketmq_storage_size", "Bytes used on the store's file system",
+                                  psutil.disk_usage(str(b.config.store_path)).used, _STORAGE))
         except OSError:
             pass
         earliest = b.earliest_message_time()
         if earliest > 0:
-            values.append(("rocketmq_storage_message_reserve_time", "Milliseconds since the oldest message kept "
-                                                                    "was stored", max(0, now_ms - earliest)))
-        out = []
-        for name, help_text, value in values:
-            family = self.family(name, "gauge", help_text)
-            family.add(_STORAGE if name.startswith("rocketmq_") else {}, value)
-            out.append(family)
+            out.append(self.gauge("rocketmq_storage_message_reserve_time", "Milliseconds since the oldest message "
+                                                                           "kept was stored",
+                                  max(0, now_ms - earliest), _STORAGE))
         return out
 
     def _latency(self) -> list[Family]:
@@ -213,19 +203,17 @@ class BrokerMetrics:
                 mailbox.add(labels, actor["mailbox_depth"])
             processes.append((actor["name"], actor["pid"] or 0, actor["rss_bytes"]))
         for name, pid, resident in processes:
-            times = self._cpu_times(pid)
+            times = self.sampler.cpu_seconds(pid) if pid else None
             if times is not None:
                 cpu.add({"actor": name}, round(times, 3))
             if resident is not None:
                 rss.add({"actor": name}, resident)
         return [healthy, up, restarts, age, mailbox, cpu, rss]
 
-    def _cpu_times(self, pid: int) -> float | None:
-        process = self.sampler.process(pid) if pid else None
-        try:
-            return None if process is None else sum(process.cpu_times()[:2])
-        except psutil.Error:
-            return None
+
+def _by_client(channels: Iterable[ClientChannel]) -> list[tuple[tuple[str, str], int]]:
+    """Connections counted by (language, version), as 5.x's labels write them."""
+    return sorted(Counter((ch.language_name.lower(), str(ch.version)) for ch in channels).items())
 
 
 def _bool(value: bool) -> str:

@@ -6,6 +6,7 @@ no broker state, so any number of them serve the same node and a restarted one i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from smartgo.actors.board import Board
@@ -67,3 +68,10 @@ class NetView:
             self._seen_min = minimum
             self.reader.refresh()
         return self.reader
+
+
+def store_backlog(fields: Mapping[str, int]) -> tuple[int, int]:
+    """(dispatch behind, flush behind) in CommitLog bytes, from the board's fields: runtime info's
+    dispatchBehindBytes / remainHowManyDataToFlush and the metrics' storage gauges."""
+    written = fields["commitlog.written"]
+    return max(0, written - fields["commitlog.dispatched"]), max(0, written - fields["commitlog.flushed"])
