@@ -1,7 +1,8 @@
 """Client SDK benchmark: client-side CPU per message (time.process_time of the client process, in
 µs) for sync sends, async sends, batched sends (32 a request) and push consumption, plus the
 blocking facade's sync send, and sync sends and consumption with message trace on (the trace
-records' batching and sending included).
+records' batching and sending included), and lite pull consumption (poll, 32 a pull), asyncio and
+blocking.
 
 By default the broker is a stub in its own process (this script with --serve-stub: it answers
 sends like a broker and serves pulls from one pre-built 32-record body, registered with a real
@@ -32,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from host_probe import HostProbe  # noqa: E402
-from smartgo.client import (AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, Producer)  # noqa: E402
+from smartgo.client import (AsyncLitePullConsumer, AsyncProducer, AsyncPushConsumer, ConsumeResult,  # noqa: E402
+                            LitePullConsumer, Message, Producer)
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import RequestCode, ResponseCode  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
@@ -191,6 +193,32 @@ def measure_consume(registry: str, n: int, traced: bool = False) -> dict[str, fl
     return {f"{name}_cpu_us_per_msg": cpu / n * 1e6, f"{name}_msgs_per_s": n / wall}
 
 
+def measure_lite(registry: str, n: int) -> dict[str, float]:
+    """Polling n messages with the asyncio lite pull consumer, then with the blocking one (a
+    loop-thread hop per poll); both pull 32 at a time."""
+    options = {"pull_batch_size": 32, "auto_commit_interval": 1.0}
+
+    async def polled():
+        c = AsyncLitePullConsumer(GROUP + "_lite", registry, **options)
+        c.subscribe(TOPIC)
+        async with c:
+            got, c0, w0 = 0, time.process_time(), time.perf_counter()
+            while got < n:
+                got += len(await c.poll(10.0))
+            return time.process_time() - c0, time.perf_counter() - w0
+    cpu, wall = run(polled())
+    out = {"lite_cpu_us_per_msg": cpu / n * 1e6, "lite_msgs_per_s": n / wall}
+    blocking = LitePullConsumer(GROUP + "_lite_blocking", registry, **options)
+    blocking.subscribe(TOPIC)
+    with blocking:
+        got, c0, w0 = 0, time.process_time(), time.perf_counter()
+        while got < n:
+            got += len(blocking.poll(10.0))
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    out.update(lite_blocking_cpu_us_per_msg=cpu / n * 1e6, lite_blocking_msgs_per_s=n / wall)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -227,6 +255,7 @@ def main() -> None:
             if args.registry is None:
                 figures.update(measure_consume(registry, consume_n))
                 figures.update(measure_consume(registry, consume_n, traced=True))
+                figures.update(measure_lite(registry, consume_n))
             runs.append(figures)
     finally:
         for p in procs:

@@ -3,10 +3,12 @@
     smartgo consume --topic T [--expression "TagA || TagB" | --sql "a > 5"] [--group G] [--from first|last|<ms>]
                     [--broadcast] [--orderly] [--count N] [--idle-timeout S] [--json]
     smartgo consume --topic T --pull [--from first|last|<ms>]   # no group, no commits: read the queues
+    smartgo consume --topic T --lite [--group G] [--broadcast]  # a polled lite pull consumer
 
 A push consumer by default (clustering; offsets committed for the group). --pull reads every
 queue directly with a pull consumer from --from on, commits nothing, and needs no consumer group
-on the broker. --sql takes the messages whose properties a SQL92 expression selects (the
+on the broker. --lite polls a lite pull consumer (Java's DefaultLitePullConsumer) of the group
+and commits each batch once it is printed. --sql takes the messages whose properties a SQL92 expression selects (the
 broker evaluates it, as for MessageSelector.bySql). Stops after --count messages, after
 --idle-timeout seconds without one, or on ^C.
 """
@@ -20,8 +22,8 @@ import time
 
 from smartgo.cli._common import add_common, add_trace, client_options, emit, guarded, trace_options
 from smartgo.cli.errors import CliError
-from smartgo.client import (AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel, MessageSelector,
-                            PullStatus)
+from smartgo.client import (AsyncLitePullConsumer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel,
+                            MessageQueue, MessageSelector, PullStatus)
 from smartgo.client.message import message_to_json
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
@@ -41,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where a new group starts: first, last (default) or a timestamp in ms")
     p.add_argument("--broadcast", action="store_true", help="broadcasting model (offsets kept locally)")
     p.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks, in order)")
-    p.add_argument("--pull", action="store_true", help="read the queues with a pull consumer; commit nothing")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--pull", action="store_true", help="read the queues with a pull consumer; commit nothing")
+    how.add_argument("--lite", action="store_true", help="poll a lite pull consumer; commit what is printed")
     p.add_argument("--count", "-c", type=int, default=0, help="stop after this many messages (0: no limit)")
     p.add_argument("--idle-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="stop after this long without a message (0: never)")
@@ -82,14 +86,22 @@ class _Printer:
         if self.args.count and self.count >= self.args.count:
             self.done.set()
 
+    @property
+    def idle(self) -> bool:
+        return bool(self.args.idle_timeout) and time.monotonic() - self.last >= self.args.idle_timeout
+
     async def wait(self) -> None:
         while not self.done.is_set():
-            if self.args.idle_timeout and time.monotonic() - self.last >= self.args.idle_timeout:
+            if self.idle:
                 return
             try:
                 await asyncio.wait_for(self.done.wait(), 0.1)
             except asyncio.TimeoutError:
                 pass
+
+
+def _model(args: argparse.Namespace) -> MessageModel:
+    return MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING
 
 
 async def _push(args: argparse.Namespace, printer: _Printer) -> None:
@@ -98,13 +110,35 @@ async def _push(args: argparse.Namespace, printer: _Printer) -> None:
     async def listener(msg: MessageExt) -> ConsumeResult:
         printer.show(msg)
         return ConsumeResult.SUCCESS
-    consumer = AsyncPushConsumer(args.group or f"smartgo-cli-{os.getpid()}", args.registry, listener=listener,
-                                 model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+    consumer = AsyncPushConsumer(_group(args), args.registry, listener=listener, model=_model(args),
                                  consume_from=consume_from, consume_timestamp_ms=ts, orderly=args.orderly,
                                  consume_threads=1, **client_options(args), **trace_options(args))
     consumer.subscribe(args.topic, _selector(args))
     async with consumer:
         await printer.wait()
+
+
+def _group(args: argparse.Namespace) -> str:
+    return args.group or f"smartgo-cli-{os.getpid()}"
+
+
+async def _lite(args: argparse.Namespace, printer: _Printer) -> None:
+    """Each batch is committed once printed; with --count, only up to the last message printed."""
+    consume_from, ts = _start(args.start)
+    consumer = AsyncLitePullConsumer(_group(args), args.registry, model=_model(args), consume_from=consume_from,
+                                     consume_timestamp_ms=ts, auto_commit=False, pull_batch_size=32,
+                                     **client_options(args))
+    consumer.subscribe(args.topic, _selector(args))
+    async with consumer:
+        while not printer.done.is_set() and not printer.idle:
+            batch = await consumer.poll(0.1)
+            shown = batch[:args.count - printer.count] if args.count else batch
+            for msg in shown:
+                printer.show(msg)
+            if shown:
+                last = shown[-1]
+                queue = MessageQueue(last.topic, last.broker_name, last.queue_id)
+                await consumer.commit({queue: last.queue_offset + 1})
 
 
 def _selector(args: argparse.Namespace) -> str | MessageSelector:
@@ -148,9 +182,11 @@ async def _pull(args: argparse.Namespace, printer: _Printer) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.pull and (args.broadcast or args.orderly or args.trace):
         raise CliError("--pull reads queues directly; --broadcast, --orderly and --trace apply to the push consumer")
+    if args.lite and (args.orderly or args.trace):
+        raise CliError("--orderly and --trace apply to the push consumer, not --lite")
     _start(args.start)
     printer = _Printer(args)
-    run_loop((_pull if args.pull else _push)(args, printer))
+    run_loop((_pull if args.pull else _lite if args.lite else _push)(args, printer))
     if not args.json:
         print(f"{printer.count} message(s)")
     return 0

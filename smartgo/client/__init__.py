@@ -18,17 +18,26 @@ LocalTransactionState) and sends with `producer.send_in_transaction(msg, arg)`.
 
 A consumer answers a request in its listener with `producer.send(create_reply_message(msg, body))`.
 
-asyncio API: AsyncProducer, AsyncPushConsumer, AsyncPullConsumer, AsyncAdmin (same methods,
-awaited; `async with`). See docs/CLIENT.md.
+A lite pull consumer is polled (Java's DefaultLitePullConsumer); what poll handed out is committed
+at a later poll::
+
+    consumer = LitePullConsumer("CG", "127.0.0.1:9876")
+    consumer.subscribe("TopicTest")                       # or consumer.assign(queues)
+    consumer.start()
+    for msg in consumer.poll(timeout=1.0): ...
+
+asyncio API: AsyncProducer, AsyncPushConsumer, AsyncPullConsumer, AsyncLitePullConsumer, AsyncAdmin
+(same methods, awaited; `async with`). See docs/CLIENT.md.
 """
 
 from smartgo.acl import AccessConfig
 from smartgo.client.admin import AsyncAdmin, ClusterInfo
 from smartgo.client.allocate import allocate_averagely, allocate_by_circle, allocate_consistent_hash
-from smartgo.client.blocking import Admin, Producer, PullConsumer, PushConsumer
+from smartgo.client.blocking import Admin, LitePullConsumer, Producer, PullConsumer, PushConsumer
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import (BrokerError, ClientError, ClientStateError, MessageError, NoRouteError,
                                    RegistryUnavailableError, RequestTimeoutError, SendTimeoutError)
+from smartgo.client.lite_pull_consumer import AsyncLitePullConsumer
 from smartgo.client.message import (ConsumeFromWhere, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
                                     PullResult, PullStatus, SendResult, SendStatus, create_reply_message, reply_topic)
 from smartgo.client.producer import AsyncProducer
@@ -38,11 +47,11 @@ from smartgo.client.route import select_by_hash, select_random
 from smartgo.client.subscription import MessageSelector, SubscriptionError
 from smartgo.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
-__all__ = ["AccessConfig", "Admin", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer",
-           "BrokerError", "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo", "ConsumeFromWhere",
-           "ConsumeResult", "LocalTransactionState", "Message", "MessageError", "MessageExt", "MessageModel",
-           "MessageQueue", "MessageSelector", "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus",
-           "PushConsumer", "RegistryUnavailableError", "RequestTimeoutError", "SendResult", "SendStatus",
-           "SendTimeoutError", "SubscriptionError", "TransactionListener", "TransactionSendResult",
+__all__ = ["AccessConfig", "Admin", "AsyncAdmin", "AsyncLitePullConsumer", "AsyncProducer", "AsyncPullConsumer",
+           "AsyncPushConsumer", "BrokerError", "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo",
+           "ConsumeFromWhere", "ConsumeResult", "LitePullConsumer", "LocalTransactionState", "Message", "MessageError",
+           "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "NoRouteError", "Producer", "PullConsumer",
+           "PullResult", "PullStatus", "PushConsumer", "RegistryUnavailableError", "RequestTimeoutError", "SendResult",
+           "SendStatus", "SendTimeoutError", "SubscriptionError", "TransactionListener", "TransactionSendResult",
            "allocate_averagely", "allocate_by_circle", "allocate_consistent_hash", "create_reply_message",
            "reply_topic", "select_by_hash", "select_random"]

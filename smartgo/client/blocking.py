@@ -1,4 +1,5 @@
-"""Blocking facades over the asyncio core: Producer, PushConsumer, PullConsumer and Admin.
+"""Blocking facades over the asyncio core: Producer, PushConsumer, PullConsumer, LitePullConsumer
+and Admin.
 
 Each runs its async twin on a private event loop in a daemon thread; a blocking call submits a
 coroutine there and waits. Send callbacks run on that loop thread (keep them short); a
@@ -16,8 +17,9 @@ from typing import Any, ClassVar
 
 from smartgo.client.admin import AsyncAdmin
 from smartgo.client.errors import ClientStateError
+from smartgo.client.lite_pull_consumer import AsyncLitePullConsumer
 from smartgo.client.listener import Listener
-from smartgo.client.message import Message, SendResult
+from smartgo.client.message import Message, MessageQueue, SendResult
 from smartgo.client.producer import AsyncProducer, SendCallback
 from smartgo.client.pull_consumer import AsyncPullConsumer
 from smartgo.client.push_consumer import AsyncPushConsumer
@@ -193,6 +195,45 @@ class PullConsumer(_Facade):
     earliest_msg_store_time = _blocking("earliest_msg_store_time", AsyncPullConsumer)
     fetch_consume_offset = _blocking("fetch_consume_offset", AsyncPullConsumer)
     update_consume_offset = _blocking("update_consume_offset", AsyncPullConsumer)
+
+
+class LitePullConsumer(_Facade):
+    """Blocking lite pull consumer: subscribe (or assign), start, then poll() in a loop. Options
+    are AsyncLitePullConsumer's."""
+
+    _core_class = AsyncLitePullConsumer
+    poll = _blocking("poll", AsyncLitePullConsumer)
+    seek = _blocking("seek", AsyncLitePullConsumer)
+    seek_to_begin = _blocking("seek_to_begin", AsyncLitePullConsumer)
+    seek_to_end = _blocking("seek_to_end", AsyncLitePullConsumer)
+    commit = _blocking("commit", AsyncLitePullConsumer)
+    committed = _blocking("committed", AsyncLitePullConsumer)
+    fetch_queues = _blocking("fetch_queues", AsyncLitePullConsumer)
+    offset_for_timestamp = _blocking("offset_for_timestamp", AsyncLitePullConsumer)
+
+    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a plain core method on the loop thread (it changes state the loop reads)."""
+        self._create()
+        return self._run(_snapshot(lambda: fn(*args)))
+
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        SubscriptionData.build(topic, expression)     # a SQL92 expression that does not compile raises here
+        self._on_loop(self._create().subscribe, topic, expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        self._on_loop(self._create().unsubscribe, topic)
+
+    def assign(self, queues: list[MessageQueue], expression: str | MessageSelector = "*") -> None:
+        self._run(self._create().assign(list(queues), expression))
+
+    def pause(self, queues: list[MessageQueue]) -> None:
+        self._on_loop(self._started_core().pause, list(queues))
+
+    def resume(self, queues: list[MessageQueue]) -> None:
+        self._on_loop(self._started_core().resume, list(queues))
+
+    def assignment(self) -> set[MessageQueue]:
+        return self._on_loop(self._started_core().assignment)
 
 
 class Admin(_Facade):

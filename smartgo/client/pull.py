@@ -1,6 +1,7 @@
 """The pull call both consumers share (Java's PullAPIWrapper): build PULL_MESSAGE for the broker
 the last answer suggested, decode the raw store records with the store's own codec, inflate
-compressed bodies, re-filter by tag string and stamp MIN_OFFSET / MAX_OFFSET on each message."""
+compressed bodies, re-filter by tag string and stamp MIN_OFFSET / MAX_OFFSET and the broker name on
+each message."""
 
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ async def pull(instance: ClientInstance, group: str, mq: MessageQueue, sub: Subs
             raise BrokerError(R.SYSTEM_ERROR, f"pull body from {addr} does not decode: {exc}", addr, "pull") from None
         if not sub.takes_all:
             msgs = [m for m in msgs if sub.matches(m)]
-        min_text, max_text = str(min_offset), str(max_offset)
+        min_text, max_text, broker_name = str(min_offset), str(max_offset), mq.broker_name
         for msg in msgs:
             if msg.sys_flag & COMPRESSED_FLAG:
                 inflate_body(msg)
+            msg.broker_name = broker_name
             props = msg.properties
             props[Prop.MIN_OFFSET] = min_text
             props[Prop.MAX_OFFSET] = max_text

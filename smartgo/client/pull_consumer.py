@@ -12,6 +12,7 @@ from smartgo.client.instance import ClientInstance, MemberClient
 from smartgo.client.message import MessageQueue, PullResult
 from smartgo.client.offset_store import RemoteOffsetStore
 from smartgo.client.pull import pull, pull_sys_flag
+from smartgo.client.rebalance import queue_offset
 from smartgo.client.route import TopicRouteData
 from smartgo.client.running_info import (CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP,
                                          RunningInfo)
@@ -112,26 +113,20 @@ class AsyncPullConsumer(MemberClient):
 
     # -- offsets ----------------------------------------------------------------------------------
 
-    async def _offset(self, code: int, queue: MessageQueue, timestamp: int | None = None) -> int:
-        addr = await self.instance.master_addr(queue.broker_name, queue.topic)
-        resp = await self.instance.invoke(addr, api.offset_request(code, queue.topic, queue.queue_id, timestamp))
-        field = "timestamp" if code == RequestCode.GET_EARLIEST_MSG_STORETIME else "offset"
-        return api.ext_long(resp, field, addr, f"{RequestCode(code).name} of {queue}")
-
     async def min_offset(self, queue: MessageQueue) -> int:
-        return await self._offset(RequestCode.GET_MIN_OFFSET, queue)
+        return await queue_offset(self.instance, RequestCode.GET_MIN_OFFSET, queue)
 
     async def max_offset(self, queue: MessageQueue) -> int:
         """The next offset to be written (one past the last message)."""
-        return await self._offset(RequestCode.GET_MAX_OFFSET, queue)
+        return await queue_offset(self.instance, RequestCode.GET_MAX_OFFSET, queue)
 
     async def search_offset(self, queue: MessageQueue, timestamp_ms: int | float | None = None) -> int:
         """The first offset whose message was stored at or after timestamp_ms (default: now)."""
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        return await self._offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, queue, ts)
+        return await queue_offset(self.instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, queue, ts)
 
     async def earliest_msg_store_time(self, queue: MessageQueue) -> int:
-        return await self._offset(RequestCode.GET_EARLIEST_MSG_STORETIME, queue)
+        return await queue_offset(self.instance, RequestCode.GET_EARLIEST_MSG_STORETIME, queue)
 
     async def fetch_consume_offset(self, queue: MessageQueue) -> int:
         """The group's offset the broker keeps for queue (-1 when none)."""

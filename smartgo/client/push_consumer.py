@@ -13,38 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import traceback
 from pathlib import Path
 
 from smartgo.client import api
-from smartgo.client.allocate import STRATEGIES, AllocateStrategy, allocate_averagely
+from smartgo.client.allocate import AllocateStrategy, allocate_averagely
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import ClientStateError, NoRouteError
-from smartgo.client.instance import ClientInstance
 from smartgo.client.listener import Listener, ListenerRunner, verdict
 from smartgo.client.message import ConsumeFromWhere, ConsumeResult, MessageModel, MessageQueue, Prop, PullStatus
-from smartgo.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY, PROP_CONSUME_TYPE,
                                          PROP_CONSUMER_START_TIMESTAMP, PROP_THREADPOOL_CORE_SIZE, CMResult,
                                          ConsumerStats, RunningInfo)
-from smartgo.client.pull import pull, pull_sys_flag
-from smartgo.client.route import TopicRouteData
+from smartgo.client.pull import pull_sys_flag
+from smartgo.client.rebalance import PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.client.trace import TraceDispatcher, traced_listener
-from smartgo.filter import is_tag_type
-from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
-from smartgo.net.errors import RemotingConnectError
+from smartgo.net.codes import RequestCode, retry_topic
 from smartgo.store.record import MessageExt
 
 log = logging.getLogger("smartgo.client.push_consumer")
 
-#: Pause before pulling again after an error (Java PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION).
-PULL_DELAY_ON_ERROR = 3.0
-#: Pause while flow control holds a queue (PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL).
-PULL_DELAY_ON_FLOW_CONTROL = 0.05
 #: A failed send-back: the message is consumed again locally after this long.
 RECONSUME_LATER_DELAY = 5.0
 
@@ -53,7 +44,7 @@ def _ms_since(start: float) -> int:
     return int((time.perf_counter() - start) * 1000)
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(BalancedConsumer):
     def __init__(self, group: str, registry: str | list[str], *, listener: Listener | None = None,
                  model: MessageModel | str = MessageModel.CLUSTERING,
                  consume_from: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
@@ -66,58 +57,26 @@ class AsyncPushConsumer:
                  post_subscription_when_pull: bool = False, await_termination: float = 5.0,
                  offset_store_dir: str | Path = "~/.smartgo_offsets", config: ClientConfig | None = None,
                  enable_msg_trace: bool = False, trace_topic: str | None = None, **config_options: object) -> None:
-        if not group:
-            raise ValueError("a consumer needs a group name")
-        self.group = group
-        self.config = config or ClientConfig.make(registry, **config_options)
-        self.model = MessageModel(model)
-        self.consume_from = ConsumeFromWhere(consume_from)
-        self.consume_timestamp_ms = (int(time.time() * 1000) - 30 * 60 * 1000 if consume_timestamp_ms is None
-                                     else consume_timestamp_ms)
+        super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
+                         pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
+                         offset_store_dir, config, config_options)
         self.orderly = orderly
-        self.allocate: AllocateStrategy = STRATEGIES[allocate] if isinstance(allocate, str) else allocate
         self.consume_threads = consume_threads
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size = pull_threshold_size_mb * 1024 * 1024
-        self.max_span = max_span
         self.max_reconsume_times = max_reconsume_times
         self.retry_delay_level = retry_delay_level
         self.suspend_current_queue_time = suspend_current_queue_time
-        self.rebalance_interval = rebalance_interval
         self.lock_interval = lock_interval
         self.post_subscription_when_pull = post_subscription_when_pull
         self.await_termination = await_termination
         self.listener = listener
-        self.instance = ClientInstance(self.config)
-        self.subscriptions: dict[str, SubscriptionData] = {}
-        self.offsets: OffsetStore = (
-            RemoteOffsetStore(self.instance, group) if self.model is MessageModel.CLUSTERING
-            else LocalOffsetStore(Path(offset_store_dir), self.config.instance_name or "DEFAULT", group))
-        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self._sub_queues: dict[str, list[MessageQueue]] = {}
-        self._route_addrs: dict[str, dict[str, dict[int, str]]] = {}     # topic -> broker -> id -> address
         self._runner: ListenerRunner | None = None
-        self._rebalance_now: asyncio.Event | None = None
-        self._rebalance_task: asyncio.Task | None = None
-        self._rebalancing = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
-        self._running = False
         self.stats = ConsumerStats()
         #: Message trace (trace.py): SubBefore and SubAfter records around each listener call.
         self.tracer = TraceDispatcher(self.config, trace_topic) if enable_msg_trace else None
-        self._started_ms = 0
         self._now_ms = 0
 
     # -- configuration ----------------------------------------------------------------------------
-
-    @property
-    def clustering(self) -> bool:
-        return self.model is MessageModel.CLUSTERING
-
-    @property
-    def client_id(self) -> str:
-        return self.instance.client_id
 
     @property
     def effective_max_reconsume_times(self) -> int:
@@ -148,16 +107,6 @@ class AsyncPushConsumer:
 
     # -- member of the client instance ----------------------------------------------------------
 
-    def topics(self) -> set[str]:
-        return set(self.subscriptions)
-
-    def on_route(self, topic: str, route: TopicRouteData) -> None:
-        self._sub_queues[topic] = route.subscribe_queues(topic)
-        addrs = {b.broker_name: dict(b.broker_addrs) for b in route.broker_datas}
-        if self._route_addrs.get(topic, addrs) != addrs:
-            self.rebalance_soon()             # a broker came or went (a master died: read on at its slave)
-        self._route_addrs[topic] = addrs
-
     def heartbeat_entry(self) -> tuple[str, dict | None]:
         return "consumer", api.consumer_data(self.group, CONSUME_PASSIVELY, self.model.value,
                                              self.consume_from.value,
@@ -172,56 +121,21 @@ class AsyncPushConsumer:
             raise ClientStateError("subscribe to at least one topic before start()")
         if self.clustering and retry_topic(self.group) not in self.subscriptions:
             self.subscriptions[retry_topic(self.group)] = SubscriptionData.build(retry_topic(self.group), "*")
-        await self.instance.start()
-        self.instance.members.append(self)
-        self.instance.on_consumer_ids_changed.append(lambda group: self.rebalance_soon())
+        await self._attach()
         listener = self.listener
         if self.tracer is not None:
             await self.tracer.start()
             listener = traced_listener(listener, self.group, self.tracer)
         self._runner = ListenerRunner(listener, self.consume_threads, self._consumed, f"smartgo-{self.group}")
-        self._started_ms = self._now_ms = int(time.time() * 1000)
+        self._now_ms = self._started_ms
         self._runner.start()
         self._running = True
-        for topic in list(self.subscriptions):
-            try:
-                await self.instance.update_route(topic)
-            except Exception as exc:
-                log.warning("%s: no route for %s yet (%s); rebalancing retries", self.group, topic, exc)
-        try:
-            await self._check_in_brokers()
-        except Exception:
-            await self.close()
-            raise
-        await self.instance.heartbeat_all()
-        self.instance.start_route_and_heartbeat()
-        self.instance.every(self.config.persist_offset_interval, self.persist_offsets, "persist offsets")
+        await self._join()
         self.instance.every(1.0, self._fold_stats, "consume stats")
         if self.orderly and self.clustering:
             self.instance.every(self.lock_interval, self.lock_all, "lock queues")
-        self._rebalance_now = asyncio.Event()
-        self._rebalance_now.set()
-        self._rebalance_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
+        self._rebalancer.start()
         return self
-
-    async def _check_in_brokers(self) -> None:
-        """checkClientInBroker: every broker of a SQL92 subscription's topic must accept its
-        expression (CHECK_CLIENT_CONFIG), or start() fails with the broker's reason."""
-        for sub in self.subscriptions.values():
-            if is_tag_type(sub.expression_type):
-                continue
-            try:
-                route = await self.instance.route(sub.topic)
-            except Exception as exc:
-                log.warning("%s: cannot check %s's SQL92 subscription in its brokers yet: %s", self.group,
-                            sub.topic, exc)
-                continue
-            for broker in route.broker_datas:
-                addr = self.instance.broker_addr(broker.broker_name)
-                if addr is not None:
-                    cmd = api.check_client_config_request(self.client_id, self.group, sub.to_json())
-                    api.check(await self.instance.invoke(addr, cmd), addr, f"{sub.expression_type} subscription "
-                              f"{sub.sub_string!r:.100} of {sub.topic}")
 
     async def close(self) -> None:
         """Stop pulling, let running listeners finish (await_termination), commit offsets, leave
@@ -229,24 +143,14 @@ class AsyncPushConsumer:
         if not self._running:
             await self.instance.close()
             return
-        self._running = False
-        if self._rebalance_task is not None:
-            self._rebalance_task.cancel()
-            await asyncio.gather(self._rebalance_task, return_exceptions=True)
-        pulls = [pq.pull_task for pq in self.process_queues.values() if pq.pull_task is not None]
-        for task in pulls:
-            task.cancel()
-        await asyncio.gather(*pulls, return_exceptions=True)
+        await self._stop_pulling()
         await self._runner.stop(self.await_termination)  # type: ignore[union-attr]
         orderly_tasks = [pq.orderly_task for pq in self.process_queues.values() if pq.orderly_task is not None]
         for task in orderly_tasks:
             task.cancel()
         await asyncio.gather(*orderly_tasks, *self._background, return_exceptions=True)
         try:
-            try:
-                await self.offsets.persist(list(self.process_queues), acked=True)
-            except Exception as exc:
-                log.error("%s: committing offsets at close failed (they will be consumed again): %s", self.group, exc)
+            await self._commit_held()
             if self.orderly and self.clustering:
                 await self._unlock(list(self.process_queues))
             await self.instance.unregister(None, self.group)
@@ -257,36 +161,12 @@ class AsyncPushConsumer:
                 await self.tracer.close()
             await self.instance.close()
 
-    async def __aenter__(self) -> AsyncPushConsumer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     # -- rebalancing ------------------------------------------------------------------------------
-
-    def rebalance_soon(self) -> None:
-        if self._rebalance_now is not None:
-            self._rebalance_now.set()
-
-    async def _rebalance_loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)  # type: ignore[union-attr]
-            except asyncio.TimeoutError:
-                pass
-            self._rebalance_now.clear()  # type: ignore[union-attr]
-            try:
-                await self.rebalance()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("%s: rebalance failed: %s", self.group, exc)
 
     async def rebalance(self) -> None:
         async with self._rebalancing:
@@ -302,18 +182,7 @@ class AsyncPushConsumer:
                 await self._drop(mq)
 
     async def _rebalance_topic(self, topic: str) -> None:
-        mqs = self._sub_queues.get(topic)
-        if mqs is None:
-            if await self.instance.update_route(topic) is None:
-                raise NoRouteError(topic, "not created yet?")
-            mqs = self._sub_queues.get(topic, [])
-        if self.clustering:
-            cids = await self.consumer_ids(topic)
-            mine = set(self.allocate(self.group, self.client_id, sorted(mqs), sorted(cids)))
-            if cids and self.client_id not in cids:
-                log.info("%s: %s is not yet among the group's consumers %s", self.group, self.client_id, cids)
-        else:
-            mine = set(mqs)
+        mine = await self.balance.mine(topic, await self._queues_of(topic))
         changed = False
         for mq in [mq for mq in self.process_queues if mq.topic == topic and mq not in mine]:
             await self._drop(mq)
@@ -325,25 +194,6 @@ class AsyncPushConsumer:
             log.info("%s: now consuming %s: %s", self.group, topic,
                      sorted(mq.queue_id for mq in self.process_queues if mq.topic == topic))
 
-    async def consumer_ids(self, topic: str) -> list[str]:
-        """GET_CONSUMER_LIST_BY_GROUP at one broker of the topic (any knows the whole group:
-        consumers heartbeat to slaves too), its master first, then its slaves."""
-        route = await self.instance.route(topic)
-        brokers = [b for b in route.broker_datas if b.broker_addrs]
-        if not brokers:
-            raise NoRouteError(topic, "no broker address in its route")
-        b = random.choice(brokers)
-        refused: RemotingConnectError | None = None
-        for _, addr in sorted(b.broker_addrs.items()):          # brokerId 0, the master, first
-            try:
-                resp = await self.instance.invoke(addr, api.consumer_list_request(self.group))
-            except RemotingConnectError as exc:
-                refused = exc
-                continue
-            return api.decode_consumer_list(resp, addr)
-        assert refused is not None
-        raise refused
-
     async def _add(self, mq: MessageQueue) -> bool:
         locked = False
         if self.orderly and self.clustering:
@@ -353,7 +203,7 @@ class AsyncPushConsumer:
                 return False
         self.offsets.remove(mq)
         try:
-            offset = await self.compute_pull_from(mq)
+            offset = await self.balance.pull_from(mq)
         except Exception as exc:
             log.warning("%s: cannot tell where to start %s: %s", self.group, mq, exc)
             return False
@@ -363,15 +213,6 @@ class AsyncPushConsumer:
         self.process_queues[mq] = pq
         pq.pull_task = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq))
         return True
-
-    def _detach(self, mq: MessageQueue) -> ProcessQueue | None:
-        """Stop pulling mq; what is consumed of it from now on is not committed."""
-        pq = self.process_queues.pop(mq, None)
-        if pq is not None:
-            pq.dropped = True
-            if pq.pull_task is not None:
-                pq.pull_task.cancel()
-        return pq
 
     async def _drop(self, mq: MessageQueue) -> None:
         pq = self._detach(mq)
@@ -411,30 +252,13 @@ class AsyncPushConsumer:
                     self.offsets.remove(mq)
         self.rebalance_soon()
 
-    async def compute_pull_from(self, mq: MessageQueue) -> int:
-        """The stored offset, else (a new group) where consume_from says (computePullFromWhere)."""
-        last = await self.offsets.read(mq)
-        if last >= 0:
-            return last
-        is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or (
-                is_retry and self.consume_from is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET):
-            return 0
-        code = RequestCode.GET_MAX_OFFSET if self.consume_from is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET or is_retry \
-            else RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
-        ts = self.consume_timestamp_ms if code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP else None
-        addr = await self.instance.master_addr(mq.broker_name, mq.topic)
-        resp = await self.instance.invoke(addr, api.offset_request(code, mq.topic, mq.queue_id, ts))
-        return api.ext_long(resp, "offset", addr, f"{code.name} of {mq}")
-
     # -- pulling ----------------------------------------------------------------------------------
 
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         sub = self.subscriptions.get(mq.topic)
         is_retry = mq.topic == retry_topic(self.group)
         while not pq.dropped and sub is not None:
-            if pq.count >= self.pull_threshold_for_queue or pq.msg_size >= self.pull_threshold_size or (
-                    not self.orderly and pq.span > self.max_span):
+            if self._queue_full(pq, span_counts=not self.orderly):
                 await asyncio.sleep(PULL_DELAY_ON_FLOW_CONTROL)  # flow control: let consumption catch up
                 continue
             if self.orderly and self.clustering and not pq.locked:
@@ -442,20 +266,10 @@ class AsyncPushConsumer:
                 continue
             commit = self.offsets.memory_offset(mq) if self.clustering else -1
             flag = pull_sys_flag(commit > 0, True, self.post_subscription_when_pull)
-            pq.last_pull_ms = int(time.time() * 1000)
             started = time.perf_counter()
-            try:
-                result = await pull(self.instance, self.group, mq, sub, pq.next_offset, self.pull_batch_size, flag,
-                                    max(commit, 0), broker_id=pq.suggested_broker_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("%s: pull from %s failed: %s", self.group, mq, exc)
-                await asyncio.sleep(PULL_DELAY_ON_ERROR)
+            result = await self._pull_once(mq, pq, sub, flag, max(commit, 0))
+            if result is None:
                 continue
-            if pq.dropped:
-                return
-            pq.suggested_broker_id = result.suggest_which_broker_id
             status = result.status
             if status is PullStatus.FOUND:
                 pq.next_offset = result.next_begin_offset
@@ -609,10 +423,6 @@ class AsyncPushConsumer:
 
     # -- what operators ask of a consumer ------------------------------------------------------------
 
-    def held_offsets(self, topic: str) -> dict[MessageQueue, int]:
-        """The offsets this consumer holds for topic (GET_CONSUMER_STATUS_FROM_CLIENT)."""
-        return self.offsets.offsets_of(topic)
-
     def running_info(self) -> RunningInfo:
         """DefaultMQPushConsumerImpl.consumerRunningInfo: settings under Java's names, the
         subscriptions, every queue held (its commit offset and cache), and each topic's rates."""
@@ -660,8 +470,3 @@ class AsyncPushConsumer:
             return CMResult.CR_THROW_EXCEPTION, "".join(traceback.format_exception(exc)), _ms_since(start)
         ok = verdict(value) is ConsumeResult.SUCCESS
         return CMResult.CR_SUCCESS if ok else CMResult.CR_LATER, None, _ms_since(start)
-
-    # -- offsets ----------------------------------------------------------------------------------
-
-    async def persist_offsets(self) -> None:
-        await self.offsets.persist(list(self.process_queues))

@@ -254,6 +254,9 @@ class MessageExt:
     body_crc: int = 0
     store_size: int = 0
     msg_id: str = ""  # offsetMsgId
+    #: The broker a client pulled it from (Java's MessageExt.brokerName): with topic and queue_id,
+    #: the message's MessageQueue, to seek or commit.
+    broker_name: str = ""
 
     @property
     def tags(self) -> str | None:

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from smartgo.client import (AsyncPullConsumer, AsyncPushConsumer, BrokerError, ConsumeResult, MessageModel,
-                            MessageQueue, MessageSelector, PullStatus, SubscriptionError)
+from smartgo.client import (AsyncLitePullConsumer, AsyncPullConsumer, AsyncPushConsumer, BrokerError, ConsumeResult,
+                            MessageModel, MessageQueue, MessageSelector, PullStatus, SubscriptionError)
 from smartgo.net.codes import PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.testing import async_wait_until
@@ -355,3 +355,46 @@ def test_sql92_subscription_errors_show_at_subscribe():
         c.subscribe("T", MessageSelector("JAVASCRIPT", "true"))
     c.subscribe("T", MessageSelector.by_tag("A || B"))
     assert c.subscriptions["T"].tags_set == ["A", "B"] and c.subscriptions["T"].expression_type == "TAG"
+
+
+def test_lite_pull_consumer_requests_and_a_garbled_answer(tmp, monkeypatch, caplog):
+    """Java's DefaultLitePullConsumer on the wire: CONSUME_ACTIVELY with its subscriptions, pulls
+    held 20 s that commit nothing (offsets go by UPDATE_CONSUMER_OFFSET), 10 at a time. A pull
+    answer that does not decode is logged and the queue pulled again; the other queue is polled
+    meanwhile."""
+    monkeypatch.setattr("smartgo.client.rebalance.PULL_DELAY_ON_ERROR", 0.05)
+
+    async def main():
+        broker = FakeBroker(topics={"T": 2})
+        async with fake_cluster(tmp, [broker]) as (registry, _):
+            q = ScriptedQueues(broker, "T")
+            q.offsets.update({("T", 0): 0, ("T", 1): 0})
+            q.queues = {i: [(f"q{i}-{n}".encode(), {"TAGS": "A"}) for n in range(12)] for i in range(2)}
+            garbled = []
+
+            async def pull(conn, cmd):
+                if cmd.ext_fields["queueId"] == "0" and not garbled:
+                    garbled.append(cmd)
+                    return pull_response(cmd, 0, 5, 0, 12, b"\x00\x00\x00\x10not a record")
+                return await q.pull(conn, cmd)
+            broker.handlers[RequestCode.PULL_MESSAGE] = pull
+            c = AsyncLitePullConsumer("G", registry, auto_commit=False)
+            c.subscribe("T", "A")
+            async with c:
+                got = []
+                while len(got) < 24:
+                    got += await c.poll(5.0)
+                await c.commit()
+            return broker, q, got
+    with caplog.at_level("WARNING", "smartgo.client.lite_pull_consumer"):
+        broker, q, got = arun(main())
+    assert sorted(m.body for m in got) == sorted(f"q{i}-{n}".encode() for i in range(2) for n in range(12))
+    assert any("pull from" in r.message and "does not decode" in r.message for r in caplog.records)
+    assert q.offsets == {("T", 0): 12, ("T", 1): 12}
+    hb = json.loads(broker.of(RequestCode.HEART_BEAT)[0].body)
+    (cdata,) = hb["consumerDataSet"]
+    assert cdata["consumeType"] == "CONSUME_ACTIVELY" and cdata["messageModel"] == "CLUSTERING"
+    assert [s["topic"] for s in cdata["subscriptionDataSet"]] == ["T"]
+    first = broker.of(RequestCode.PULL_MESSAGE)[0].ext_fields
+    assert int(first["sysFlag"]) == PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION
+    assert first["suspendTimeoutMillis"] == "20000" and first["maxMsgNums"] == "10" and first["subscription"] == "A"
