@@ -20,4 +20,5 @@ def test_bench_control_quick():
     m = r["metrics"]
     assert (m["counted_topics"], m["lag_pairs"], m["scrapes"]) == (50, 50, 3)
     assert 0 < m["median_ms"] <= m["p99_ms"] and m["page_bytes"] > 50 * 200 and m["broker_cpu_ms_per_scrape"] >= 0
+    assert 0 < m["gzip_median_ms"] <= m["gzip_p99_ms"] and 0 < m["gzip_page_bytes"] < m["page_bytes"] // 4
     assert set(r["pass"]) == {"heartbeat_cpu_pct", "offsets_updates_s"}

@@ -6,8 +6,10 @@ and every actor up."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import socket
+import urllib.request
 from types import SimpleNamespace
 
 import pytest
@@ -90,6 +92,22 @@ def test_request_heads_are_parsed_or_refused():
     assert f"Content-Type: {CONTENT_TYPE}\r\n".encode() in ok and b"Content-Length: 4\r\n" in ok
     head = answer(Request("HEAD", "/metrics"), page)
     assert head.endswith(b"\r\n\r\n") and b"Content-Length: 4\r\n" in head
+    assert b"Content-Encoding" not in ok
+
+
+def test_a_scraper_that_accepts_gzip_gets_the_page_gzipped():
+    accepts = b"GET /metrics HTTP/1.1\r\nHost: a\r\nAccept-Encoding: %s\r\n\r\n"
+    for value, gzipped in ((b"gzip", True), (b"deflate, GZIP;q=0.5", True), (b"*", True), (b"gzip;q=0", False),
+                           (b"identity, *;q=0", False), (b"deflate", False), (b"gzip;q=x", False)):
+        assert parse_head(accepts % value) == Request("GET", "/metrics", gzipped), value
+    assert parse_head(b"GET /metrics HTTP/1.1\r\naccept-encoding:gzip\r\n\r\n").gzip
+    page = b"m 1\n" * 1000
+    ok = answer(Request("GET", "/metrics", gzip=True), lambda: page)
+    head, body = ok.split(b"\r\n\r\n", 1)
+    assert b"\r\nContent-Encoding: gzip\r\n" in head and f"Content-Length: {len(body)}\r\n".encode() in head
+    assert gzip.decompress(body) == page and len(body) < len(page) // 20
+    only_head = answer(Request("HEAD", "/metrics", gzip=True), lambda: page)
+    assert only_head == head + b"\r\n\r\n"
 
 
 def test_the_server_answers_bad_requests_and_goes_on_serving(caplog, monkeypatch):
@@ -240,3 +258,13 @@ def test_a_node_refuses_bad_requests_and_keeps_serving(broker):
     status, _, text = scrape()
     assert status == 200 and metric_value(parse_metrics(text), "smartgo_node_healthy") == 1
     assert "metrics: bad request from" in broker.node.log_text()
+
+
+def test_a_node_gzips_its_page_for_prometheus(broker):
+    request = urllib.request.Request(f"http://127.0.0.1:{METRICS_PORT}/metrics", headers={
+        "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.45.0"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        encoding, body = r.headers["Content-Encoding"], r.read()
+    assert encoding == "gzip"
+    samples = parse_metrics(gzip.decompress(body).decode())
+    assert metric_value(samples, "smartgo_node_healthy") == 1
