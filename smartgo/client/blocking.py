@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -25,6 +26,8 @@ from smartgo.client.pull_consumer import AsyncPullConsumer
 from smartgo.client.push_consumer import AsyncPushConsumer
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.net.loop import new_event_loop
+
+log = logging.getLogger("smartgo.client.blocking")
 
 
 class LoopThread:
@@ -234,6 +237,19 @@ class LitePullConsumer(_Facade):
 
     def assignment(self) -> set[MessageQueue]:
         return self._on_loop(self._started_core().assignment)
+
+    def on_queues_changed(self, topic: str, callback: Callable[[str, set[MessageQueue]], None]) -> None:
+        """AsyncLitePullConsumer.on_queues_changed; the callback runs on a worker thread, so it
+        may call this consumer (say, assign the new queues)."""
+        loop = self._thread.loop  # type: ignore[union-attr]
+
+        def guarded(topic: str, queues: set[MessageQueue]) -> None:
+            try:
+                callback(topic, queues)
+            except Exception:
+                log.exception("the queue change listener of %s raised", topic)
+        self._run(self._started_core().on_queues_changed(
+            topic, lambda t, queues: loop.run_in_executor(None, guarded, t, queues)))
 
 
 class Admin(_Facade):

@@ -26,6 +26,7 @@ from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import pull_sys_flag
 from smartgo.client.pull_consumer import BLOCK_SUSPEND_MS
 from smartgo.client.rebalance import PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer, queue_offset
+from smartgo.client.route import TopicRouteData
 from smartgo.client.running_info import CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, RunningInfo
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.net.codes import RequestCode
@@ -37,6 +38,8 @@ log = logging.getLogger("smartgo.client.lite_pull_consumer")
 SUSPENDED_PULL_TIMEOUT = 30.0
 
 _Batch = tuple[MessageQueue, ProcessQueue, list[MessageExt]]
+#: Called with a topic and its readable queues when they change (a queue added, a broker gone).
+QueuesChanged = Callable[[str, set[MessageQueue]], None]
 
 
 class AsyncLitePullConsumer(BalancedConsumer):
@@ -64,6 +67,8 @@ class AsyncLitePullConsumer(BalancedConsumer):
         self._cache: asyncio.Queue[_Batch | None] = asyncio.Queue()
         self._next_auto_commit = 0.0
         self._heartbeat_due = False     # a subscription changed while running: tell the brokers first
+        #: registerTopicMessageQueueChangeListener: topic -> (callback, the queues it last saw).
+        self._queue_listeners: dict[str, tuple[QueuesChanged, frozenset[MessageQueue]]] = {}
 
     # -- what to read ---------------------------------------------------------------------------
 
@@ -99,10 +104,31 @@ class AsyncLitePullConsumer(BalancedConsumer):
         """The queues this consumer reads now."""
         return set(self.process_queues)
 
-    # -- member of the client instance ----------------------------------------------------------
+    async def on_queues_changed(self, topic: str, callback: QueuesChanged) -> None:
+        """registerTopicMessageQueueChangeListener: callback(topic, queues) on the client's loop
+        whenever the topic's readable queues change (checked at each route refresh, every
+        poll_registry_interval), so an assigning application can assign the new set."""
+        self._check_running()
+        self._queue_listeners[topic] = (callback, frozenset(await self.fetch_queues(topic)))
 
     def topics(self) -> set[str]:
-        return set(self.subscriptions) | {mq.topic for mq in self._assigned or ()}
+        return set(self.subscriptions) | set(self._queue_listeners) | {mq.topic for mq in self._assigned or ()}
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None:
+        super().on_route(topic, route)
+        listener = self._queue_listeners.get(topic)
+        if listener is None:
+            return
+        callback, seen = listener
+        queues = frozenset(self._sub_queues[topic])
+        if queues != seen:
+            self._queue_listeners[topic] = (callback, queues)
+            try:
+                callback(topic, set(queues))
+            except Exception:
+                log.exception("%s: the queue change listener of %s raised", self.group, topic)
+
+    # -- member of the client instance ----------------------------------------------------------
 
     def heartbeat_entry(self) -> tuple[str, dict | None]:
         """An assigning consumer lists no subscriptions, as Java's does: it takes no part in the

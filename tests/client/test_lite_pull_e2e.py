@@ -16,7 +16,7 @@ from smartgo.cli.main import main
 from smartgo.client import (AsyncAdmin, AsyncLitePullConsumer, AsyncProducer, ClientStateError, LitePullConsumer,
                             Message, MessageModel, MessageQueue, MessageSelector, Producer, SubscriptionError)
 from smartgo.client.lite_pull_consumer import SUSPENDED_PULL_TIMEOUT
-from smartgo.testing import async_wait_until
+from smartgo.testing import async_wait_until, wait_until
 
 from .conftest import arun
 from .test_push_e2e import create_topic, name, send_all
@@ -304,3 +304,29 @@ def test_cli_consume_lite_commits_only_what_it_printed(real_cluster, capsys):
     assert sorted(m["msg_id"] for m in first + second) == sorted(sent)
     assert main([*args, "--orderly"]) != 0
     assert "--orderly and --trace apply to the push consumer" in capsys.readouterr().err
+
+
+def test_an_assigning_consumer_hears_of_new_queues_and_takes_them(real_cluster):
+    topic, group = name("LITEQ"), name("LG")
+    arun(create_topic(real_cluster.registry, topic, 2))
+    heard: list[set] = []
+    consumer = LitePullConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
+                                poll_registry_interval=0.2)
+    with Producer("PG", real_cluster.registry) as p:
+        queues = p.fetch_publish_queues(topic)
+        consumer.assign(queues)
+        with consumer:
+            def changed(t: str, now: set) -> None:
+                heard.append(now)
+                consumer.assign(sorted(now))          # a blocking call: the callback runs on a worker thread
+            consumer.on_queues_changed(topic, changed)
+            arun(create_topic(real_cluster.registry, topic, 4))
+            wait_until(lambda: consumer.assignment() == heard[-1] if heard else False, 15, 0.05,
+                       "the new queues assigned")
+            assert heard == [{MessageQueue(topic, queues[0].broker_name, q) for q in range(4)}]
+            p.send_to_queue(Message(topic, b"in a new queue"), MessageQueue(topic, queues[0].broker_name, 3))
+            got = []
+            deadline = time.monotonic() + 15
+            while not got and time.monotonic() < deadline:
+                got = consumer.poll(1.0)
+            assert [(m.body, m.queue_id) for m in got] == [(b"in a new queue", 3)]
