@@ -6,6 +6,7 @@ common base (settings, joining, routes, one pull, closing)."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import random
@@ -161,7 +162,7 @@ class RebalanceLoop:
                 log.warning("%s: rebalance failed: %s", self.group, exc)
 
 
-class BalancedConsumer:
+class BalancedConsumer(abc.ABC):
     """What the push and the lite pull consumer share: their common settings and offset store,
     joining the group at start, following routes, a topic's queues, one pull with its error
     handling, and stopping the pulls and committing at close."""
@@ -207,8 +208,9 @@ class BalancedConsumer:
     def client_id(self) -> str:
         return self.instance.client_id
 
+    @abc.abstractmethod
     async def rebalance(self) -> None:
-        raise NotImplementedError
+        """Take this consumer's queues and let go of the others."""
 
     def rebalance_soon(self) -> None:
         self._rebalancer.soon()
@@ -254,11 +256,16 @@ class BalancedConsumer:
         self.instance.start_route_and_heartbeat()
         self.instance.every(self.config.persist_offset_interval, self.persist_offsets, "persist offsets")
 
+    @abc.abstractmethod
+    async def start(self: C) -> C:
+        """Join the group and start pulling."""
+
+    @abc.abstractmethod
     async def close(self) -> None:
-        raise NotImplementedError
+        """Stop pulling, commit, leave the group and close the connections."""
 
     async def __aenter__(self: C) -> C:
-        return await self.start()  # type: ignore[attr-defined]
+        return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
