@@ -205,6 +205,8 @@ def test_traced_producer_writes_its_pub_to_the_trace_topic(tmp):
                 r = await p.send(Message("T", b"hello", tags="TagA", keys="order-7"))
                 await async_wait_until(lambda: len(broker.of(RequestCode.SEND_MESSAGE_V2)) == 2, 10, 0.01,
                                        "the trace send")
+                # counted when its answer is back, which may be after the broker has the request
+                await async_wait_until(lambda: p.tracer.sent == 1, 10, 0.01, "the trace send's answer")
                 sent = p.tracer.sent
             return r, broker.of(RequestCode.SEND_MESSAGE_V2), broker.addr, sent
     r, (_, traced), addr, sent = arun(main())
