@@ -77,7 +77,8 @@ class ClientProcessor:
             b.apply(Changes(state={group}))
         reconsume, delay = args["reconsume"], args["delay"]
         limit = cfg.retry_max_times if args["max"] is None else args["max"]
-        if reconsume >= limit or delay < 0:
+        to_dlq = reconsume >= limit or delay < 0
+        if to_dlq:
             topic, queues, queue_id, delay = dlq_topic(group), DLQ_QUEUES, 0, 0
         else:
             topic, queues = retry_topic(group), cfg.retry_queue_nums
@@ -89,6 +90,8 @@ class ClientProcessor:
             b.publish_topics([config])
         if not config.writable:
             return {"error": [int(ResponseCode.NO_PERMISSION), f"the topic[{topic}] sending message is forbidden"]}
+        if to_dlq:
+            b.stats.dlq[(args.get("origin") or "", group)] += 1
         return {"topic": topic, "queue_id": queue_id % config.queue_limit, "delay": delay, "config": config.to_json()}
 
     def unregister_client(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:

@@ -76,11 +76,15 @@ class BrokerMetrics:
         for family, name in ((msgs_out, GROUP_GET_NUMS), (bytes_out, GROUP_GET_SIZE)):
             for key, value in _group_items(items, name):
                 family.add(self._group_labels(*key), value)
+        dlq = self.family("rocketmq_send_to_dlq_messages_total", "counter",
+                          "Messages a consumer sent back that went to its group's DLQ, by original topic and group")
+        for (topic, group), n in sorted(self.b.stats.dlq.items()):
+            dlq.add({"topic": topic, "consumer_group": group, "is_system": self._system(topic, group)}, n)
         pulls = self.family("smartgo_pulls_total", "counter", "Pull requests answered, with messages or without")
         totals = self.b.stats.totals
         pulls.add({"result": "found"}, totals["pulls_found"])
         pulls.add({"result": "missed"}, totals["pulls_missed"])
-        return [msgs_in, bytes_in, msgs_out, bytes_out, pulls]
+        return [msgs_in, bytes_in, msgs_out, bytes_out, dlq, pulls]
 
     def _group_labels(self, topic: str, group: str) -> Labels:
         return {"topic": topic, "consumer_group": group, "is_retry": _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),

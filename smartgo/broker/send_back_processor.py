@@ -60,7 +60,8 @@ class SendBackProcessor:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}: {exc}")
         try:
             target = await self.net.link.call("send_back_target", group=group, reconsume=original.reconsume_times,
-                                              delay=delay, max=limit)
+                                              delay=delay, max=limit,
+                                              origin=request.ext_str("originTopic", "") or original.topic)
         except ChannelError as exc:
             return request.make_response(ResponseCode.SYSTEM_BUSY, f"broker actor unavailable: {exc}")
         if "error" in target:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from smartgo.broker.stats_items import (BROKER_GET_NUMS, BROKER_PUT_NUMS, GROUP_GET_NUMS, GROUP_GET_SIZE,
@@ -228,6 +228,9 @@ class StatsBook:
         self.totals = dict.fromkeys(TOTALS, 0)
         self.send = LatencyHistogram()      # since start: runtime info's maxima, the metrics' histograms
         self.pull = LatencyHistogram()
+        #: (original topic, group) -> messages sent back straight to the group's DLQ since start
+        #: (5.x's rocketmq_send_to_dlq_messages_total; counted where the broker actor decides it).
+        self.dlq: Counter[tuple[str, str]] = Counter()
         self.broker_rates = Samples(1.0, 3601)
         self.cluster = cluster
         self.items = StatsItems(now, minute_sample_ms)

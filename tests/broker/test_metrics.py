@@ -22,8 +22,9 @@ from smartgo.broker.stats import LatencyHistogram
 from smartgo.broker.testing import (ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
                                     send_command, update_offset_command)
 from smartgo.config import NodeConfig
-from smartgo.net.codes import LanguageCode, MQVersion, ResponseCode
-from smartgo.store.record import decode_records
+from smartgo.net.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.store.record import decode_records, parse_offset_msg_id
 from smartgo.testing import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -268,3 +269,17 @@ def test_a_node_gzips_its_page_for_prometheus(broker):
     assert encoding == "gzip"
     samples = parse_metrics(gzip.decompress(body).decode())
     assert metric_value(samples, "smartgo_node_healthy") == 1
+
+
+def test_messages_sent_to_the_dlq_are_counted_by_original_topic_and_group(broker):
+    r = broker.call(send_command(TOPIC, b"poison"))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    offset = parse_offset_msg_id(r.ext_fields["msgId"])[2]
+    for delay_level, group in ((-1, "CG_DLQ"), (-1, "CG_DLQ"), (0, "CG_RETRY_ONLY")):   # -1: straight to the DLQ
+        back = broker.call(RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields={
+            "offset": str(offset), "group": group, "delayLevel": str(delay_level), "originMsgId": r.ext_fields["msgId"],
+            "originTopic": TOPIC, "unitMode": "false"}))
+        assert back.code == ResponseCode.SUCCESS, back.remark
+    samples = parse_metrics(scrape()[2])
+    assert metric_value(samples, "rocketmq_send_to_dlq_messages_total", topic=TOPIC, consumer_group="CG_DLQ") == 2
+    assert metric_value(samples, "rocketmq_send_to_dlq_messages_total", consumer_group="CG_RETRY_ONLY") is None
