@@ -34,6 +34,17 @@ async def poll_until(consumer: AsyncLitePullConsumer, n: int, timeout: float = 3
     return got
 
 
+async def backlog(registry: str, topic: str, group: str, n: int, expression: str = "*",
+                  **options: object) -> tuple[dict[str, str], AsyncLitePullConsumer]:
+    """A one-queue topic holding n messages (tags A, B, A, ...) and a new consumer of it, not
+    started, reading from the first offset."""
+    await create_topic(registry, topic, 1)
+    sent = await send_all(registry, topic, n)
+    consumer = AsyncLitePullConsumer(group, registry, consume_from="CONSUME_FROM_FIRST_OFFSET", **options)
+    consumer.subscribe(topic, expression)
+    return sent, consumer
+
+
 async def progress(registry: str, group: str, topic: str) -> dict[int, int]:
     async with AsyncAdmin(registry) as admin:
         stats = await admin.consumer_progress(group, topic)
@@ -140,11 +151,8 @@ def test_auto_commit_and_a_restarted_consumer_goes_on_from_it(real_cluster):
     topic, group = name("LITEC"), name("LG")
 
     async def main():
-        await create_topic(real_cluster.registry, topic, 1)
-        sent = await send_all(real_cluster.registry, topic, 50)
-        first = AsyncLitePullConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
-                                      pull_batch_size=10, auto_commit_interval=0, persist_offset_interval=0.2)
-        first.subscribe(topic)
+        sent, first = await backlog(real_cluster.registry, topic, group, 50, pull_batch_size=10,
+                                    auto_commit_interval=0, persist_offset_interval=0.2)
         async with first:
             got = await poll_until(first, 30)
             assert len(got) == 30
@@ -169,11 +177,8 @@ def test_flow_control_bounds_what_is_cached(real_cluster):
     topic, group = name("LITEF"), name("LG")
 
     async def main():
-        await create_topic(real_cluster.registry, topic, 1)
-        sent = await send_all(real_cluster.registry, topic, 100)
-        consumer = AsyncLitePullConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
-                                         pull_batch_size=10, pull_threshold_for_all=20)
-        consumer.subscribe(topic)
+        sent, consumer = await backlog(real_cluster.registry, topic, group, 100, pull_batch_size=10,
+                                       pull_threshold_for_all=20)
         async with consumer:
             got = await poll_until(consumer, 10)
             await asyncio.sleep(0.5)                 # time for 8 more pulls, were they allowed
@@ -192,10 +197,7 @@ def test_tag_filter_commits_past_skipped_messages_and_long_poll_wakes(real_clust
     topic, group = name("LITET"), name("LG")
 
     async def main():
-        await create_topic(real_cluster.registry, topic, 1)
-        await send_all(real_cluster.registry, topic, 20, tags="AB")       # ends with a B
-        consumer = AsyncLitePullConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET")
-        consumer.subscribe(topic, "A")
+        _, consumer = await backlog(real_cluster.registry, topic, group, 20, "A")     # the last is a B
         async with consumer:
             got = await poll_until(consumer, 10)
             assert {m.tags for m in got} == {"A"}
@@ -247,11 +249,7 @@ def test_reset_offset_by_an_operator_and_running_info(real_cluster):
     topic, group = name("LITER"), name("LG")
 
     async def main():
-        await create_topic(real_cluster.registry, topic, 1)
-        sent = await send_all(real_cluster.registry, topic, 12)
-        consumer = AsyncLitePullConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
-                                         pull_batch_size=32)
-        consumer.subscribe(topic)
+        sent, consumer = await backlog(real_cluster.registry, topic, group, 12, pull_batch_size=32)
         async with consumer, AsyncAdmin(real_cluster.registry) as admin:
             assert len(await poll_until(consumer, 12)) == 12
             info = await admin.consumer_running_info(group, consumer.client_id)
