@@ -127,7 +127,7 @@ async def _lite(args: argparse.Namespace, printer: _Printer) -> None:
     consume_from, ts = _start(args.start)
     consumer = AsyncLitePullConsumer(_group(args), args.registry, model=_model(args), consume_from=consume_from,
                                      consume_timestamp_ms=ts, auto_commit=False, pull_batch_size=32,
-                                     **client_options(args))
+                                     **client_options(args), **trace_options(args))
     consumer.subscribe(args.topic, _selector(args))
     async with consumer:
         while not printer.done.is_set() and not printer.idle:
@@ -182,8 +182,8 @@ async def _pull(args: argparse.Namespace, printer: _Printer) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.pull and (args.broadcast or args.orderly or args.trace):
         raise CliError("--pull reads queues directly; --broadcast, --orderly and --trace apply to the push consumer")
-    if args.lite and (args.orderly or args.trace):
-        raise CliError("--orderly and --trace apply to the push consumer, not --lite")
+    if args.lite and args.orderly:
+        raise CliError("--orderly applies to the push consumer, not --lite")
     _start(args.start)
     printer = _Printer(args)
     run_loop((_pull if args.pull else _lite if args.lite else _push)(args, printer))

@@ -29,6 +29,7 @@ from smartgo.client.rebalance import PULL_DELAY_ON_FLOW_CONTROL, BalancedConsume
 from smartgo.client.route import TopicRouteData
 from smartgo.client.running_info import CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, RunningInfo
 from smartgo.client.subscription import MessageSelector, SubscriptionData
+from smartgo.client.trace import trace_polled
 from smartgo.net.codes import RequestCode
 from smartgo.store.record import MessageExt
 
@@ -50,10 +51,11 @@ class AsyncLitePullConsumer(BalancedConsumer):
                  pull_threshold_for_all: int = 10000, pull_threshold_for_queue: int = 1000,
                  pull_threshold_size_mb: int = 100, max_span: int = 2000, poll_timeout: float = 5.0,
                  rebalance_interval: float = 20.0, offset_store_dir: str | Path = "~/.smartgo_offsets",
-                 config: ClientConfig | None = None, **config_options: object) -> None:
+                 config: ClientConfig | None = None, enable_msg_trace: bool = False, trace_topic: str | None = None,
+                 **config_options: object) -> None:
         super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
                          pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
-                         offset_store_dir, config, config_options)
+                         offset_store_dir, config, config_options, enable_msg_trace, trace_topic)
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
         self.pull_threshold_for_all = pull_threshold_for_all
@@ -179,9 +181,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
             await self._commit_held()
             await self.instance.unregister(None, self.group)
         finally:
-            for pq in self.process_queues.values():
-                pq.dropped = True
-            await self.instance.close()
+            await self._release()
 
     def _check_running(self) -> None:
         if not self._running:
@@ -225,6 +225,8 @@ class AsyncLitePullConsumer(BalancedConsumer):
             offset = pq.remove(msgs)
             if offset >= 0:
                 self._polled[mq] = offset
+            if self.tracer is not None:
+                trace_polled(self.group, msgs, self.tracer.append)
             return msgs
 
     # -- positions ------------------------------------------------------------------------------

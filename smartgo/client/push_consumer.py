@@ -30,7 +30,7 @@ from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY
 from smartgo.client.pull import pull_sys_flag
 from smartgo.client.rebalance import PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer
 from smartgo.client.subscription import MessageSelector, SubscriptionData
-from smartgo.client.trace import TraceDispatcher, traced_listener
+from smartgo.client.trace import traced_listener
 from smartgo.net.codes import RequestCode, retry_topic
 from smartgo.store.record import MessageExt
 
@@ -59,7 +59,7 @@ class AsyncPushConsumer(BalancedConsumer):
                  enable_msg_trace: bool = False, trace_topic: str | None = None, **config_options: object) -> None:
         super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
                          pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
-                         offset_store_dir, config, config_options)
+                         offset_store_dir, config, config_options, enable_msg_trace, trace_topic)
         self.orderly = orderly
         self.consume_threads = consume_threads
         self.max_reconsume_times = max_reconsume_times
@@ -72,8 +72,6 @@ class AsyncPushConsumer(BalancedConsumer):
         self._runner: ListenerRunner | None = None
         self._background: set[asyncio.Task] = set()
         self.stats = ConsumerStats()
-        #: Message trace (trace.py): SubBefore and SubAfter records around each listener call.
-        self.tracer = TraceDispatcher(self.config, trace_topic) if enable_msg_trace else None
         self._now_ms = 0
 
     # -- configuration ----------------------------------------------------------------------------
@@ -124,7 +122,6 @@ class AsyncPushConsumer(BalancedConsumer):
         await self._attach()
         listener = self.listener
         if self.tracer is not None:
-            await self.tracer.start()
             listener = traced_listener(listener, self.group, self.tracer)
         self._runner = ListenerRunner(listener, self.consume_threads, self._consumed, f"smartgo-{self.group}")
         self._now_ms = self._started_ms
@@ -155,11 +152,7 @@ class AsyncPushConsumer(BalancedConsumer):
                 await self._unlock(list(self.process_queues))
             await self.instance.unregister(None, self.group)
         finally:
-            for pq in self.process_queues.values():
-                pq.dropped = True
-            if self.tracer is not None:
-                await self.tracer.close()
-            await self.instance.close()
+            await self._release()
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

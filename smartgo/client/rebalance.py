@@ -27,6 +27,7 @@ from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import SUSPEND_MS, SUSPEND_TIMEOUT, pull
 from smartgo.client.route import TopicRouteData
 from smartgo.client.subscription import SubscriptionData
+from smartgo.client.trace import TraceDispatcher
 from smartgo.filter import is_tag_type
 from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode
 from smartgo.net.errors import RemotingConnectError
@@ -171,7 +172,8 @@ class BalancedConsumer(abc.ABC):
                  consume_from: ConsumeFromWhere | str, consume_timestamp_ms: int | None,
                  allocate: AllocateStrategy | str, pull_batch_size: int, pull_threshold_for_queue: int,
                  pull_threshold_size_mb: int, max_span: int, rebalance_interval: float, offset_store_dir: str | Path,
-                 config: ClientConfig | None, config_options: dict[str, object]) -> None:
+                 config: ClientConfig | None, config_options: dict[str, object], enable_msg_trace: bool,
+                 trace_topic: str | None) -> None:
         if not group:
             raise ValueError("a consumer needs a group name")
         self.group = group
@@ -199,6 +201,8 @@ class BalancedConsumer(abc.ABC):
         self._rebalancing = asyncio.Lock()
         self._running = False
         self._started_ms = 0
+        #: Message trace (trace.py): SubBefore and SubAfter records of what is consumed.
+        self.tracer = TraceDispatcher(self.config, trace_topic) if enable_msg_trace else None
 
     @property
     def clustering(self) -> bool:
@@ -238,6 +242,8 @@ class BalancedConsumer(abc.ABC):
         self.instance.members.append(self)  # type: ignore[arg-type]
         self.instance.on_consumer_ids_changed.append(lambda group: self.rebalance_soon())
         self._started_ms = int(time.time() * 1000)
+        if self.tracer is not None:
+            await self.tracer.start()
 
     async def _join(self) -> None:
         """Fetch the routes, have the brokers check SQL92 subscriptions (a refusal closes the
@@ -283,6 +289,14 @@ class BalancedConsumer(abc.ABC):
             await self.offsets.persist(list(self.process_queues), acked=True)
         except Exception as exc:
             log.error("%s: committing offsets at close failed (they will be consumed again): %s", self.group, exc)
+
+    async def _release(self) -> None:
+        """The end of close: the queues dropped, the trace records sent, the connections closed."""
+        for pq in self.process_queues.values():
+            pq.dropped = True
+        if self.tracer is not None:
+            await self.tracer.close()
+        await self.instance.close()
 
     async def persist_offsets(self) -> None:
         await self.offsets.persist(list(self.process_queues))

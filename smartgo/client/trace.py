@@ -418,10 +418,22 @@ class _Consumption:
         return value
 
     def __exit__(self, *exc: object) -> None:
+        self.after(int((time.perf_counter() - self.started) * 1000))
+
+    def after(self, cost: int) -> None:
         b = self.before
-        cost = int((time.perf_counter() - self.started) * 1000)
         self.append(TraceRecord(TraceType.SUB_AFTER, int(time.time() * 1000), b.region_id, b.group, b.request_id,
                                 b.topic, b.msg_id, keys=b.keys, cost_ms=cost, success=self.ok, context_code=self.code))
+
+
+def trace_polled(group: str, msgs: Sequence[MessageExt], append: Callable[[TraceRecord], None]) -> None:
+    """A lite pull consumer's consume hook, run as poll hands messages out (Java's
+    DefaultLitePullConsumerImpl.poll): per message a SubBefore and a successful SubAfter of cost 0."""
+    for msg in msgs:
+        call = _Consumption(group, msg, append)
+        append(call.before)
+        call.done(None)
+        call.after(0)
 
 
 def traced_listener(listener: Listener, group: str, tracer: TraceDispatcher) -> Listener:

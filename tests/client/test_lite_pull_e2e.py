@@ -301,7 +301,7 @@ def test_cli_consume_lite_commits_only_what_it_printed(real_cluster, capsys):
     assert [m["queue_offset"] for m in second] == [3, 4]
     assert sorted(m["msg_id"] for m in first + second) == sorted(sent)
     assert main([*args, "--orderly"]) != 0
-    assert "--orderly and --trace apply to the push consumer" in capsys.readouterr().err
+    assert "--orderly applies to the push consumer, not --lite" in capsys.readouterr().err
 
 
 def test_an_assigning_consumer_hears_of_new_queues_and_takes_them(real_cluster):

@@ -242,3 +242,18 @@ def test_a_refused_trace_costs_the_traced_send_nothing(tmp, caplog):
     assert [r.status for r in results] == [SendStatus.SEND_OK] * 3
     assert failed >= 1 and sent == 0
     assert "was not stored in RMQ_SYS_TRACE_TOPIC" in caplog.text and "read-only" in caplog.text
+
+
+def test_a_polled_batch_is_traced_as_javas_lite_consumer_hook_does():
+    msgs = [MessageExt("T", 0, i, i * 200, 0, 0, 1, ("127.0.0.1", 1), 2, ("127.0.0.1", 2), i, 0, b"x",
+                       {"UNIQ_KEY": f"U{i}", "KEYS": "k1 k2"} if i else {}, msg_id=f"OFFSET{i}") for i in range(2)]
+    records: list[TraceRecord] = []
+    trace.trace_polled("LG", msgs, records.append)
+    assert [r.type for r in records] == [TraceType.SUB_BEFORE, TraceType.SUB_AFTER] * 2
+    first_before, first_after, second_before, second_after = records
+    assert (first_before.msg_id, second_before.msg_id, second_before.keys, second_before.retry_times) == (
+        "OFFSET0", "U1", "k1 k2", 1)                            # no UNIQ_KEY: the offsetMsgId
+    for before, after in ((first_before, first_after), (second_before, second_after)):
+        assert after.request_id == before.request_id and before.request_id
+        assert (after.group, after.topic, after.success, after.context_code, after.cost_ms) == (
+            "LG", "T", True, ConsumeReturnType.SUCCESS, 0)

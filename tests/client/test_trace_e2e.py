@@ -140,12 +140,21 @@ def test_the_cli_traces_what_it_sends_and_consumes(cluster, capsys):
                  "--trace", "--json", *registry]) == 0
     capsys.readouterr()
 
-    async def story():
+    async def story(group: str):
         async with AsyncAdmin(cluster.registry) as admin:
             records = await admin.message_trace(msg_id)
-        return records if TraceType.SUB_AFTER in _kinds(records) else None
-    records = arun(async_wait_until(story, 20, 0.2, "the CLI's traces"))
+        return records if any(r.type is TraceType.SUB_AFTER and r.group == group for r in records) else None
+    records = arun(async_wait_until(lambda: story("CG_TRACE_CLI"), 20, 0.2, "the CLI's traces"))
     assert [(r.type, r.group) for r in records if r.type is not TraceType.SUB_BEFORE] == [
         (TraceType.PUB, "smartgo-cli-producer"), (TraceType.SUB_AFTER, "CG_TRACE_CLI")]
+    # a lite pull consumer traces as Java's does: at poll, a SubBefore and a successful SubAfter
+    assert main(["consume", "--topic", topic, "--lite", "--from", "first", "--count", "1", "--group", "CG_TRACE_LITE",
+                 "--trace", "--json", *registry]) == 0
+    capsys.readouterr()
+    records = arun(async_wait_until(lambda: story("CG_TRACE_LITE"), 20, 0.2, "the lite consumer's traces"))
+    lite = [r for r in records if r.group == "CG_TRACE_LITE"]
+    assert [r.type for r in lite] == [TraceType.SUB_BEFORE, TraceType.SUB_AFTER]
+    assert (lite[1].topic, lite[1].success, lite[1].context_code, lite[1].cost_ms) == (
+        topic, True, ConsumeReturnType.SUCCESS, 0)
     assert main(["consume", "--topic", topic, "--pull", "--trace", *registry]) != 0
     assert "--trace apply to the push consumer" in capsys.readouterr().err
