@@ -121,6 +121,11 @@ class _Facade:
     def client_id(self) -> str:
         return self._create().instance.client_id
 
+    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a plain core method on the loop thread (it changes or reads state the loop owns);
+        it has happened when this returns."""
+        return self._run(_snapshot(lambda: fn(*args)))
+
 
 class Producer(_Facade):
     """Blocking producer: `with Producer("PG", "127.0.0.1:9876") as p: p.send(Message(...))`.
@@ -164,9 +169,7 @@ class PushConsumer(_Facade):
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """AsyncPushConsumer.subscribe; a SQL92 expression that does not compile raises here."""
         SubscriptionData.build(topic, expression)
-        core = self._create()
-        self._thread.loop.call_soon_threadsafe(core.subscribe, topic, expression)  # type: ignore[union-attr]
-        self._run(asyncio.sleep(0))  # ordered after the subscribe: it has happened on return
+        self._on_loop(self._create().subscribe, topic, expression)
 
     def set_listener(self, listener: Listener) -> Listener:
         self._create().set_listener(listener)
@@ -177,8 +180,7 @@ class PushConsumer(_Facade):
     @property
     def assigned_queues(self) -> list:
         """The queues this consumer currently pulls from."""
-        core = self._started_core()
-        return self._run(_snapshot(lambda: sorted(core.process_queues)))
+        return self._on_loop(lambda core: sorted(core.process_queues), self._started_core())
 
 
 async def _snapshot(fn: Callable[[], Any]) -> Any:
@@ -213,11 +215,6 @@ class LitePullConsumer(_Facade):
     committed = _blocking("committed", AsyncLitePullConsumer)
     fetch_queues = _blocking("fetch_queues", AsyncLitePullConsumer)
     offset_for_timestamp = _blocking("offset_for_timestamp", AsyncLitePullConsumer)
-
-    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a plain core method on the loop thread (it changes state the loop reads)."""
-        self._create()
-        return self._run(_snapshot(lambda: fn(*args)))
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         SubscriptionData.build(topic, expression)     # a SQL92 expression that does not compile raises here
