@@ -1,8 +1,8 @@
 """Client SDK benchmark: client-side CPU per message (time.process_time of the client process, in
-µs) for sync sends, async sends, batched sends (32 a request) and push consumption, plus the
-blocking facade's sync send, and sync sends and consumption with message trace on (the trace
-records' batching and sending included), and lite pull consumption (poll, 32 a pull), asyncio and
-blocking.
+µs) for sync sends, async sends, batched sends (32 a request) and push consumption (a listener
+call a message, and a batch listener getting 32), plus the blocking facade's sync send, and sync
+sends and consumption with message trace on (the trace records' batching and sending included),
+and lite pull consumption (poll, 32 a pull), asyncio and blocking.
 
 By default the broker is a stub in its own process (this script with --serve-stub: it answers
 sends like a broker and serves pulls from one pre-built 32-record body, registered with a real
@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -171,9 +172,12 @@ def measure_sends(registry: str, n: int) -> dict[str, float]:
     return out
 
 
-def measure_consume(registry: str, n: int, traced: bool = False) -> dict[str, float]:
+def measure_consume(registry: str, n: int, name: str = "consume", **options: object) -> dict[str, float]:
+    """Push consumption of n messages with 4 listener threads; with consume_batch_max_size in
+    options the listener gets batches."""
     async def main():
         counter = itertools.count(1)  # next() is atomic under the GIL; += from 4 threads is not
+        lock, total = threading.Lock(), [0]
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -181,7 +185,16 @@ def measure_consume(registry: str, n: int, traced: bool = False) -> dict[str, fl
             if next(counter) == n:
                 loop.call_soon_threadsafe(done.set)
             return ConsumeResult.SUCCESS
-        c = AsyncPushConsumer(GROUP, registry, listener=listener, consume_threads=4, **(TRACED if traced else {}))
+
+        def batch_listener(msgs):
+            with lock:
+                total[0] += len(msgs)
+                if total[0] == n:
+                    loop.call_soon_threadsafe(done.set)
+            return ConsumeResult.SUCCESS
+        batched = "consume_batch_max_size" in options
+        c = AsyncPushConsumer(GROUP, registry, listener=batch_listener if batched else listener, consume_threads=4,
+                              **options)
         c.subscribe(TOPIC)
         c0, w0 = time.process_time(), time.perf_counter()
         async with c:
@@ -189,7 +202,6 @@ def measure_consume(registry: str, n: int, traced: bool = False) -> dict[str, fl
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         return cpu, wall
     cpu, wall = run(main())
-    name = "consume_traced" if traced else "consume"
     return {f"{name}_cpu_us_per_msg": cpu / n * 1e6, f"{name}_msgs_per_s": n / wall}
 
 
@@ -254,7 +266,8 @@ def main() -> None:
             figures = measure_sends(registry, n)
             if args.registry is None:
                 figures.update(measure_consume(registry, consume_n))
-                figures.update(measure_consume(registry, consume_n, traced=True))
+                figures.update(measure_consume(registry, consume_n, "consume_traced", **TRACED))
+                figures.update(measure_consume(registry, consume_n, "consume_batch", consume_batch_max_size=32))
                 figures.update(measure_lite(registry, consume_n))
             runs.append(figures)
     finally:

@@ -6,7 +6,10 @@ whatever finished meanwhile, not one per message. A coroutine listener runs on `
 tasks on the loop itself.
 
 A listener returns ConsumeResult.SUCCESS or RECONSUME_LATER; None counts as SUCCESS and True/False
-as SUCCESS/RECONSUME_LATER; an exception counts as RECONSUME_LATER (and is logged).
+as SUCCESS/RECONSUME_LATER; an exception counts as RECONSUME_LATER (and is logged). A batch
+listener (consume_batch_max_size) gets a list of messages and may also return a count: the first
+that many are consumed and the rest fail (Java's ackIndex, plus one). Either way the verdict the
+consumer gets is a count: how many messages, from the first, were consumed.
 
 Each worker adds up the time its listener calls take in a counter only it writes;
 `take_listener_ms()` on the loop returns what was added since its last call (the consumer's
@@ -23,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from smartgo.client.message import ConsumeResult
@@ -32,11 +35,12 @@ from smartgo.store.record import MessageExt
 log = logging.getLogger("smartgo.client.listener")
 
 Listener = Callable[[MessageExt], Any]
-Done = Callable[[Any, ConsumeResult], None]
+BatchListener = Callable[[list[MessageExt]], Any]
+Done = Callable[[Any, int], None]
 _STOP = object()
 
 
-def verdict(value: object) -> ConsumeResult:
+def verdict(value: object, msg: object = None) -> ConsumeResult:
     if value is None or value is True:
         return ConsumeResult.SUCCESS
     if value is False:
@@ -47,17 +51,43 @@ def verdict(value: object) -> ConsumeResult:
     return ConsumeResult.RECONSUME_LATER
 
 
+def acked_one(value: object, msg: MessageExt) -> int:
+    """1 if a listener consumed its message, else 0: the runner's verdicts are counts."""
+    return 1 if verdict(value) is ConsumeResult.SUCCESS else 0
+
+
+def acked_batch(value: object, msgs: Sequence[MessageExt]) -> int:
+    """How many of a batch's messages, from its start, the batch listener consumed."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return min(max(value, 0), len(msgs))
+    return len(msgs) if verdict(value) is ConsumeResult.SUCCESS else 0
+
+
+def describe(work: MessageExt | Sequence[MessageExt]) -> str:
+    """A message, or a batch by its first message, for a log line."""
+    many = not isinstance(work, MessageExt)
+    first = work[0] if many else work  # type: ignore[index]
+    msg_id = first.properties.get("UNIQ_KEY") or first.msg_id
+    if many and len(work) > 1:  # type: ignore[arg-type]
+        return f"{len(work)} messages of {first.topic} from {msg_id} on"  # type: ignore[arg-type]
+    return f"message {msg_id} of {first.topic}"
+
+
 def is_coroutine_listener(listener: Listener) -> bool:
     return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(getattr(listener, "__call__", None))
 
 
 class ListenerRunner:
-    """submit(item, msg) runs the listener on msg; done(item, verdict) is then called on the loop."""
+    """submit(item, work) runs the listener on work (a message, or a list of them for a batch
+    listener); done(item, judge(answer, work)) is then called on the loop (judge: acked_one or
+    acked_batch)."""
 
-    def __init__(self, listener: Listener, threads: int, done: Done, name: str = "smartgo-consume") -> None:
+    def __init__(self, listener: Listener | BatchListener, threads: int, done: Done,
+                 judge: Callable[[Any, Any], int], name: str = "smartgo-consume") -> None:
         if threads < 1:
             raise ValueError("consume threads must be >= 1")
         self.listener = listener
+        self.judge = judge
         self.is_async = is_coroutine_listener(listener)
         self.size = threads
         self._done = done
@@ -85,24 +115,26 @@ class ListenerRunner:
                 t.start()
                 self._threads.append(t)
 
-    def submit(self, item: Any, msg: MessageExt) -> None:
-        self._inbox.put_nowait((item, msg))  # type: ignore[union-attr]
+    def submit(self, item: Any, work: MessageExt | list[MessageExt]) -> None:
+        self._inbox.put_nowait((item, work))  # type: ignore[union-attr]
 
-    async def run(self, msg: MessageExt) -> ConsumeResult:
-        """Consume one message and wait for the verdict (orderly consumption)."""
+    async def run(self, work: MessageExt | list[MessageExt]) -> int:
+        """Consume and wait for the verdict (orderly consumption)."""
         fut = self._loop.create_future()  # type: ignore[union-attr]
-        self.submit(fut, msg)
+        self.submit(fut, work)
         return await fut
 
     # -- workers ----------------------------------------------------------------------------------
 
-    def _call(self, msg: MessageExt) -> ConsumeResult:
+    def _failed(self, work: MessageExt | list[MessageExt]) -> int:
+        log.exception("listener failed on %s; it will be consumed again later", describe(work))
+        return self.judge(ConsumeResult.RECONSUME_LATER, work)
+
+    def _call(self, work: MessageExt | list[MessageExt]) -> int:
         try:
-            return verdict(self.listener(msg))
+            return self.judge(self.listener(work), work)
         except Exception:
-            log.exception("listener failed on message %s of %s; it will be consumed again later",
-                          msg.properties.get("UNIQ_KEY") or msg.msg_id, msg.topic)
-            return ConsumeResult.RECONSUME_LATER
+            return self._failed(work)
 
     @property
     def active(self) -> int:
@@ -146,7 +178,7 @@ class ListenerRunner:
             item, result = finished.popleft()
             self._complete(item, result)
 
-    def _complete(self, item: Any, result: ConsumeResult) -> None:
+    def _complete(self, item: Any, result: int) -> None:
         if isinstance(item, asyncio.Future):
             if not item.done():
                 item.set_result(result)
@@ -159,19 +191,17 @@ class ListenerRunner:
     async def _task_worker(self, index: int) -> None:
         inbox = self._inbox
         while True:
-            item, msg = await inbox.get()  # type: ignore[union-attr]
+            item, work = await inbox.get()  # type: ignore[union-attr]
             if self.discarding:
                 continue
             self._busy[index] = True
             start = time.perf_counter()
             try:
-                result = verdict(await self.listener(msg))
+                result = self.judge(await self.listener(work), work)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("listener failed on message %s of %s; it will be consumed again later",
-                              msg.properties.get("UNIQ_KEY") or msg.msg_id, msg.topic)
-                result = ConsumeResult.RECONSUME_LATER
+                result = self._failed(work)
             finally:
                 self._busy[index] = False
                 self._listener_s[index] += time.perf_counter() - start

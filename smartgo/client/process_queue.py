@@ -100,14 +100,16 @@ class ProcessQueue:
         return out
 
     def commit(self) -> int:
-        """Finish the consuming messages; the offset to commit (-1 when none)."""
+        """Finish the consuming messages; the offset to commit (-1 when none): past the last of
+        them, or the first message put back to be consumed again if that is lower (a batch
+        whose later messages failed)."""
         if not self.consuming:
             return -1
         last = next(reversed(self.consuming))
         for msg in self.consuming.values():
             self.msg_size -= len(msg.body)
         self.consuming.clear()
-        return last + 1
+        return min(last + 1, next(iter(self.msgs))) if self.msgs else last + 1
 
     def make_again(self, msgs: Iterable[MessageExt]) -> None:
         """Put consuming messages back at the front, to be consumed again in order."""

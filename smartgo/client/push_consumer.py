@@ -7,6 +7,10 @@ broker, failed messages go back with CONSUMER_SEND_MSG_BACK (and come again thro
 %RETRY% topic, which is subscribed automatically). Broadcasting: every consumer takes every
 queue and keeps offsets in a local file. Orderly consumption locks each queue at the broker
 (renewed every 20 s) and hands its messages to the listener one at a time, in offset order.
+
+With consume_batch_max_size (Java's consumeMessageBatchMaxSize) the listener gets lists of up to
+that many messages of one queue, in offset order, and may answer with how many of them, from the
+first, it consumed (Java's ackIndex, plus one); the rest fail and come again.
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ import asyncio
 import logging
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from smartgo.client import api
 from smartgo.client.allocate import AllocateStrategy, allocate_averagely
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import ClientStateError, NoRouteError
-from smartgo.client.listener import Listener, ListenerRunner, verdict
-from smartgo.client.message import ConsumeFromWhere, ConsumeResult, MessageModel, MessageQueue, Prop, PullStatus
+from smartgo.client.listener import BatchListener, Listener, ListenerRunner, acked_batch, acked_one, describe
+from smartgo.client.message import ConsumeFromWhere, MessageModel, MessageQueue, Prop, PullStatus
 from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY, PROP_CONSUME_TYPE,
                                          PROP_CONSUMER_START_TIMESTAMP, PROP_THREADPOOL_CORE_SIZE, CMResult,
@@ -38,6 +43,8 @@ log = logging.getLogger("smartgo.client.push_consumer")
 
 #: A failed send-back: the message is consumed again locally after this long.
 RECONSUME_LATER_DELAY = 5.0
+#: Java's bound on consumeMessageBatchMaxSize.
+MAX_CONSUME_BATCH = 1024
 
 
 def _ms_since(start: float) -> int:
@@ -45,7 +52,7 @@ def _ms_since(start: float) -> int:
 
 
 class AsyncPushConsumer(BalancedConsumer):
-    def __init__(self, group: str, registry: str | list[str], *, listener: Listener | None = None,
+    def __init__(self, group: str, registry: str | list[str], *, listener: Listener | BatchListener | None = None,
                  model: MessageModel | str = MessageModel.CLUSTERING,
                  consume_from: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp_ms: int | None = None, orderly: bool = False,
@@ -56,7 +63,10 @@ class AsyncPushConsumer(BalancedConsumer):
                  rebalance_interval: float = 20.0, lock_interval: float = 20.0,
                  post_subscription_when_pull: bool = False, await_termination: float = 5.0,
                  offset_store_dir: str | Path = "~/.smartgo_offsets", config: ClientConfig | None = None,
-                 enable_msg_trace: bool = False, trace_topic: str | None = None, **config_options: object) -> None:
+                 enable_msg_trace: bool = False, trace_topic: str | None = None,
+                 consume_batch_max_size: int | None = None, **config_options: object) -> None:
+        if consume_batch_max_size is not None and not 1 <= consume_batch_max_size <= MAX_CONSUME_BATCH:
+            raise ValueError(f"consume_batch_max_size must be between 1 and {MAX_CONSUME_BATCH}")
         super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
                          pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
                          offset_store_dir, config, config_options, enable_msg_trace, trace_topic)
@@ -69,6 +79,9 @@ class AsyncPushConsumer(BalancedConsumer):
         self.post_subscription_when_pull = post_subscription_when_pull
         self.await_termination = await_termination
         self.listener = listener
+        #: None: the listener gets one message; a number: lists of up to that many.
+        self.consume_batch_max_size = consume_batch_max_size
+        self._judge = acked_one if consume_batch_max_size is None else acked_batch
         self._runner: ListenerRunner | None = None
         self._background: set[asyncio.Task] = set()
         self.stats = ConsumerStats()
@@ -83,8 +96,9 @@ class AsyncPushConsumer(BalancedConsumer):
             return self.max_reconsume_times
         return 16 if not self.orderly else -1
 
-    def set_listener(self, listener: Listener) -> Listener:
-        """Set the listener (usable as a decorator)."""
+    def set_listener(self, listener: Listener | BatchListener) -> Listener | BatchListener:
+        """Set the listener (usable as a decorator): it gets a message, or a list of them when
+        consume_batch_max_size is set."""
         if self._running:
             raise ClientStateError("set the listener before start()")
         self.listener = listener
@@ -122,8 +136,9 @@ class AsyncPushConsumer(BalancedConsumer):
         await self._attach()
         listener = self.listener
         if self.tracer is not None:
-            listener = traced_listener(listener, self.group, self.tracer)
-        self._runner = ListenerRunner(listener, self.consume_threads, self._consumed, f"smartgo-{self.group}")
+            listener = traced_listener(listener, self.group, self.tracer, self._judge)
+        self._runner = ListenerRunner(listener, self.consume_threads, self._consumed, self._judge,
+                                      f"smartgo-{self.group}")
         self._now_ms = self._started_ms
         self._runner.start()
         self._running = True
@@ -292,39 +307,64 @@ class AsyncPushConsumer(BalancedConsumer):
             if pq.orderly_task is None or pq.orderly_task.done():
                 pq.orderly_task = asyncio.get_running_loop().create_task(self._consume_orderly(mq, pq))
             return
+        self._submit(mq, pq, msgs)
+
+    def _submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Hand messages to the listener runner: one by one, or in batches of one queue."""
         submit = self._runner.submit  # type: ignore[union-attr]
-        for msg in msgs:
-            submit((mq, pq, msg), msg)
+        size = self.consume_batch_max_size
+        if size is None:
+            for msg in msgs:
+                submit((mq, pq, (msg,)), msg)
+            return
+        for start in range(0, len(msgs), size):
+            batch = msgs[start:start + size]
+            submit((mq, pq, batch), batch)
+
+    def _count(self, msgs: Sequence[MessageExt], acked: int) -> None:
+        consumed = self.stats.consumed
+        for i, msg in enumerate(msgs):
+            consumed(msg.topic, i < acked)
 
     # -- concurrent consumption -------------------------------------------------------------------
 
-    def _consumed(self, item: tuple[MessageQueue, ProcessQueue, MessageExt], result: ConsumeResult) -> None:
-        mq, pq, msg = item
+    def _consumed(self, item: tuple[MessageQueue, ProcessQueue, Sequence[MessageExt]], acked: int) -> None:
+        """The runner's verdict on a message or batch: the first `acked` messages were consumed."""
+        mq, pq, msgs = item
         pq.last_consume_ms = self._now_ms
-        self.stats.consumed(msg.topic, result is ConsumeResult.SUCCESS)
+        self._count(msgs, acked)
         if pq.dropped:
             return  # the queue moved to another consumer, which consumes it again
-        if result is ConsumeResult.SUCCESS or not self.clustering:
-            if result is not ConsumeResult.SUCCESS:
-                log.warning("%s: broadcasting message %s failed and is dropped (no retries in broadcasting)",
-                            self.group, msg.msg_id)
-            self._commit(mq, pq, msg)
+        if acked == len(msgs) or not self.clustering:
+            if acked < len(msgs):
+                log.warning("%s: broadcasting: %s failed; dropped (no retries in broadcasting)",
+                            self.group, describe(msgs[acked:]))
+            self._commit(mq, pq, msgs)
             return
-        self._spawn(self._send_back_or_retry(mq, pq, msg))
+        if acked:
+            self._commit(mq, pq, msgs[:acked])
+        self._spawn(self._send_back_or_retry(mq, pq, list(msgs[acked:])))
 
-    def _commit(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> None:
-        offset = pq.remove((msg,))
+    def _commit(self, mq: MessageQueue, pq: ProcessQueue, msgs: Sequence[MessageExt]) -> None:
+        offset = pq.remove(msgs)
         if offset >= 0:
             self.offsets.update(mq, offset, increase_only=True)
 
-    async def _send_back_or_retry(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> None:
-        if await self.send_back(mq, msg, self.retry_delay_level):
-            self._commit(mq, pq, msg)
+    async def _send_back_or_retry(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Failed messages go back to the broker for the retry topic; those it did not take are
+        consumed again here a little later."""
+        sent = await asyncio.gather(*(self.send_back(mq, msg, self.retry_delay_level) for msg in msgs))
+        done = [msg for msg, ok in zip(msgs, sent) if ok]
+        if done:
+            self._commit(mq, pq, done)
+        again = [msg for msg, ok in zip(msgs, sent) if not ok]
+        if not again:
             return
-        msg.reconsume_times += 1
+        for msg in again:
+            msg.reconsume_times += 1
         await asyncio.sleep(RECONSUME_LATER_DELAY)
         if not pq.dropped and self._running:
-            self._runner.submit((mq, pq, msg), msg)  # type: ignore[union-attr]
+            self._submit(mq, pq, again)
 
     async def send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int = 0) -> bool:
         """CONSUMER_SEND_MSG_BACK to the message's broker: the broker stores it again for the
@@ -346,33 +386,46 @@ class AsyncPushConsumer(BalancedConsumer):
     # -- orderly consumption ----------------------------------------------------------------------
 
     async def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """One message, or one batch, at a time, in offset order. Failed messages are consumed
+        again after suspend_current_queue_time, except those past the reconsume limit, which go
+        to the DLQ (clustering)."""
         runner = self._runner
+        batch = self.consume_batch_max_size
         async with pq.consume_lock:
             while not pq.dropped and self._running:
                 if self.clustering and (not pq.locked or pq.lock_expired()):
                     if mq not in await self._lock([mq]):
                         await asyncio.sleep(self.suspend_current_queue_time)
                         continue
-                msgs = pq.take(1)
+                msgs = pq.take(batch or 1)
                 if not msgs:
                     return
-                msg = msgs[0]
-                result = await runner.run(msg)  # type: ignore[union-attr]
+                acked = await runner.run(msgs if batch else msgs[0])  # type: ignore[union-attr]
                 pq.last_consume_ms = self._now_ms
-                self.stats.consumed(msg.topic, result is ConsumeResult.SUCCESS)
+                self._count(msgs, acked)
                 if pq.dropped:
                     return
-                if result is ConsumeResult.SUCCESS:
-                    self.offsets.update(mq, pq.commit())
-                    continue
-                limit = self.effective_max_reconsume_times
-                if limit >= 0 and msg.reconsume_times >= limit and self.clustering and \
-                        await self.send_back(mq, msg, -1):  # delay level -1: straight to the DLQ
-                    self.offsets.update(mq, pq.commit())
-                    continue
-                msg.reconsume_times += 1
-                pq.make_again(msgs)
-                await asyncio.sleep(self.suspend_current_queue_time)
+                failed = await self._dead_letter(mq, msgs[acked:])
+                if failed:
+                    for msg in failed:
+                        msg.reconsume_times += 1
+                    pq.make_again(failed)
+                offset = pq.commit()  # what was consumed or dead-lettered, up to the first failed
+                if offset >= 0:
+                    self.offsets.update(mq, offset)
+                if failed:
+                    await asyncio.sleep(self.suspend_current_queue_time)
+
+    async def _dead_letter(self, mq: MessageQueue, failed: list[MessageExt]) -> list[MessageExt]:
+        """Failed orderly messages past the reconsume limit go to the DLQ (delay level -1); the
+        ones still to be consumed again."""
+        limit = self.effective_max_reconsume_times
+        if limit < 0 or not self.clustering:
+            return failed
+        due = [msg for msg in failed if msg.reconsume_times >= limit]
+        sent = await asyncio.gather(*(self.send_back(mq, msg, -1) for msg in due))
+        gone = {id(msg) for msg, ok in zip(due, sent) if ok}
+        return [msg for msg in failed if id(msg) not in gone]
 
     async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
         """LOCK_BATCH_MQ at each broker; marks the process queues that got their lock."""
@@ -425,6 +478,7 @@ class AsyncPushConsumer(BalancedConsumer):
                  "allocateMessageQueueStrategy": getattr(self.allocate, "__name__", type(self.allocate).__name__),
                  "consumeThreadMin": self.consume_threads, "consumeThreadMax": self.consume_threads,
                  "pullBatchSize": self.pull_batch_size, "pullThresholdForQueue": self.pull_threshold_for_queue,
+                 "consumeMessageBatchMaxSize": self.consume_batch_max_size or 1,
                  "pullThresholdSizeForQueue": self.pull_threshold_size // (1024 * 1024),
                  "consumeConcurrentlyMaxSpan": self.max_span, "maxReconsumeTimes": self.max_reconsume_times,
                  "suspendCurrentQueueTimeMillis": int(self.suspend_current_queue_time * 1000),
@@ -453,13 +507,14 @@ class AsyncPushConsumer(BalancedConsumer):
         if msg.topic == retry_topic(self.group):
             msg.topic = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
         listener, start = self.listener, time.perf_counter()
+        work = msg if self.consume_batch_max_size is None else [msg]
         try:
             if self._runner is not None and self._runner.is_async:
-                value = await listener(msg)  # type: ignore[misc]
+                value = await listener(work)  # type: ignore[misc]
             else:
-                value = await asyncio.get_running_loop().run_in_executor(None, listener, msg)  # type: ignore[arg-type]
+                value = await asyncio.get_running_loop().run_in_executor(None, listener, work)  # type: ignore[arg-type]
         except Exception as exc:
             log.warning("%s: consuming %s directly raised %r", self.group, msg.msg_id, exc)
             return CMResult.CR_THROW_EXCEPTION, "".join(traceback.format_exception(exc)), _ms_since(start)
-        ok = verdict(value) is ConsumeResult.SUCCESS
+        ok = self._judge(value, work) == 1
         return CMResult.CR_SUCCESS if ok else CMResult.CR_LATER, None, _ms_since(start)

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from smartgo.client.config import ClientConfig
-from smartgo.client.listener import Listener, is_coroutine_listener
-from smartgo.client.message import ConsumeResult, Message, Prop, SendResult, SendStatus
+from smartgo.client.listener import BatchListener, Listener, is_coroutine_listener
+from smartgo.client.message import Message, Prop, SendResult, SendStatus
 from smartgo.client.uniq_id import uniq_ids
 from smartgo.store.record import MessageExt
 
@@ -393,61 +393,77 @@ class TraceDispatcher:
 # -- a traced listener --------------------------------------------------------------------------------
 
 class _Consumption:
-    """One traced listener call: SubBefore on entry, SubAfter on exit (EXCEPTION if it raised)."""
+    """One traced listener call on one message or a batch (Java's one TraceContext with a bean a
+    message): a SubBefore per message on entry, a SubAfter per message on exit, all under one
+    request id, the call's cost shared among them as Java does. `acked` is how many, from the
+    first, were consumed; a listener that raised leaves 0 and the code EXCEPTION."""
 
-    __slots__ = ("append", "before", "started", "ok", "code")
+    __slots__ = ("append", "befores", "started", "acked", "code")
 
-    def __init__(self, group: str, msg: MessageExt, append: Callable[[TraceRecord], None]) -> None:
+    def __init__(self, group: str, msgs: Sequence[MessageExt], append: Callable[[TraceRecord], None]) -> None:
         self.append = append
-        region = msg.properties.get(Prop.MSG_REGION) or DEFAULT_REGION
-        self.before = TraceRecord(TraceType.SUB_BEFORE, int(time.time() * 1000), region, group,
-                                  request_id=uniq_ids().next_id(), topic=msg.topic,
-                                  msg_id=msg.properties.get(Prop.UNIQ_KEY) or msg.msg_id,
-                                  keys=msg.properties.get(Prop.KEYS), retry_times=msg.reconsume_times)
-        self.ok, self.code = False, ConsumeReturnType.EXCEPTION
+        request_id, now = uniq_ids().next_id(), int(time.time() * 1000)
+        self.befores = [TraceRecord(TraceType.SUB_BEFORE, now, msg.properties.get(Prop.MSG_REGION) or DEFAULT_REGION,
+                                    group, request_id=request_id, topic=msg.topic,
+                                    msg_id=msg.properties.get(Prop.UNIQ_KEY) or msg.msg_id,
+                                    keys=msg.properties.get(Prop.KEYS), retry_times=msg.reconsume_times)
+                        for msg in msgs]
+        self.acked, self.code = 0, ConsumeReturnType.EXCEPTION
 
     def __enter__(self) -> _Consumption:
-        self.append(self.before)
+        for before in self.befores:
+            self.append(before)
         self.started = time.perf_counter()
         return self
 
-    def done(self, value: T) -> T:
-        """The listener's answer: SUCCESS for None, True or SUCCESS (the runner's reading), else FAILED."""
-        self.ok = value is None or value is True or value is ConsumeResult.SUCCESS
-        self.code = ConsumeReturnType.SUCCESS if self.ok else ConsumeReturnType.FAILED
-        return value
+    def done(self, acked: int) -> None:
+        """The runner's reading of the listener's answer."""
+        self.acked, self.code = acked, ConsumeReturnType.FAILED
 
     def __exit__(self, *exc: object) -> None:
         self.after(int((time.perf_counter() - self.started) * 1000))
 
     def after(self, cost: int) -> None:
-        b = self.before
-        self.append(TraceRecord(TraceType.SUB_AFTER, int(time.time() * 1000), b.region_id, b.group, b.request_id,
-                                b.topic, b.msg_id, keys=b.keys, cost_ms=cost, success=self.ok, context_code=self.code))
+        cost //= len(self.befores)
+        now, append, acked = int(time.time() * 1000), self.append, self.acked
+        for i, b in enumerate(self.befores):
+            ok = i < acked
+            append(TraceRecord(TraceType.SUB_AFTER, now, b.region_id, b.group, b.request_id, b.topic, b.msg_id,
+                               keys=b.keys, cost_ms=cost, success=ok,
+                               context_code=ConsumeReturnType.SUCCESS if ok else self.code))
 
 
 def trace_polled(group: str, msgs: Sequence[MessageExt], append: Callable[[TraceRecord], None]) -> None:
     """A lite pull consumer's consume hook, run as poll hands messages out (Java's
     DefaultLitePullConsumerImpl.poll): per message a SubBefore and a successful SubAfter of cost 0."""
     for msg in msgs:
-        call = _Consumption(group, msg, append)
-        append(call.before)
-        call.done(None)
+        call = _Consumption(group, (msg,), append)
+        append(call.befores[0])
+        call.done(1)
         call.after(0)
 
 
-def traced_listener(listener: Listener, group: str, tracer: TraceDispatcher) -> Listener:
+def traced_listener(listener: Listener | BatchListener, group: str, tracer: TraceDispatcher,
+                    judge: Callable[[object, T], int]) -> Listener | BatchListener:
     """ConsumeMessageTraceHookImpl around a listener: SubBefore as the call starts, SubAfter (cost,
-    verdict, how it ended) as it returns or raises. Works for plain and coroutine listeners."""
+    verdict, how it ended) as it returns or raises. Works for plain and coroutine listeners, on a
+    message or a batch (judge: acked_one or acked_batch, as the runner reads the answer)."""
     append = tracer.append
 
+    def messages(work: T) -> Sequence[MessageExt]:
+        return work if isinstance(work, list) else (work,)  # type: ignore[return-value]
+
     if is_coroutine_listener(listener):
-        async def traced_async(msg: MessageExt) -> object:
-            with _Consumption(group, msg, append) as call:
-                return call.done(await listener(msg))
+        async def traced_async(work: T) -> object:
+            with _Consumption(group, messages(work), append) as call:
+                value = await listener(work)  # type: ignore[misc]
+                call.done(judge(value, work))
+                return value
         return traced_async
 
-    def traced(msg: MessageExt) -> object:
-        with _Consumption(group, msg, append) as call:
-            return call.done(listener(msg))
+    def traced(work: T) -> object:
+        with _Consumption(group, messages(work), append) as call:
+            value = listener(work)  # type: ignore[arg-type]
+            call.done(judge(value, work))
+            return value
     return traced

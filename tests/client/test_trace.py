@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -13,6 +14,7 @@ from smartgo.broker.topics import default_topics, system_topics
 from smartgo.client import AsyncProducer, Message, MessageQueue, SendResult, SendStatus
 from smartgo.client import trace
 from smartgo.client.config import ClientConfig
+from smartgo.client.listener import acked_batch, acked_one
 from smartgo.client.trace import ConsumeReturnType, MessageType, TraceRecord, TraceType
 from smartgo.config import NodeConfig
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -133,7 +135,7 @@ def test_traced_listener_records_before_and_after(value, ok, code, coroutine):
 
     async def coro(msg):
         return plain(msg)
-    wrapped = trace.traced_listener(coro if coroutine else plain, "CG", sink)  # type: ignore[arg-type]
+    wrapped = trace.traced_listener(coro if coroutine else plain, "CG", sink, acked_one)  # type: ignore[arg-type]
     msg = _msg(KEYS="k1")
     if isinstance(value, Exception):
         with pytest.raises(ValueError):
@@ -146,6 +148,25 @@ def test_traced_listener_records_before_and_after(value, ok, code, coroutine):
     assert (after.type, after.request_id, after.msg_id, after.success, after.context_code) == (
         TraceType.SUB_AFTER, before.request_id, "U9", ok, code)
     assert len(before.request_id) == 32 and after.timestamp >= before.timestamp
+
+
+def test_a_traced_batch_shares_one_request_id_and_its_cost_and_says_which_messages_failed():
+    sink = Collect()
+    msgs = [_msg(), _msg(), _msg()]
+    for i, m in enumerate(msgs):
+        m.properties["UNIQ_KEY"] = f"U{i}"
+
+    def listener(batch):
+        time.sleep(0.03)
+        return 2                            # the first two consumed, the third to come again
+    wrapped = trace.traced_listener(listener, "CG", sink, acked_batch)
+    assert wrapped(msgs) == 2
+    befores, afters = sink.records[:3], sink.records[3:]
+    assert [r.type for r in befores] == [TraceType.SUB_BEFORE] * 3 and [r.msg_id for r in afters] == ["U0", "U1", "U2"]
+    assert len({r.request_id for r in sink.records}) == 1
+    assert [(r.success, r.context_code) for r in afters] == [
+        (True, ConsumeReturnType.SUCCESS), (True, ConsumeReturnType.SUCCESS), (False, ConsumeReturnType.FAILED)]
+    assert {r.cost_ms for r in afters} == {afters[0].cost_ms} and 10 <= afters[0].cost_ms < 1000
 
 
 def test_a_full_dispatcher_drops_and_counts():

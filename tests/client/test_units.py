@@ -16,7 +16,8 @@ from smartgo.client import api, bodies
 from smartgo.client.allocate import ConsistentHashAllocator, allocate_averagely, allocate_by_circle
 from smartgo.client.config import ClientConfig, split_registry
 from smartgo.client.fault import LatencyFaultTolerance, not_available_duration
-from smartgo.client.message import Message, MessageQueue, inflate_body
+from smartgo.client.listener import acked_batch, acked_one
+from smartgo.client.message import ConsumeResult, Message, MessageQueue, inflate_body
 from smartgo.client.offset_store import LocalOffsetStore
 from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import pull_sys_flag
@@ -240,6 +241,24 @@ def test_process_queue_orderly_take_commit_again():
     pq.make_again(first)
     assert [m.queue_offset for m in pq.take(2)] == [0, 1]
     assert pq.commit() == 2 and pq.count == 1
+
+
+def test_process_queue_commit_stops_at_a_batch_part_put_back():
+    pq = ProcessQueue(0)
+    pq.put([_msg(i) for i in range(6)])
+    batch = pq.take(4)
+    pq.make_again(batch[2:])           # the first two consumed, the last two to come again
+    assert pq.commit() == 2 and pq.count == 4 and pq.msg_size == 12
+    assert [m.queue_offset for m in pq.take(4)] == [2, 3, 4, 5] and pq.commit() == 6 and pq.msg_size == 0
+
+
+@pytest.mark.parametrize("value, acked, one", [(None, 3, 1), (True, 3, 1), (ConsumeResult.SUCCESS, 3, 1),
+                                               (False, 0, 0), (ConsumeResult.RECONSUME_LATER, 0, 0), ("odd", 0, 0),
+                                               (2, 2, 0), (0, 0, 0), (-1, 0, 0), (7, 3, 0)])
+def test_a_listeners_answer_is_a_count_of_messages_consumed(value, acked, one):
+    """A batch listener may answer with a count (clamped); a message listener may not."""
+    assert acked_batch(value, [_msg(i) for i in range(3)]) == acked
+    assert acked_one(value, _msg(0)) == one
 
 
 def test_local_offset_store_roundtrip(tmp_path):
