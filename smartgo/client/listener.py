@@ -99,7 +99,9 @@ class ListenerRunner:
         self._finished: collections.deque = collections.deque()
         self._wake_pending = False
         self.discarding = False
-        self._busy = [False] * threads  # one flag per worker: no shared counter between threads
+        # Per worker, written only by it: the item it is consuming (None when idle) and since when.
+        self._current: list[Any] = [None] * threads
+        self._since = [0.0] * threads
         self._listener_s = [0.0] * threads      # per worker, cumulative; only that worker writes it
         self._taken_s = 0.0
 
@@ -139,12 +141,18 @@ class ListenerRunner:
     @property
     def active(self) -> int:
         """Listener calls running now."""
-        return sum(self._busy)
+        return sum(item is not None for item in self._current)
+
+    def overdue(self, timeout: float) -> list[Any]:
+        """The items whose listener call has run longer than timeout seconds (consumeTimeout)."""
+        now = time.perf_counter()
+        return [item for item, since in zip(list(self._current), list(self._since))
+                if item is not None and now - since > timeout]
 
     def _thread_worker(self, index: int) -> None:
         inbox = self._inbox
         finished = self._finished
-        busy = self._busy
+        current, since = self._current, self._since
         spent = self._listener_s
         while True:
             work = inbox.get()  # type: ignore[union-attr]
@@ -152,11 +160,11 @@ class ListenerRunner:
                 return
             if self.discarding:
                 continue
-            busy[index] = True
-            start = time.perf_counter()
+            since[index] = start = time.perf_counter()
+            current[index] = work[0]
             result = self._call(work[1])
             spent[index] += time.perf_counter() - start
-            busy[index] = False
+            current[index] = None
             finished.append((work[0], result))
             if not self._wake_pending:
                 self._wake_pending = True
@@ -194,8 +202,8 @@ class ListenerRunner:
             item, work = await inbox.get()  # type: ignore[union-attr]
             if self.discarding:
                 continue
-            self._busy[index] = True
-            start = time.perf_counter()
+            self._since[index] = start = time.perf_counter()
+            self._current[index] = item
             try:
                 result = self.judge(await self.listener(work), work)
             except asyncio.CancelledError:
@@ -203,7 +211,7 @@ class ListenerRunner:
             except Exception:
                 result = self._failed(work)
             finally:
-                self._busy[index] = False
+                self._current[index] = None
                 self._listener_s[index] += time.perf_counter() - start
             self._complete(item, result)
 

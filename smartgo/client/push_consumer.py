@@ -45,6 +45,8 @@ log = logging.getLogger("smartgo.client.push_consumer")
 RECONSUME_LATER_DELAY = 5.0
 #: Java's bound on consumeMessageBatchMaxSize.
 MAX_CONSUME_BATCH = 1024
+#: A message whose listener call ran past consume_timeout goes back with this delay level (Java's).
+EXPIRED_DELAY_LEVEL = 3
 
 
 def _ms_since(start: float) -> int:
@@ -64,7 +66,8 @@ class AsyncPushConsumer(BalancedConsumer):
                  post_subscription_when_pull: bool = False, await_termination: float = 5.0,
                  offset_store_dir: str | Path = "~/.smartgo_offsets", config: ClientConfig | None = None,
                  enable_msg_trace: bool = False, trace_topic: str | None = None,
-                 consume_batch_max_size: int | None = None, **config_options: object) -> None:
+                 consume_batch_max_size: int | None = None, consume_timeout: float = 900.0,
+                 **config_options: object) -> None:
         if consume_batch_max_size is not None and not 1 <= consume_batch_max_size <= MAX_CONSUME_BATCH:
             raise ValueError(f"consume_batch_max_size must be between 1 and {MAX_CONSUME_BATCH}")
         super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
@@ -82,6 +85,9 @@ class AsyncPushConsumer(BalancedConsumer):
         #: None: the listener gets one message; a number: lists of up to that many.
         self.consume_batch_max_size = consume_batch_max_size
         self._judge = acked_one if consume_batch_max_size is None else acked_batch
+        #: Seconds (Java's consumeTimeout is in minutes: 15).
+        self.consume_timeout = consume_timeout
+        self._expired: set[int] = set()      # ids of items given up on whose listener call has not returned
         self._runner: ListenerRunner | None = None
         self._background: set[asyncio.Task] = set()
         self.stats = ConsumerStats()
@@ -144,6 +150,8 @@ class AsyncPushConsumer(BalancedConsumer):
         self._running = True
         await self._join()
         self.instance.every(1.0, self._fold_stats, "consume stats")
+        if not self.orderly:
+            self.instance.every(min(60.0, self.consume_timeout / 2), self._expire_overdue, "consume timeout")
         if self.orderly and self.clustering:
             self.instance.every(self.lock_interval, self.lock_all, "lock queues")
         self._rebalancer.start()
@@ -333,6 +341,9 @@ class AsyncPushConsumer(BalancedConsumer):
         mq, pq, msgs = item
         pq.last_consume_ms = self._now_ms
         self._count(msgs, acked)
+        if self._expired and id(item) in self._expired:
+            self._expired.discard(id(item))
+            return  # given up on at consume_timeout: already sent back
         if pq.dropped:
             return  # the queue moved to another consumer, which consumes it again
         if acked == len(msgs) or not self.clustering:
@@ -350,10 +361,12 @@ class AsyncPushConsumer(BalancedConsumer):
         if offset >= 0:
             self.offsets.update(mq, offset, increase_only=True)
 
-    async def _send_back_or_retry(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+    async def _send_back_or_retry(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt],
+                                  delay_level: int | None = None) -> None:
         """Failed messages go back to the broker for the retry topic; those it did not take are
         consumed again here a little later."""
-        sent = await asyncio.gather(*(self.send_back(mq, msg, self.retry_delay_level) for msg in msgs))
+        level = self.retry_delay_level if delay_level is None else delay_level
+        sent = await asyncio.gather(*(self.send_back(mq, msg, level) for msg in msgs))
         done = [msg for msg, ok in zip(msgs, sent) if ok]
         if done:
             self._commit(mq, pq, done)
@@ -365,6 +378,24 @@ class AsyncPushConsumer(BalancedConsumer):
         await asyncio.sleep(RECONSUME_LATER_DELAY)
         if not pq.dropped and self._running:
             self._submit(mq, pq, again)
+
+    async def _expire_overdue(self) -> None:
+        """Java's cleanExpiredMsg: messages whose listener call has run past consume_timeout are
+        sent back (delay level 3) and no longer hold back the queue's commit and flow control.
+        The call itself cannot be stopped; its verdict, when it comes, is ignored."""
+        for item in self._runner.overdue(self.consume_timeout):  # type: ignore[union-attr]
+            if isinstance(item, asyncio.Future) or id(item) in self._expired:
+                continue
+            mq, pq, msgs = item
+            if pq.dropped:
+                continue
+            self._expired.add(id(item))
+            log.warning("%s: the listener has run longer than consume_timeout (%g s) on %s; %s", self.group,
+                        self.consume_timeout, describe(msgs), "sending it back" if self.clustering else "dropping it")
+            if self.clustering:
+                self._spawn(self._send_back_or_retry(mq, pq, list(msgs), EXPIRED_DELAY_LEVEL))
+            else:
+                self._commit(mq, pq, msgs)
 
     async def send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int = 0) -> bool:
         """CONSUMER_SEND_MSG_BACK to the message's broker: the broker stores it again for the
@@ -479,6 +510,7 @@ class AsyncPushConsumer(BalancedConsumer):
                  "consumeThreadMin": self.consume_threads, "consumeThreadMax": self.consume_threads,
                  "pullBatchSize": self.pull_batch_size, "pullThresholdForQueue": self.pull_threshold_for_queue,
                  "consumeMessageBatchMaxSize": self.consume_batch_max_size or 1,
+                 "consumeTimeout": round(self.consume_timeout / 60),
                  "pullThresholdSizeForQueue": self.pull_threshold_size // (1024 * 1024),
                  "consumeConcurrentlyMaxSpan": self.max_span, "maxReconsumeTimes": self.max_reconsume_times,
                  "suspendCurrentQueueTimeMillis": int(self.suspend_current_queue_time * 1000),

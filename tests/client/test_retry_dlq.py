@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -79,3 +80,47 @@ def test_failing_listener_gets_retries_with_growing_delays_then_the_dlq_and_a_re
             await async_wait_until(lambda: deliveries, 30, 0.05, "the resent message")
     arun(consume_resent())
     assert [(rt, body) for _, rt, body in deliveries] == [(0, b"poison")]    # a fresh message: counted from 0
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("model", ["CLUSTERING", "BROADCASTING"])
+def test_a_listener_stuck_past_consume_timeout_no_longer_holds_its_queue_back(cluster, tmp_path, model):
+    """Java's consumeTimeout: the stuck message is sent back (delay level 3: 1 s here) and comes
+    again on another thread (broadcasting: dropped), the queue's commit moves past it, and the
+    stuck call's late verdict is ignored."""
+    topic, group = f"ST_{uuid.uuid4().hex[:8]}", f"G_{uuid.uuid4().hex[:8]}"
+    deliveries: list[tuple[bytes, int]] = []
+    release = threading.Event()
+
+    def listener(m):
+        deliveries.append((m.body, m.reconsume_times))
+        if m.body == b"stuck" and m.reconsume_times == 0:
+            release.wait(60)
+            return ConsumeResult.RECONSUME_LATER       # a late verdict that would send it back again
+        return ConsumeResult.SUCCESS
+
+    async def main():
+        async with AsyncAdmin(cluster.registry) as admin:
+            await admin.create_topic(topic, 1)
+        c = AsyncPushConsumer(group, cluster.registry, listener=listener, consume_threads=2, consume_timeout=1.0,
+                              model=model, offset_store_dir=tmp_path, consume_from="CONSUME_FROM_FIRST_OFFSET",
+                              persist_offset_interval=0.5)
+        c.subscribe(topic)
+        async with c:
+            async with AsyncProducer("PG_STUCK", cluster.registry) as p:
+                for body in (b"stuck", b"a", b"b"):
+                    await p.send(Message(topic, body))
+            mq = await async_wait_until(lambda: next((q for q in c.process_queues if q.topic == topic), None),
+                                        20, 0.05, "the queue held")
+            await async_wait_until(lambda: c.offsets.memory_offset(mq) == 3, 20, 0.05, "the commit past the stuck one")
+            if model == "CLUSTERING":
+                await async_wait_until(lambda: (b"stuck", 1) in deliveries, 20, 0.05, "the stuck message again")
+            info = c.running_info()
+            release.set()
+            await async_wait_until(lambda: not c._expired and not c._runner.active, 20, 0.05, "the late verdict")
+            late_send_backs = len(c._background)
+        return info, late_send_backs
+    info, late_send_backs = arun(main())
+    again = [(b"stuck", 1)] if model == "CLUSTERING" else []
+    assert sorted(deliveries) == sorted([(b"stuck", 0), (b"a", 0), (b"b", 0), *again])
+    assert late_send_backs == 0 and info.properties["consumeTimeout"] == 0      # 1 s: 0 minutes, as Java counts
