@@ -13,14 +13,16 @@ clients send END_TRANSACTION oneway; a two-way request gets SUCCESS or the refus
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
-from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, ScheduleRecordError, end_transaction_record
+from smartgo.broker.schedule_message import (HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC, ScheduleRecordError,
+                                             end_transaction_record)
 from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
 from smartgo.store.errors import CorruptRecordError
-from smartgo.store.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record
+from smartgo.store.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExt, decode_record
 
 if TYPE_CHECKING:
     from smartgo.broker.net_actor import NetActor
@@ -52,12 +54,12 @@ class EndTransactionProcessor:
             return refused
         view = self.net.view
         record = view.fresh_reader().view(offset, view.written.get())
-        refusal = self._check(record, group, table_offset, offset)
+        half, refusal = self._check(record, group, table_offset, offset)
         if refusal is not None:
             log.warning("END_TRANSACTION %s from %s (group %s, offset %d) refused: %s", _ENDINGS[ending],
                         conn.remote_address, group, offset, refusal)
             return request.make_response(ResponseCode.SYSTEM_ERROR, refusal)
-        assert record is not None
+        assert record is not None and half is not None
         sends = self.net.sends
         if ending == TRANSACTION_COMMIT_TYPE:
             try:
@@ -70,6 +72,9 @@ class EndTransactionProcessor:
                 return response
         else:
             response = request.make_response(ResponseCode.SUCCESS)
+        # 5.x's transaction metrics: by the message's topic, seconds since the half's birth
+        self.net.stats.ended(half.properties.get(REAL_TOPIC, ""), ending == TRANSACTION_COMMIT_TYPE,
+                             max(0, time.time_ns() // 1_000_000 - half.born_timestamp) // 1000)
         op = sends.own_record(OP_TOPIC, b"%d" % table_offset, _OP_PROPERTIES)
         done = await sends.store_own(conn, request, OP_TOPIC, 0, op)
         if done.code != ResponseCode.SUCCESS:                # the message stands; only the bookkeeping is missing
@@ -78,20 +83,20 @@ class EndTransactionProcessor:
         return response
 
     @staticmethod
-    def _check(record, group: str, table_offset: int, offset: int) -> str | None:
-        """checkPrepareMessage's refusal, or None; the record must also be a half message."""
+    def _check(record, group: str, table_offset: int, offset: int) -> tuple[MessageExt | None, str | None]:
+        """The half and checkPrepareMessage's refusal, or None; the record must also be a half message."""
         if record is None:
-            return "Find prepared transaction message failed"
+            return None, "Find prepared transaction message failed"
         try:
             half = decode_record(record, with_body=False)
         except CorruptRecordError as exc:
-            return f"Find prepared transaction message failed: {exc.reason}"
+            return None, f"Find prepared transaction message failed: {exc.reason}"
         if half.topic != HALF_TOPIC:
-            return "Find prepared transaction message failed: not a half message"
+            return half, "Find prepared transaction message failed: not a half message"
         if half.properties.get(PGROUP) != group:
-            return "The producer group wrong"
+            return half, "The producer group wrong"
         if half.queue_offset != table_offset:
-            return "The transaction state table offset wrong"
+            return half, "The transaction state table offset wrong"
         if half.commit_log_offset != offset:
-            return "The commit log offset wrong"
-        return None
+            return half, "The commit log offset wrong"
+        return half, None

@@ -25,6 +25,7 @@ from smartgo.broker.groups import is_system_group
 from smartgo.broker.net_view import store_backlog
 from smartgo.broker.prometheus import Family, Labels
 from smartgo.broker.schedule_message import HALF_TOPIC
+from smartgo.broker.stats import FINISH_BOUNDS, transaction_counts
 from smartgo.broker.stats_items import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems
 from smartgo.broker.topics import system_topics
 from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from smartgo.broker.broker_actor import BrokerActor
 
 _BOUNDS_MS = [float(b) for b in LATENCY_BOUNDS if b is not None]
+_FINISH_BOUNDS = [float(b) for b in FINISH_BOUNDS]
 _STORAGE = {"storage_type": "local", "storage_medium": "disk"}     # DefaultStoreMetricsConstant's defaults
 _CONSUME_MODES = {"CONSUME_ACTIVELY": "pull", "CONSUME_PASSIVELY": "push"}   # ConsumeType.getTypeCN, lower case
 
@@ -56,7 +58,7 @@ class BrokerMetrics:
     def collect(self) -> list[Family]:
         now_ms = time.time_ns() // 1_000_000
         return [*self._traffic(), *self._lag(now_ms), *self._connections(), *self._broker(),
-                *self._storage(now_ms), *self._latency(), *self._actors()]
+                *self._transactions(), *self._storage(now_ms), *self._latency(), *self._actors()]
 
     def _system(self, topic: str, group: str = "") -> str:
         return _bool(topic in self.system_topics or (bool(group) and is_system_group(group)))
@@ -176,6 +178,27 @@ class BrokerMetrics:
                                                                            "kept was stored",
                                   max(0, now_ms - earliest), _STORAGE))
         return out
+
+    # ---- transactions (5.x's initTransactionMetrics) -----------------------------------------------------
+    def _transactions(self) -> list[Family]:
+        """Commits and rollbacks by the message's topic, as END_TRANSACTION stored them, with the
+        seconds from each half's birth (5.x's buckets and unit); the halves the check-back's last
+        pass found open, by topic."""
+        commits = self.family("rocketmq_commit_messages_total", "counter", "Transactional messages committed")
+        rollbacks = self.family("rocketmq_rollback_messages_total", "counter", "Transactional messages rolled back")
+        finish = self.family("rocketmq_finish_message_latency", "histogram",
+                             "Seconds from a half message's birth to its commit or rollback")
+        for topic, counts in sorted(self.b.stats.transactions.items()):
+            committed, rolled_back, buckets, seconds = transaction_counts(counts)
+            labels = {"topic": topic}
+            commits.add(labels, committed)
+            rollbacks.add(labels, rolled_back)
+            finish.add_histogram(labels, _FINISH_BOUNDS, buckets, seconds)
+        half = self.family("rocketmq_half_messages", "gauge",
+                           "Half messages not yet committed or rolled back (at the last check-back pass)")
+        for topic, n in sorted((+self.b.transactions.open_halves).items()):
+            half.add({"topic": topic}, n)
+        return [commits, rollbacks, finish, half]
 
     def _latency(self) -> list[Family]:
         family = self.family("smartgo_request_latency_milliseconds", "histogram",

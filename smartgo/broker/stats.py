@@ -1,7 +1,8 @@
 """Broker statistics: counted in the net actors, aggregated in the broker actor.
 
 Net actors count what they serve (NetStats): messages and bytes stored per topic, messages and
-bytes pulled per (group, topic), pulls found/missed, and the latency of every send and pull from
+bytes pulled per (group, topic), pulls found/missed, transactions committed and rolled back per
+topic with their time from the half's birth, and the latency of every send and pull from
 its arrival (for a long-polling pull: its last wake-up) to its response handed to the
 connection. Every second, on the wall clock's second boundary, each net actor sends the deltas
 to the broker actor as one channel event stamped with that boundary.
@@ -32,6 +33,20 @@ _FINITE_MS = [float(b) for b in LATENCY_BOUNDS if b is not None]
 _FINE_PER_E = 25.0                   # fine buckets: e^(1/25) = 4% wide, for percentiles
 FLUSH_INTERVAL = 1.0                 # s between a net actor's flushes (stamps are on this grid)
 TOTALS = ("put_msgs", "put_bytes", "get_msgs", "get_bytes", "pulls_found", "pulls_missed")
+#: 5.x's rocketmq_finish_message_latency buckets: seconds from a half's birth to its commit or rollback.
+FINISH_BOUNDS = (5, 60, 600, 3600, 12 * 3600, 24 * 3600)
+#: A topic's transaction counts: commits, rollbacks, a count per FINISH_BOUNDS bucket and one over
+#: them all, the seconds' sum.
+_TX_FIELDS = 3 + len(FINISH_BOUNDS) + 1
+
+
+def new_transactions() -> list[int]:
+    return [0] * _TX_FIELDS
+
+
+def transaction_counts(counts: list[int]) -> tuple[int, int, list[int], int]:
+    """(commits, rollbacks, bucket counts, seconds' sum) of a topic's transaction counts."""
+    return counts[0], counts[1], counts[2:-1], counts[-1]
 
 
 def window_seconds(config: NodeConfig) -> int:
@@ -116,6 +131,16 @@ class NetStats:
         self.pull = LatencyHistogram()
         self.pulls_found = 0
         self.pulls_missed = 0
+        self.transactions: dict[str, list[int]] = {}
+
+    def ended(self, topic: str, commit: bool, seconds: int) -> None:
+        """A half message of topic committed or rolled back, seconds after its birth."""
+        c = self.transactions.get(topic)
+        if c is None:
+            c = self.transactions[topic] = new_transactions()
+        c[0 if commit else 1] += 1
+        c[2 + bisect_left(FINISH_BOUNDS, seconds)] += 1
+        c[-1] += seconds
 
     def stored(self, topic: str, msgs: int, nbytes: int) -> None:
         c = self.put.get(topic)
@@ -142,12 +167,13 @@ class NetStats:
 
     def take(self) -> dict | None:
         """The deltas since the last take (channel-ready), None when nothing happened."""
-        if not (self.send.count or self.pull.count or self.put or self.get or self.pulls_missed):
+        if not (self.send.count or self.pull.count or self.put or self.get or self.pulls_missed or self.transactions):
             return None
         wire = {"put": [[t, *c] for t, c in self.put.items()],
                 "get": [[g, t, *c] for (g, t), c in self.get.items()],
                 "send": self.send.to_wire(), "pull": self.pull.to_wire(),
-                "found": self.pulls_found, "missed": self.pulls_missed}
+                "found": self.pulls_found, "missed": self.pulls_missed,
+                "tx": [[t, *c] for t, c in self.transactions.items()]}
         self._reset()
         return wire
 
@@ -231,6 +257,8 @@ class StatsBook:
         #: (original topic, group) -> messages sent back straight to the group's DLQ since start
         #: (5.x's rocketmq_send_to_dlq_messages_total; counted where the broker actor decides it).
         self.dlq: Counter[tuple[str, str]] = Counter()
+        #: topic -> transaction counts since start (new_transactions; 5.x's transaction families).
+        self.transactions: dict[str, list[int]] = {}
         self.broker_rates = Samples(1.0, 3601)
         self.cluster = cluster
         self.items = StatsItems(now, minute_sample_ms)
@@ -261,6 +289,12 @@ class StatsBook:
             items.add(BROKER_GET_NUMS, self.cluster, m, 0)
         t["pulls_found"] += wire["found"]
         t["pulls_missed"] += wire["missed"]
+        for topic, *counts in wire.get("tx", ()):
+            total = self.transactions.get(topic)
+            if total is None:
+                total = self.transactions[topic] = new_transactions()
+            for i, n in enumerate(counts):
+                total[i] += n
         self.send.add_wire(wire["send"])
         self.pull.add_wire(wire["pull"])
 

@@ -20,14 +20,19 @@ Departure: 4.x re-stores each checked half at the end of the half queue with
 TRANSACTION_CHECK_TIMES + 1 and moves the progress past it; here the half stays where it is,
 the pass walks on past it, and its check count lives in memory (a restart starts the count
 again). So the check names the original half, and the state of the queue is never copied.
+
+Each pass also counts the open halves it walks past by their real topic: the metrics page's
+rocketmq_half_messages (5.x keeps a persisted counter instead; here it is as fresh as the last
+pass, and counts at most WALK_LIMIT halves).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, ScheduleRecordError, check_message
+from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC, ScheduleRecordError, check_message
 from smartgo.broker.topics import RW, TopicConfig
 from smartgo.net.codes import FLAG_ONEWAY, TRANS_CHECK_MAX_TIME_TOPIC, RequestCode
 from smartgo.net.command import RemotingCommand
@@ -57,12 +62,17 @@ class TransactionChecker:
         # says so (None: given up or gone, no op record)
         self.done: dict[int, int | None] = {}
         self.op_cursor: int | None = None               # op records read so far (None: since the stored offset)
+        #: real topic -> halves the last pass found open (5.x's rocketmq_half_messages gauge)
+        self.open_halves: Counter[str] = Counter()
+        self._open: Counter[str] = Counter()            # the pass under way's
 
     def run(self, now_ms: int) -> int:
         """One pass; returns the number of checks sent."""
         view = self.b.view
         half_max = view.max_offset(HALF_TOPIC, 0)
+        self._open = Counter()
         if not half_max:
+            self.open_halves = self._open
             return 0
         # created on first use, as in 4.x: then routed, and consumer-progress of CID_RMQ_SYS_TRANS
         # shows the open halves as its lag
@@ -97,6 +107,7 @@ class TransactionChecker:
             self.checks.pop(progress, None)
             progress += 1
         offsets.commit(CHECK_GROUP, HALF_TOPIC, 0, progress)
+        self.open_halves = self._open
         # the stored op offset stays at the first op record that closes a half past the progress,
         # so a restart reads it again (as fillOpRemoveMap does) and never checks a closed half
         offsets.commit(CHECK_GROUP, OP_TOPIC, 0, min((o for o in self.done.values() if o is not None),
@@ -137,6 +148,8 @@ class TransactionChecker:
         except CorruptRecordError as exc:
             return self._unreadable(offset, exc)
         props = half.properties
+        topic = props.get(REAL_TOPIC, "")
+        self._open[topic] += 1                      # open, unless given up below
         immunity = self.timeout_ms
         if props.get(IMMUNITY, "").isdigit():
             immunity = max(immunity, int(props[IMMUNITY]) * 1000)
@@ -148,6 +161,7 @@ class TransactionChecker:
             log.error("half message %d (%s, group %s, msgId %s) is still open after %d checks: given up, copied to %s",
                       offset, half.msg_id, group, props.get(UNIQ_KEY), count, TRANS_CHECK_MAX_TIME_TOPIC)
             self.done[offset] = None
+            self._open[topic] -= 1
             self._give_up(phys, count)
             return 0
         self.checks[offset] = (count + 1, now_ms)

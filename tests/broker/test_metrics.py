@@ -18,7 +18,7 @@ from smartgo.broker.broker_actor import BrokerActor
 from smartgo.broker.metrics import BrokerMetrics
 from smartgo.broker.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Request, answer, parse_head
 from smartgo.broker.prometheus import CONTENT_TYPE, Family, render
-from smartgo.broker.stats import LatencyHistogram
+from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook, transaction_counts
 from smartgo.broker.testing import (ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
                                     send_command, update_offset_command)
 from smartgo.config import NodeConfig
@@ -66,6 +66,18 @@ def test_latency_histograms_carry_their_sum_through_the_wire():
     merged.add_wire(h.to_wire())
     assert (merged.count, merged.sum_ms, merged.max_ms) == (6, pytest.approx(2 * 9003.2), 9000.0)
     assert merged.buckets[-1] == 2                      # above the last bound: +Inf only
+
+
+def test_transaction_counts_carry_through_the_wire_into_5x_buckets():
+    net = NetStats()
+    for commit, seconds in ((True, 3), (False, 5), (True, 90_000)):   # 5 s is in the 5 s bucket; over a day: +Inf
+        net.ended("T", commit, seconds)
+    wire = net.take()
+    assert net.take() is None                            # taken: nothing left until the next transaction
+    book = StatsBook(60, 0)
+    book.add(1000, wire)
+    book.add(2000, wire)
+    assert transaction_counts(book.transactions["T"]) == (4, 2, [4, 0, 0, 0, 0, 0, 2], 2 * 90_008)
 
 
 def test_group_labels_mark_retry_topics_and_system_groups():

@@ -11,17 +11,20 @@ import threading
 import pytest
 
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
-from smartgo.broker.testing import (end_transaction_command, group_command, heartbeat_body, pull_command,
-                                    restart_broker, send_command, uniq_key)
+from smartgo.broker.testing import (end_transaction_command, group_command, heartbeat_body, metric_value,
+                                    parse_metrics, pull_command, restart_broker, scrape_metrics, send_command,
+                                    uniq_key)
 from smartgo.broker.transaction_check import CHECK_GROUP
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                   TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
-from smartgo.testing import wait_until
+from smartgo.testing import free_port, wait_until
 
-NODE_SETTINGS = {"transaction_timeout": 1.0, "transaction_check_interval": 0.2, "transaction_check_max": 3}
+METRICS_PORT = free_port()
+NODE_SETTINGS = {"transaction_timeout": 1.0, "transaction_check_interval": 0.2, "transaction_check_max": 3,
+                 "metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1"}
 
 
 class TransactionalProducer:
@@ -124,6 +127,33 @@ def test_an_unknown_state_is_checked_again_until_the_limit_gives_it_up(broker, p
     wait_until(lambda: "given up" in broker.node.log_text(), message="the give-up log line")
 
 
+def test_the_metrics_page_counts_commits_rollbacks_and_open_halves(broker, producer):
+    """5.x's transaction families: commits and rollbacks by the message's topic with the seconds
+    from each half's birth, and the halves open at the last check-back pass, by topic (gone once
+    the check-back gives the half up)."""
+    p = producer("tx_metrics", 0)                         # checks answered UNKNOW: the open half stays open
+    for body, ending in ((b"yes", TRANSACTION_COMMIT_TYPE), (b"no", TRANSACTION_ROLLBACK_TYPE)):
+        prepared, _ = p.prepare("TxMetrics", body)
+        assert p.call(end_transaction_command(prepared, "tx_metrics", ending)).code == ResponseCode.SUCCESS
+    p.prepare("TxMetricsOpen", b"maybe")
+
+    def page_with(*wanted: tuple[str, str]):
+        samples = parse_metrics(scrape_metrics(METRICS_PORT)[2])
+        return samples if all(metric_value(samples, name, topic=topic) for name, topic in wanted) else None
+    samples = wait_until(lambda: page_with(("rocketmq_half_messages", "TxMetricsOpen"),    # the check-back's pass
+                                           ("rocketmq_commit_messages_total", "TxMetrics")),  # the net actor's flush
+                         timeout=10, message="the open half and the ended ones on the page")
+    assert metric_value(samples, "rocketmq_half_messages", topic="TxMetricsOpen") == 1
+    assert metric_value(samples, "rocketmq_half_messages", topic="TxMetrics") is None       # both ended
+    assert metric_value(samples, "rocketmq_commit_messages_total", topic="TxMetrics") == 1
+    assert metric_value(samples, "rocketmq_rollback_messages_total", topic="TxMetrics") == 1
+    assert metric_value(samples, "rocketmq_finish_message_latency_bucket", topic="TxMetrics", le="5.0") == 2
+    assert metric_value(samples, "rocketmq_finish_message_latency_count", topic="TxMetrics") == 2
+    assert metric_value(samples, "rocketmq_finish_message_latency_sum", topic="TxMetrics") <= 4
+    wait_until(lambda: page_with(("rocketmq_half_messages", "TxMetricsOpen")) is None, timeout=15,
+               message="the given-up half off the page")
+
+
 def resume(broker, msg_id: str) -> RemotingCommand:
     return broker.call(RemotingCommand(RequestCode.RESUME_CHECK_HALF_MESSAGE, ext_fields={"msgId": msg_id}))
 
@@ -188,7 +218,7 @@ def test_a_given_up_half_is_copied_aside_and_resuming_it_has_it_checked_again(br
 def test_a_restart_never_checks_a_half_closed_past_the_progress(start_node):
     """The op record closing half 1 is read while an older half 0 holds the progress back: after a
     restart it must be read again, or half 1's producer would be asked (and commit a second time)."""
-    broker = start_node({**NODE_SETTINGS, "transaction_check_max": 1000})
+    broker = start_node({**NODE_SETTINGS, "transaction_check_max": 1000, "metrics_port": 0})
     undecided = TransactionalProducer(broker, "tx_slow", 0)
     decided = TransactionalProducer(broker, "tx_fast", TRANSACTION_COMMIT_TYPE)
     try:
