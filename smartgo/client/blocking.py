@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from smartgo.client.admin import AsyncAdmin
 from smartgo.client.errors import ClientStateError
 from smartgo.client.lite_pull_consumer import AsyncLitePullConsumer
-from smartgo.client.listener import Listener
+from smartgo.client.listener import BatchListener, Listener
 from smartgo.client.message import Message, MessageQueue, SendResult
 from smartgo.client.producer import AsyncProducer, SendCallback
 from smartgo.client.pull_consumer import AsyncPullConsumer
@@ -171,7 +171,7 @@ class PushConsumer(_Facade):
         SubscriptionData.build(topic, expression)
         self._on_loop(self._create().subscribe, topic, expression)
 
-    def set_listener(self, listener: Listener) -> Listener:
+    def set_listener(self, listener: Listener | BatchListener) -> Listener | BatchListener:
         self._create().set_listener(listener)
         return listener
 
@@ -216,15 +216,22 @@ class LitePullConsumer(_Facade):
     fetch_queues = _blocking("fetch_queues", AsyncLitePullConsumer)
     offset_for_timestamp = _blocking("offset_for_timestamp", AsyncLitePullConsumer)
 
-    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*",
+                  listener: Callable[[str, set[MessageQueue], set[MessageQueue]], None] | None = None) -> None:
+        """AsyncLitePullConsumer.subscribe; the listener runs on a worker thread."""
         SubscriptionData.build(topic, expression)     # a SQL92 expression that does not compile raises here
-        self._on_loop(self._create().subscribe, topic, expression)
+        core = self._create()
+        self._on_loop(core.subscribe, topic, expression, None if listener is None else self._in_worker(listener, topic))
 
     def unsubscribe(self, topic: str) -> None:
         self._on_loop(self._create().unsubscribe, topic)
 
-    def assign(self, queues: list[MessageQueue], expression: str | MessageSelector = "*") -> None:
+    def assign(self, queues: list[MessageQueue], expression: str | MessageSelector | None = None) -> None:
         self._run(self._create().assign(list(queues), expression))
+
+    def set_sub_expression_for_assign(self, topic: str, expression: str | MessageSelector) -> None:
+        SubscriptionData.build(topic, expression)
+        self._on_loop(self._create().set_sub_expression_for_assign, topic, expression)
 
     def pause(self, queues: list[MessageQueue]) -> None:
         self._on_loop(self._started_core().pause, list(queues))
@@ -238,15 +245,20 @@ class LitePullConsumer(_Facade):
     def on_queues_changed(self, topic: str, callback: Callable[[str, set[MessageQueue]], None]) -> None:
         """AsyncLitePullConsumer.on_queues_changed; the callback runs on a worker thread, so it
         may call this consumer (say, assign the new queues)."""
+        core = self._started_core()
+        self._run(core.on_queues_changed(topic, self._in_worker(callback, topic)))
+
+    def _in_worker(self, callback: Callable[..., None], topic: str) -> Callable[..., None]:
+        """A callback of the core's, run on a worker thread instead of the loop (so it may block, or
+        call this consumer); what it raises is logged."""
         loop = self._thread.loop  # type: ignore[union-attr]
 
-        def guarded(topic: str, queues: set[MessageQueue]) -> None:
+        def guarded(*args: Any) -> None:
             try:
-                callback(topic, queues)
+                callback(*args)
             except Exception:
-                log.exception("the queue change listener of %s raised", topic)
-        self._run(self._started_core().on_queues_changed(
-            topic, lambda t, queues: loop.run_in_executor(None, guarded, t, queues)))
+                log.exception("the queue listener of %s raised", topic)
+        return lambda *args: loop.run_in_executor(None, guarded, *args)
 
 
 class Admin(_Facade):

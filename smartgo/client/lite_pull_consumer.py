@@ -41,6 +41,9 @@ SUSPENDED_PULL_TIMEOUT = 30.0
 _Batch = tuple[MessageQueue, ProcessQueue, list[MessageExt]]
 #: Called with a topic and its readable queues when they change (a queue added, a broker gone).
 QueuesChanged = Callable[[str, set[MessageQueue]], None]
+#: Java's MessageQueueListener: a topic, all its readable queues, and those this consumer now
+#: reads, after a rebalance changed them.
+QueuesAssigned = Callable[[str, set[MessageQueue], set[MessageQueue]], None]
 
 
 class AsyncLitePullConsumer(BalancedConsumer):
@@ -71,36 +74,57 @@ class AsyncLitePullConsumer(BalancedConsumer):
         self._heartbeat_due = False     # a subscription changed while running: tell the brokers first
         #: registerTopicMessageQueueChangeListener: topic -> (callback, the queues it last saw).
         self._queue_listeners: dict[str, tuple[QueuesChanged, frozenset[MessageQueue]]] = {}
+        self._assign_listeners: dict[str, QueuesAssigned] = {}      # subscribe(..., listener)
+        self._assign_expressions: dict[str, SubscriptionData] = {}  # setSubExpressionForAssign
 
     # -- what to read ---------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*",
+                  listener: QueuesAssigned | None = None) -> None:
         """Read topic's messages whose tag the expression names (or that a MessageSelector.by_sql
-        selects), from the queues the group's balancing gives this consumer."""
+        selects), from the queues the group's balancing gives this consumer. listener (Java's
+        MessageQueueListener) is called on the client's loop with the topic, all its queues and
+        this consumer's share, whenever a rebalance changed that share."""
         if self._assigned is not None:
             raise ClientStateError("subscribe and assign are mutually exclusive")
         self.subscriptions[topic] = SubscriptionData.build(topic, expression)
+        if listener is not None:
+            self._assign_listeners[topic] = listener
+        else:
+            self._assign_listeners.pop(topic, None)
         self._heartbeat_due = True
         self.rebalance_soon()
 
     def unsubscribe(self, topic: str) -> None:
         self.subscriptions.pop(topic, None)
+        self._assign_listeners.pop(topic, None)
         self._heartbeat_due = True
         self.rebalance_soon()
 
-    async def assign(self, queues: Iterable[MessageQueue], expression: str | MessageSelector = "*") -> None:
-        """Read exactly these queues (no balancing); queues held before and not listed are let go."""
+    async def assign(self, queues: Iterable[MessageQueue], expression: str | MessageSelector | None = None) -> None:
+        """Read exactly these queues (no balancing); queues held before and not listed are let go.
+        They are filtered by expression, or else by their topic's set_sub_expression_for_assign,
+        or else not at all."""
         if self.subscriptions:
             raise ClientStateError("subscribe and assign are mutually exclusive")
         subs: dict[str, SubscriptionData] = {}
         assigned = {}
         for mq in queues:
             if mq.topic not in subs:
-                subs[mq.topic] = SubscriptionData.build(mq.topic, expression)
+                subs[mq.topic] = (SubscriptionData.build(mq.topic, expression) if expression is not None else
+                                  self._assign_expressions.get(mq.topic) or SubscriptionData.build(mq.topic, "*"))
             assigned[mq] = subs[mq.topic]
         self._assigned = assigned
         if self._running:
             await self.rebalance()
+
+    def set_sub_expression_for_assign(self, topic: str, expression: str | MessageSelector) -> None:
+        """setSubExpressionForAssign: how `assign` filters topic's queues when its call names no
+        expression; queues of topic already assigned use it from their next pull."""
+        sub = self._assign_expressions[topic] = SubscriptionData.build(topic, expression)
+        for mq in self._assigned or ():
+            if mq.topic == topic:
+                self._assigned[mq] = sub  # type: ignore[index]
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this consumer reads now."""
@@ -341,15 +365,25 @@ class AsyncLitePullConsumer(BalancedConsumer):
                 await self.instance.heartbeat_all()
             for topic in list(self.subscriptions):
                 try:
-                    mine = await self.balance.mine(topic, await self._queues_of(topic))
-                    await self._hold(mine, lambda mq, t=topic: mq.topic == t)
+                    queues = await self._queues_of(topic)
+                    mine = await self.balance.mine(topic, queues)
+                    if await self._hold(mine, lambda mq, t=topic: mq.topic == t):
+                        self._assigned_to(topic, set(queues), mine)
                 except Exception as exc:
                     log.warning("%s: rebalancing %s failed: %s", self.group, topic, exc)
             await self._hold(set(), lambda mq: mq.topic not in self.subscriptions)
 
-    async def _hold(self, wanted: set[MessageQueue], scope: Callable[[MessageQueue], bool]) -> None:
+    def _assigned_to(self, topic: str, queues: set[MessageQueue], mine: set[MessageQueue]) -> None:
+        listener = self._assign_listeners.get(topic)
+        if listener is not None:
+            try:
+                listener(topic, queues, set(mine))
+            except Exception:
+                log.exception("%s: the queue listener of %s raised", self.group, topic)
+
+    async def _hold(self, wanted: set[MessageQueue], scope: Callable[[MessageQueue], bool]) -> bool:
         """Let go of the queues in scope that are not wanted, and start reading the wanted ones
-        not held yet."""
+        not held yet; whether that changed anything."""
         gone = [mq for mq in self.process_queues if scope(mq) and mq not in wanted]
         for mq in gone:
             self._detach(mq)
@@ -364,6 +398,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
             self._restart(mq, -1)
         if gone or new:
             log.info("%s: now reading %s", self.group, sorted(self.process_queues))
+        return bool(gone or new)
 
     def _detach(self, mq: MessageQueue) -> ProcessQueue | None:
         self._polled.pop(mq, None)

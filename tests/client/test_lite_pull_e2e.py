@@ -60,14 +60,18 @@ def test_subscribe_splits_the_queues_commits_and_takes_over(real_cluster):
                                   auto_commit=False, pull_batch_size=16)
         b = AsyncLitePullConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
                                   auto_commit=False, pull_batch_size=16)
-        a.subscribe(topic)
-        b.subscribe(topic)
+        heard: dict[str, list] = {"a": [], "b": []}               # MessageQueueListener calls
+        a.subscribe(topic, listener=lambda *args: heard["a"].append(args))
+        b.subscribe(topic, listener=lambda *args: heard["b"].append(args))
         await a.start()
         await b.start()
         try:
             await async_wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 30, 0.05,
                                    "two queues each")
             assert not a.assignment() & b.assignment()
+            all_queues = set(await a.fetch_queues(topic))
+            assert heard["a"][-1] == (topic, all_queues, a.assignment())
+            assert heard["b"][-1] == (topic, all_queues, b.assignment())
             sent = await send_all(real_cluster.registry, topic, 200)
             got_a, got_b = [], []
             deadline = time.monotonic() + 30
@@ -94,6 +98,7 @@ def test_subscribe_splits_the_queues_commits_and_takes_over(real_cluster):
             await b.close()
         try:
             await async_wait_until(lambda: len(a.assignment()) == 4, 30, 0.05, "a takes b's queues")
+            assert heard["a"][-1] == (topic, all_queues, all_queues)
             more = await send_all(real_cluster.registry, topic, 40)
             got = await poll_until(a, 40)
             assert sorted(m.properties["UNIQ_KEY"] for m in got) == sorted(more)   # b's commit was respected
@@ -145,6 +150,37 @@ def test_assign_seek_pause_resume_and_explicit_commit(real_cluster, tmp_path: Pa
         assert [m.body for m in consumer.poll(10.0)] == [f"q1-{i}".encode() for i in range(10)]
     # close committed where poll got to in q1 (auto_commit), and q0's commit stays
     assert arun(progress(real_cluster.registry, group, topic)) == {q0.queue_id: 4, q1.queue_id: 10}
+
+
+def test_assign_filters_by_each_topics_expression_and_a_blocking_subscriber_hears_its_share(real_cluster):
+    """setSubExpressionForAssign per topic, and the blocking consumer's MessageQueueListener run on
+    a worker thread (it may call the consumer)."""
+    tagged, plain, group = name("LITET"), name("LITEP"), name("LG")
+
+    async def setup():
+        for topic in (tagged, plain):
+            await backlog(real_cluster.registry, topic, group, 6)         # tags A, B, A, ...
+    arun(setup())
+    with Producer("PG", real_cluster.registry) as p:
+        queues = p.fetch_publish_queues(tagged) + p.fetch_publish_queues(plain)
+    consumer = LitePullConsumer(group, real_cluster.registry, consume_from="CONSUME_FROM_FIRST_OFFSET")
+    consumer.set_sub_expression_for_assign(tagged, "A")
+    consumer.assign(queues)
+    with consumer:
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 9:
+            assert time.monotonic() < deadline, f"polled {len(got)} of 9"
+            got += consumer.poll(1.0)
+        assert sorted(m.tags for m in got if m.topic == tagged) == ["A"] * 3
+        assert sorted(m.tags for m in got if m.topic == plain) == ["A"] * 3 + ["B"] * 3
+    heard: list = []
+    subscriber = LitePullConsumer(name("LG"), real_cluster.registry)
+    subscriber.subscribe(plain, listener=lambda topic, every, mine: heard.append((topic, mine,
+                                                                                 subscriber.assignment())))
+    with subscriber:
+        wait_until(lambda: heard, 20, 0.05, "the queue listener")
+    assert heard == [(plain, set(queues[1:]), set(queues[1:]))]
 
 
 def test_auto_commit_and_a_restarted_consumer_goes_on_from_it(real_cluster):
