@@ -67,7 +67,8 @@ class AsyncPushConsumer(BalancedConsumer):
                  offset_store_dir: str | Path = "~/.smartgo_offsets", config: ClientConfig | None = None,
                  enable_msg_trace: bool = False, trace_topic: str | None = None,
                  consume_batch_max_size: int | None = None, consume_timeout: float = 900.0,
-                 **config_options: object) -> None:
+                 pull_threshold_for_topic: int = -1, pull_threshold_size_for_topic_mb: int = -1,
+                 pull_interval: float = 0.0, **config_options: object) -> None:
         if consume_batch_max_size is not None and not 1 <= consume_batch_max_size <= MAX_CONSUME_BATCH:
             raise ValueError(f"consume_batch_max_size must be between 1 and {MAX_CONSUME_BATCH}")
         super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
@@ -88,6 +89,12 @@ class AsyncPushConsumer(BalancedConsumer):
         #: Seconds (Java's consumeTimeout is in minutes: 15).
         self.consume_timeout = consume_timeout
         self._expired: set[int] = set()      # ids of items given up on whose listener call has not returned
+        #: Java's pullThresholdForTopic / pullThresholdSizeForTopic (-1: off): at each rebalance
+        #: the per-queue thresholds become these over the number of queues held.
+        self.pull_threshold_for_topic = pull_threshold_for_topic
+        self.pull_threshold_size_for_topic_mb = pull_threshold_size_for_topic_mb
+        #: Seconds to wait after a pull that found messages (Java's pullInterval, in ms there).
+        self.pull_interval = pull_interval
         self._runner: ListenerRunner | None = None
         self._background: set[asyncio.Task] = set()
         self.stats = ConsumerStats()
@@ -197,6 +204,17 @@ class AsyncPushConsumer(BalancedConsumer):
             for mq in gone:
                 await self._drop(mq)
 
+    def _share_topic_thresholds(self) -> None:
+        """RebalancePushImpl.messageQueueChanged: the topic-wide limits split over the queues held
+        (all of them, whatever their topic, as Java counts), as each queue is taken or let go."""
+        held = len(self.process_queues)
+        if not held:
+            return
+        if self.pull_threshold_for_topic != -1:
+            self.pull_threshold_for_queue = max(1, self.pull_threshold_for_topic // held)
+        if self.pull_threshold_size_for_topic_mb != -1:
+            self.pull_threshold_size = max(1, self.pull_threshold_size_for_topic_mb // held) * 1024 * 1024
+
     async def _rebalance_topic(self, topic: str) -> None:
         mine = await self.balance.mine(topic, await self._queues_of(topic))
         changed = False
@@ -227,6 +245,7 @@ class AsyncPushConsumer(BalancedConsumer):
         if locked:
             pq.locked, pq.last_lock_time = True, time.monotonic()
         self.process_queues[mq] = pq
+        self._share_topic_thresholds()
         pq.pull_task = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq))
         return True
 
@@ -234,6 +253,7 @@ class AsyncPushConsumer(BalancedConsumer):
         pq = self._detach(mq)
         if pq is None:
             return
+        self._share_topic_thresholds()
         try:
             if self.orderly and self.clustering:
                 try:  # let the message being consumed finish before another consumer takes over
@@ -299,6 +319,8 @@ class AsyncPushConsumer(BalancedConsumer):
                                 msg.topic = real
                     pq.put(msgs)
                     self._dispatch(mq, pq, msgs)
+                if self.pull_interval:
+                    await asyncio.sleep(self.pull_interval)
             elif status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("%s: offset %d of %s is illegal; moving to %d", self.group, pq.next_offset, mq,
                             result.next_begin_offset)
@@ -511,6 +533,9 @@ class AsyncPushConsumer(BalancedConsumer):
                  "pullBatchSize": self.pull_batch_size, "pullThresholdForQueue": self.pull_threshold_for_queue,
                  "consumeMessageBatchMaxSize": self.consume_batch_max_size or 1,
                  "consumeTimeout": round(self.consume_timeout / 60),
+                 "pullThresholdForTopic": self.pull_threshold_for_topic,
+                 "pullThresholdSizeForTopic": self.pull_threshold_size_for_topic_mb,
+                 "pullInterval": int(self.pull_interval * 1000),
                  "pullThresholdSizeForQueue": self.pull_threshold_size // (1024 * 1024),
                  "consumeConcurrentlyMaxSpan": self.max_span, "maxReconsumeTimes": self.max_reconsume_times,
                  "suspendCurrentQueueTimeMillis": int(self.suspend_current_queue_time * 1000),

@@ -285,3 +285,51 @@ def test_reset_offset_replays_for_online_consumers_and_moves_an_offline_group(re
     assert sorted(replay) == sorted(b"late-%d" % i for i in range(20))
     assert set(offline.values()) == {0}
     assert sorted(again) == sorted([b"early-%d" % i for i in range(20)] + [b"late-%d" % i for i in range(20)])
+
+
+def test_topic_wide_pull_thresholds_are_shared_among_the_queues_held(real_cluster):
+    """Java's pullThresholdForTopic / pullThresholdSizeForTopic: each queue held (the retry
+    topic's too, as Java counts) may cache its share, so a stuck listener leaves at most that
+    share plus one pull per queue in memory."""
+    topic, group = name("TOPICFLOW"), name("G")
+    release = threading.Event()
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 4)
+        c = AsyncPushConsumer(group, real_cluster.registry, listener=lambda m: release.wait(30), consume_threads=1,
+                              pull_batch_size=5, pull_threshold_for_topic=40, pull_threshold_size_for_topic_mb=8,
+                              consume_from="CONSUME_FROM_FIRST_OFFSET")
+        c.subscribe(topic)
+        async with c:
+            try:
+                await async_wait_until(lambda: len(c.process_queues) == 5, 20, 0.05, "the queues held")
+                await send_all(real_cluster.registry, topic, 320)
+                share = 40 // len(c.process_queues)
+                mine = [pq for q, pq in c.process_queues.items() if q.topic == topic]
+                await async_wait_until(lambda: all(pq.count >= share for pq in mine), 20, 0.05, "every queue at its share")
+                cached = [pq.count for pq in mine]
+                info = c.running_info()
+            finally:
+                release.set()
+        return share, cached, info
+    share, cached, info = arun(main())
+    assert share == 8 and all(share <= n <= share + 4 for n in cached), cached     # 4 queues + the retry queue
+    assert (info.properties["pullThresholdForQueue"], info.properties["pullThresholdSizeForQueue"],
+            info.properties["pullThresholdForTopic"]) == (8, 1, 40)
+
+
+def test_pull_interval_spaces_the_pulls_of_a_queue(real_cluster):
+    topic, group = name("PULLGAP"), name("G")
+    seen: list[float] = []
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 1)
+        await send_all(real_cluster.registry, topic, 5)
+        c = AsyncPushConsumer(group, real_cluster.registry, listener=lambda m: seen.append(time.monotonic()),
+                              pull_batch_size=1, pull_interval=0.3, consume_from="CONSUME_FROM_FIRST_OFFSET")
+        c.subscribe(topic)
+        async with c:
+            await async_wait_until(lambda: len(seen) == 5, 20, 0.05, "the five messages")
+            return c.running_info().properties["pullInterval"]
+    interval_ms = arun(main())
+    assert interval_ms == 300 and seen[-1] - seen[0] >= 4 * 0.3 - 0.05      # a pull of one every 0.3 s
