@@ -96,9 +96,22 @@ class AsyncProducer(MemberClient):
 
     async def start(self) -> AsyncProducer:
         await super().start()
+        if self.transaction_listener is not None:
+            await self._register_for_checks()
         if self.tracer is not None:
             await self.tracer.start()
         return self
+
+    async def _register_for_checks(self) -> None:
+        """The broker's check-back asks a connected producer of the group about open halves, so a
+        transactional producer restarted after a crash must be known to the brokers before it
+        sends anything: as Java's producer does, it learns them from TBW102's route (refreshed
+        with its topics') and heartbeats them at once."""
+        try:
+            await self.instance.update_route(api.DEFAULT_TOPIC)
+        except Exception as exc:
+            log.info("%s: no route of %s to learn the brokers from: %s", self.group, api.DEFAULT_TOPIC, exc)
+        await self.instance.heartbeat_all()
 
     async def close(self) -> None:
         if self.tracer is not None:
@@ -108,7 +121,7 @@ class AsyncProducer(MemberClient):
     # -- membership -----------------------------------------------------------------------------
 
     def topics(self) -> set[str]:
-        return set(self._publish)
+        return set(self._publish) | ({api.DEFAULT_TOPIC} if self.transaction_listener is not None else set())
 
     def on_route(self, topic: str, route: TopicRouteData) -> None:
         info = TopicPublishInfo(topic, route)

@@ -4,6 +4,7 @@ UNKNOW), and the blocking facade."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
@@ -154,3 +155,26 @@ def test_send_in_transaction_needs_a_listener(cluster):
             with pytest.raises(ClientStateError, match="transaction_listener"):
                 await p.send_in_transaction(Message(topic_name(), b"x"))
     arun(main())
+
+
+def test_the_send_command_commits_rolls_back_or_leaves_open(cluster, capsys):
+    """`smartgo send --transaction`: commit is delivered, rollback is not, and unknown stays open
+    until the broker's check-back asks the group's running producer, which commits it here. That
+    producer never sends: it is known to the broker from its start, as a restarted one must be."""
+    from smartgo.cli.main import main
+    topic = topic_name()
+    listener = Listener(UNKNOW, checked=COMMIT)
+    with Producer("PG_TX_CLI", cluster.registry, transaction_listener=listener):
+        for body, ending in (("kept", "commit"), ("dropped", "rollback"), ("open", "unknown")):
+            assert main(["send", "-n", cluster.registry, "--topic", topic, "--body", body, "--transaction", ending,
+                         "--group", "PG_TX_CLI", "--json"]) == 0
+        results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(r["status"], r["transaction"]) for r in results] == [
+            ("SEND_OK", "COMMIT_MESSAGE"), ("SEND_OK", "ROLLBACK_MESSAGE"), ("SEND_OK", "UNKNOW")]
+        arun(async_wait_until(lambda: bodies_contain(cluster.registry, topic, b"open"), 15, 0.1,
+                              "the open one committed by the check-back"))
+    assert arun(bodies(cluster.registry, topic)) == [b"kept", b"open"]       # never the rolled-back one
+    assert [c.body for c in listener.checks] == [b"open"]
+    assert main(["send", "-n", cluster.registry, "--topic", topic, "--body", "x", "--transaction", "commit",
+                 "--mode", "async"]) == 1
+    assert "--transaction sends one message at a time" in capsys.readouterr().err
