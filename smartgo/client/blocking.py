@@ -177,6 +177,13 @@ class PushConsumer(_Facade):
 
     rebalance = _blocking("rebalance", AsyncPushConsumer)
 
+    def suspend(self) -> None:
+        """AsyncPushConsumer.suspend."""
+        self._on_loop(self._started_core().suspend)
+
+    def resume(self) -> None:
+        self._on_loop(self._started_core().resume)
+
     @property
     def assigned_queues(self) -> list:
         """The queues this consumer currently pulls from."""

@@ -99,6 +99,11 @@ class ListenerRunner:
         self._finished: collections.deque = collections.deque()
         self._wake_pending = False
         self.discarding = False
+        # Cleared while the consumer is suspended: workers wait before their next call.
+        self._go = threading.Event()
+        self._go.set()
+        self._go_async = asyncio.Event()
+        self._go_async.set()
         # Per worker, written only by it: the item it is consuming (None when idle) and since when.
         self._current: list[Any] = [None] * threads
         self._since = [0.0] * threads
@@ -143,6 +148,15 @@ class ListenerRunner:
         """Listener calls running now."""
         return sum(item is not None for item in self._current)
 
+    def hold(self) -> None:
+        """Start no listener call until release(); calls running go on."""
+        self._go.clear()
+        self._go_async.clear()
+
+    def release(self) -> None:
+        self._go.set()
+        self._go_async.set()
+
     def overdue(self, timeout: float) -> list[Any]:
         """The items whose listener call has run longer than timeout seconds (consumeTimeout)."""
         now = time.perf_counter()
@@ -154,10 +168,13 @@ class ListenerRunner:
         finished = self._finished
         current, since = self._current, self._since
         spent = self._listener_s
+        go = self._go
         while True:
             work = inbox.get()  # type: ignore[union-attr]
             if work is _STOP:
                 return
+            if not go.is_set():
+                go.wait()
             if self.discarding:
                 continue
             since[index] = start = time.perf_counter()
@@ -200,6 +217,8 @@ class ListenerRunner:
         inbox = self._inbox
         while True:
             item, work = await inbox.get()  # type: ignore[union-attr]
+            if not self._go_async.is_set():
+                await self._go_async.wait()
             if self.discarding:
                 continue
             self._since[index] = start = time.perf_counter()
@@ -218,6 +237,7 @@ class ListenerRunner:
     async def stop(self, timeout: float) -> None:
         """Drop what has not started, wait up to timeout for running listeners, stop the workers."""
         self.discarding = True
+        self.release()                                  # held workers wake and drop what they took
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self.active and loop.time() < deadline:

@@ -95,6 +95,8 @@ class AsyncPushConsumer(BalancedConsumer):
         self.pull_threshold_size_for_topic_mb = pull_threshold_size_for_topic_mb
         #: Seconds to wait after a pull that found messages (Java's pullInterval, in ms there).
         self.pull_interval = pull_interval
+        self._resumed = asyncio.Event()                 # cleared by suspend()
+        self._resumed.set()
         self._runner: ListenerRunner | None = None
         self._background: set[asyncio.Task] = set()
         self.stats = ConsumerStats()
@@ -130,6 +132,23 @@ class AsyncPushConsumer(BalancedConsumer):
         if self._running:
             self.rebalance_soon()
 
+    def suspend(self) -> None:
+        """DefaultMQPushConsumer.suspend: no more pulls, and no more listener calls (those running
+        finish; what was pulled waits in the cache) until resume(). Java's only stops the pulls,
+        so its cache, and a pull held at the broker, still reach the listener."""
+        self._resumed.clear()
+        if self._runner is not None:
+            self._runner.hold()
+        log.info("%s: consumption suspended", self.group)
+
+    def resume(self) -> None:
+        self._resumed.set()
+        if self._runner is not None:
+            self._runner.release()
+        log.info("%s: consumption resumed", self.group)
+        if self._running:
+            self.rebalance_soon()
+
     # -- member of the client instance ----------------------------------------------------------
 
     def heartbeat_entry(self) -> tuple[str, dict | None]:
@@ -152,6 +171,8 @@ class AsyncPushConsumer(BalancedConsumer):
             listener = traced_listener(listener, self.group, self.tracer, self._judge)
         self._runner = ListenerRunner(listener, self.consume_threads, self._consumed, self._judge,
                                       f"smartgo-{self.group}")
+        if not self._resumed.is_set():                  # suspended before start
+            self._runner.hold()
         self._now_ms = self._started_ms
         self._runner.start()
         self._running = True
@@ -294,6 +315,9 @@ class AsyncPushConsumer(BalancedConsumer):
         sub = self.subscriptions.get(mq.topic)
         is_retry = mq.topic == retry_topic(self.group)
         while not pq.dropped and sub is not None:
+            if not self._resumed.is_set():
+                await self._resumed.wait()
+                continue
             if self._queue_full(pq, span_counts=not self.orderly):
                 await asyncio.sleep(PULL_DELAY_ON_FLOW_CONTROL)  # flow control: let consumption catch up
                 continue

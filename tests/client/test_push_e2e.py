@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
-from smartgo.client import (AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, Message,
-                            MessageModel, MessageSelector)
-from smartgo.testing import async_wait_until
+from smartgo.client import (Admin, AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult,
+                            Message, MessageModel, MessageSelector, Producer, PushConsumer)
+from smartgo.testing import async_wait_until, wait_until
 
 from .conftest import ROOT, arun
 
@@ -333,3 +333,32 @@ def test_pull_interval_spaces_the_pulls_of_a_queue(real_cluster):
             return c.running_info().properties["pullInterval"]
     interval_ms = arun(main())
     assert interval_ms == 300 and seen[-1] - seen[0] >= 4 * 0.3 - 0.05      # a pull of one every 0.3 s
+
+
+def test_suspend_holds_pulls_and_listener_calls_until_resume(real_cluster):
+    """DefaultMQPushConsumer.suspend/resume on the blocking consumer: messages a held pull brings in
+    after suspend wait in the cache (an operator sees them there) and reach the listener only after
+    resume."""
+    topic, group = name("SUSPEND"), name("G")
+    seen: list[bytes] = []
+    arun(create_topic(real_cluster.registry, topic, 1))
+    consumer = PushConsumer(group, real_cluster.registry, listener=lambda m: seen.append(m.body),
+                            consume_from="CONSUME_FROM_FIRST_OFFSET")
+    consumer.subscribe(topic)
+    with consumer, Producer("PG", real_cluster.registry) as p, Admin(real_cluster.registry) as admin:
+        p.send(Message(topic, b"before"))
+        wait_until(lambda: seen == [b"before"], 20, 0.05, "the first message")
+        consumer.suspend()
+        p.send_batch([Message(topic, f"held-{i}".encode()) for i in range(3)])   # one arrival wakes the held pull
+
+        def cached() -> int:
+            info = admin.consumer_running_info(group, consumer.client_id)
+            return sum(q["cachedMsgCount"] for mq, q in info.queues.items() if mq.topic == topic)
+        wait_until(lambda: cached() == 3, 20, 0.1, "the held pull's messages in the cache")
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:                    # suspended: none reaches the listener
+            assert seen == [b"before"]
+            time.sleep(0.05)
+        consumer.resume()
+        wait_until(lambda: len(seen) == 4, 20, 0.05, "the held messages after resume")
+    assert seen[0] == b"before" and sorted(seen[1:]) == [b"held-0", b"held-1", b"held-2"]
