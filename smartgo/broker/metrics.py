@@ -25,7 +25,7 @@ from smartgo.broker.groups import is_system_group
 from smartgo.broker.net_view import store_backlog
 from smartgo.broker.prometheus import Family, Labels
 from smartgo.broker.schedule_message import HALF_TOPIC
-from smartgo.broker.stats import FINISH_BOUNDS, transaction_counts
+from smartgo.broker.stats import FINISH_BOUNDS, SIZE_BOUNDS, transaction_counts
 from smartgo.broker.stats_items import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems
 from smartgo.broker.topics import system_topics
 from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 _BOUNDS_MS = [float(b) for b in LATENCY_BOUNDS if b is not None]
 _FINISH_BOUNDS = [float(b) for b in FINISH_BOUNDS]
+_SIZE_BOUNDS = [float(b) for b in SIZE_BOUNDS]
 _STORAGE = {"storage_type": "local", "storage_medium": "disk"}     # DefaultStoreMetricsConstant's defaults
 _CONSUME_MODES = {"CONSUME_ACTIVELY": "pull", "CONSUME_PASSIVELY": "push"}   # ConsumeType.getTypeCN, lower case
 
@@ -82,11 +83,16 @@ class BrokerMetrics:
                           "Messages a consumer sent back that went to its group's DLQ, by original topic and group")
         for (topic, group), n in sorted(self.b.stats.dlq.items()):
             dlq.add({"topic": topic, "consumer_group": group, "is_system": self._system(topic, group)}, n)
+        size = self.family("rocketmq_message_size", "histogram",
+                           "Bytes of the messages stored, one observation per send request: its average record size")
+        for topic, counts in sorted(self.b.stats.sizes.items()):
+            size.add_histogram({"topic": topic, "message_type": _message_type(topic), "is_system": self._system(topic)},
+                               _SIZE_BOUNDS, counts[:-1], counts[-1])
         pulls = self.family("smartgo_pulls_total", "counter", "Pull requests answered, with messages or without")
         totals = self.b.stats.totals
         pulls.add({"result": "found"}, totals["pulls_found"])
         pulls.add({"result": "missed"}, totals["pulls_missed"])
-        return [msgs_in, bytes_in, msgs_out, bytes_out, dlq, pulls]
+        return [msgs_in, bytes_in, size, msgs_out, bytes_out, dlq, pulls]
 
     def _group_labels(self, topic: str, group: str) -> Labels:
         return {"topic": topic, "consumer_group": group, "is_retry": _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),

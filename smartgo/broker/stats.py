@@ -33,15 +33,18 @@ _FINITE_MS = [float(b) for b in LATENCY_BOUNDS if b is not None]
 _FINE_PER_E = 25.0                   # fine buckets: e^(1/25) = 4% wide, for percentiles
 FLUSH_INTERVAL = 1.0                 # s between a net actor's flushes (stamps are on this grid)
 TOTALS = ("put_msgs", "put_bytes", "get_msgs", "get_bytes", "pulls_found", "pulls_missed")
+#: 5.x's rocketmq_message_size buckets: bytes (1 KiB .. 4 MiB), observed once per send request
+#: with its records' average size, as 5.x records wroteBytes / msgNum.
+SIZE_BOUNDS = (1024, 4096, 512 * 1024, 1024 * 1024, 2 * 1024 * 1024, 4 * 1024 * 1024)
+#: A topic's put counts in a net actor: messages, bytes, requests, then its size histogram (a count
+#: per SIZE_BOUNDS bucket and +Inf, the sum), one list so a send costs one lookup.
+_PUT_FIELDS = 3 + len(SIZE_BOUNDS) + 2
+_SMALL = SIZE_BOUNDS[0]
 #: 5.x's rocketmq_finish_message_latency buckets: seconds from a half's birth to its commit or rollback.
 FINISH_BOUNDS = (5, 60, 600, 3600, 12 * 3600, 24 * 3600)
 #: A topic's transaction counts: commits, rollbacks, a count per FINISH_BOUNDS bucket and one over
 #: them all, the seconds' sum.
 _TX_FIELDS = 3 + len(FINISH_BOUNDS) + 1
-
-
-def new_transactions() -> list[int]:
-    return [0] * _TX_FIELDS
 
 
 def transaction_counts(counts: list[int]) -> tuple[int, int, list[int], int]:
@@ -137,7 +140,7 @@ class NetStats:
         """A half message of topic committed or rolled back, seconds after its birth."""
         c = self.transactions.get(topic)
         if c is None:
-            c = self.transactions[topic] = new_transactions()
+            c = self.transactions[topic] = [0] * _TX_FIELDS
         c[0 if commit else 1] += 1
         c[2 + bisect_left(FINISH_BOUNDS, seconds)] += 1
         c[-1] += seconds
@@ -145,11 +148,13 @@ class NetStats:
     def stored(self, topic: str, msgs: int, nbytes: int) -> None:
         c = self.put.get(topic)
         if c is None:
-            self.put[topic] = [msgs, nbytes, 1]
-        else:
-            c[0] += msgs
-            c[1] += nbytes
-            c[2] += 1
+            c = self.put[topic] = [0] * _PUT_FIELDS
+        c[0] += msgs
+        c[1] += nbytes
+        c[2] += 1
+        size = nbytes // msgs
+        c[3 if size <= _SMALL else 3 + bisect_left(SIZE_BOUNDS, size)] += 1    # most are in the first bucket
+        c[-1] += size
 
     def pulled(self, group: str, topic: str, msgs: int, nbytes: int) -> None:
         """A pull answered; msgs 0 is a miss."""
@@ -169,11 +174,12 @@ class NetStats:
         """The deltas since the last take (channel-ready), None when nothing happened."""
         if not (self.send.count or self.pull.count or self.put or self.get or self.pulls_missed or self.transactions):
             return None
-        wire = {"put": [[t, *c] for t, c in self.put.items()],
+        wire = {"put": [[t, c[0], c[1], c[2]] for t, c in self.put.items()],
                 "get": [[g, t, *c] for (g, t), c in self.get.items()],
                 "send": self.send.to_wire(), "pull": self.pull.to_wire(),
                 "found": self.pulls_found, "missed": self.pulls_missed,
-                "tx": [[t, *c] for t, c in self.transactions.items()]}
+                "tx": [[t, *c] for t, c in self.transactions.items()],
+                "sizes": [[t, *c[3:]] for t, c in self.put.items()]}
         self._reset()
         return wire
 
@@ -257,8 +263,10 @@ class StatsBook:
         #: (original topic, group) -> messages sent back straight to the group's DLQ since start
         #: (5.x's rocketmq_send_to_dlq_messages_total; counted where the broker actor decides it).
         self.dlq: Counter[tuple[str, str]] = Counter()
-        #: topic -> transaction counts since start (new_transactions; 5.x's transaction families).
+        #: topic -> transaction counts since start (NetStats.transactions; 5.x's transaction families).
         self.transactions: dict[str, list[int]] = {}
+        #: topic -> message size histogram since start (NetStats.sizes; 5.x's rocketmq_message_size).
+        self.sizes: dict[str, list[int]] = {}
         self.broker_rates = Samples(1.0, 3601)
         self.cluster = cluster
         self.items = StatsItems(now, minute_sample_ms)
@@ -289,12 +297,13 @@ class StatsBook:
             items.add(BROKER_GET_NUMS, self.cluster, m, 0)
         t["pulls_found"] += wire["found"]
         t["pulls_missed"] += wire["missed"]
-        for topic, *counts in wire.get("tx", ()):
-            total = self.transactions.get(topic)
-            if total is None:
-                total = self.transactions[topic] = new_transactions()
-            for i, n in enumerate(counts):
-                total[i] += n
+        for table, key in ((self.transactions, "tx"), (self.sizes, "sizes")):
+            for topic, *counts in wire.get(key, ()):
+                total = table.get(topic)
+                if total is None:
+                    total = table[topic] = [0] * len(counts)
+                for i, n in enumerate(counts):
+                    total[i] += n
         self.send.add_wire(wire["send"])
         self.pull.add_wire(wire["pull"])
 

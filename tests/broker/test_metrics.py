@@ -80,6 +80,16 @@ def test_transaction_counts_carry_through_the_wire_into_5x_buckets():
     assert transaction_counts(book.transactions["T"]) == (4, 2, [4, 0, 0, 0, 0, 0, 2], 2 * 90_008)
 
 
+def test_a_send_request_is_one_size_observation_of_its_average_record():
+    net = NetStats()
+    net.stored("T", 1, 1024)                             # 1 KiB is in the 1 KiB bucket
+    net.stored("T", 32, 32 * 5000)                       # a batch: one observation of 5,000 bytes
+    net.stored("T", 1, 5 * 1024 * 1024)                  # over 4 MiB: +Inf
+    book = StatsBook(60, 0)
+    book.add(1000, net.take())
+    assert book.sizes["T"] == [1, 0, 1, 0, 0, 0, 1, 1024 + 5000 + 5 * 1024 * 1024]
+
+
 def test_group_labels_mark_retry_topics_and_system_groups():
     metrics = BrokerMetrics(SimpleNamespace(config=NodeConfig()))   # type: ignore[arg-type]
     assert metrics._group_labels("%RETRY%CG", "CG") == {"topic": "%RETRY%CG", "consumer_group": "CG",
@@ -218,7 +228,13 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
         const = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
         assert metric_value(samples, "rocketmq_messages_in_total", topic=TOPIC, message_type="normal",
                             is_system="false", **const) == 8
-        assert metric_value(samples, "rocketmq_throughput_in_total", topic=TOPIC) >= 8 * 100
+        bytes_in = metric_value(samples, "rocketmq_throughput_in_total", topic=TOPIC)
+        assert bytes_in >= 8 * 100
+        # one observation per send request, its records' average size: 8 single sends under 1 KiB
+        size = {"topic": TOPIC, "message_type": "normal", "is_system": "false"}
+        assert metric_value(samples, "rocketmq_message_size_bucket", le="1024.0", **size) == 8
+        assert metric_value(samples, "rocketmq_message_size_count", **size) == 8
+        assert metric_value(samples, "rocketmq_message_size_sum", **size) == bytes_in
         out = {"topic": TOPIC, "consumer_group": GROUP, "is_retry": "false", "is_system": "false"}
         assert metric_value(samples, "rocketmq_throughput_out_total", **out) >= 5 * 100
         # committed 2 of queue 0's 5 and 0 of queue 1's 3
