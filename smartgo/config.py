@@ -94,6 +94,15 @@ class NodeConfig:
                                    "metricsPromExporterPort, usually 5557); 0 = off")
     metrics_host: str = setting("", "address the Prometheus endpoint binds; default broker_ip, as 5.x binds "
                                     "brokerIP1 (metricsPromExporterHost)", metavar="IP")
+    tls_mode: str = setting("disabled", "TLS on the remoting ports, broker's and registry's (tls.server.mode): "
+                                        "disabled, permissive (TLS and plain clients on one port, told apart "
+                                        "by their first byte) or enforcing (TLS only)",
+                            choices=("disabled", "permissive", "enforcing"))
+    tls_cert_file: str = setting("", "PEM certificate chain served over TLS (tls.server.certPath)", metavar="PATH")
+    tls_key_file: str = setting("", "PEM private key of that certificate (tls.server.keyPath)", metavar="PATH")
+    tls_enable: str = setting("false", "this node's own connections (registration with the registries, a "
+                                       "slave's sync from its master) speak TLS (tls.enable)",
+                              choices=("true", "false"))
     acl_enable: str = setting("false", "check every request against the ACL file: access key, signature and "
                                        "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable)",
                               choices=("true", "false"))

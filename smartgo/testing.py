@@ -101,3 +101,12 @@ def run_benchmark(script: str, *args: str, timeout: float = 170.0, tmpdir: Path 
                          capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def self_signed_cert(folder: Path, name: str) -> tuple[str, str]:
+    """A self-signed certificate and its key (PEM files in folder), made with openssl as an operator
+    makes one: for TLS tests."""
+    cert, key = folder / f"{name}.crt", folder / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)

@@ -7,6 +7,7 @@ so that one command gives a working single node.
 from __future__ import annotations
 
 from smartgo.actors.actor import Actor, ActorContext
+from smartgo.net.tls import node_server_options
 from smartgo.registry.server import RegistryServer
 
 
@@ -14,7 +15,10 @@ class RegistryActor(Actor):
     def __init__(self, ctx: ActorContext, port: int = 0, subdir: str = "") -> None:
         super().__init__(ctx)
         store = self.config.store_path / subdir if subdir else self.config.store_path
-        self.server = RegistryServer(self.config.listen_host, port or self.config.listen_port, store)
+        cfg = self.config
+        self.server = RegistryServer(cfg.listen_host, port or cfg.listen_port, store,
+                                     tls=node_server_options(cfg.tls_mode, cfg.tls_cert_file, cfg.tls_key_file,
+                                                             "registry"))
 
     async def start(self) -> None:
         await self.server.start()

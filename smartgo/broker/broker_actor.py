@@ -64,6 +64,7 @@ from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, au
                                    parse_static_topics, read_snapshot, write_snapshot)
 from smartgo.net.codes import FLAG_ONEWAY, PermName, RequestCode
 from smartgo.net.command import RemotingCommand
+from smartgo.net.tls import client_context
 from smartgo.store import StoreReader
 from smartgo.store.record import store_timestamp_at
 
@@ -146,11 +147,13 @@ class BrokerActor(Actor):
         self.channel.processors.update(self._processors())
         self.spawn(self.channel.run(self.bell), "channel")
         self.spawn(self._write_stats(), "stats files")
+        outbound_tls = client_context() if cfg.tls_enable == "true" else None
         self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg),
-                                                  cfg.broker_id), registry_addrs(cfg))
+                                                  cfg.broker_id), registry_addrs(cfg), outbound_tls)
         if is_slave(cfg):                               # topics, groups and offsets follow the master's
             self.spawn(run_slave_sync(self, lambda: self.registrar.master_addr, cfg.slave_sync_interval,
-                                      request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key)), "slave sync")
+                                      request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),
+                                      ssl_context=outbound_tls), "slave sync")
         self.log.info("broker %s at %s: %d topics (version %d), %d groups, %d offset entries, registries %s",
                       cfg.broker_name, broker_addr(cfg), len(self.snapshot.topics), self.snapshot.version,
                       len(self.groups.table), len(self.offsets.table), ";".join(self.registrar.registries))

@@ -59,6 +59,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, ConnectionEvent
 from smartgo.net.errors import RemotingError, RemotingTimeoutError
 from smartgo.net.server import RemotingServer
+from smartgo.net.tls import node_server_options
 from smartgo.store import StoreReader
 
 log = logging.getLogger("smartgo.broker.net_actor")
@@ -141,9 +142,10 @@ class NetActor(Actor):
                 raise
             processors = self.acl.guard(processors)
         ports = [cfg.listen_port] + ([vip_port(cfg)] if vip_port(cfg) else [])
+        tls = node_server_options(cfg.tls_mode, cfg.tls_cert_file, cfg.tls_key_file, me)
         self.server = RemotingServer(cfg.listen_host, ports, processors, reuse_port=True,
                                      max_frame=max(16 << 20, cfg.max_message_size + (1 << 20)),
-                                     listeners=[self._on_connection_event], busy_poll_us=cfg.net_busy_poll_us)
+                                     listeners=[self._on_connection_event], busy_poll_us=cfg.net_busy_poll_us, **tls)
         self._pump = self.spawn(self._run_pump(), "pump", through_stop=True)   # stop() drains through it
         self._want_state()
         try:

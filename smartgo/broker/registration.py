@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import zlib
 from dataclasses import dataclass
 
@@ -40,10 +41,11 @@ def register_body(snapshot: TopicSnapshot) -> bytes:
 
 
 class Registrar:
-    def __init__(self, identity: BrokerIdentity, registries: list[str]) -> None:
+    def __init__(self, identity: BrokerIdentity, registries: list[str],
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.identity = identity
         self.registries = registries
-        self.client = RemotingClient()
+        self.client = RemotingClient(ssl_context=ssl_context)
         self.registered: set[str] = set()      # registries that accepted the latest registration
         self.master_addr: str | None = None     # a slave's master, as the registries last answered
         self.master_ha_addr: str | None = None

@@ -35,6 +35,10 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="ACL access key: sign every request (default: $SMARTGO_ACCESS_KEY)")
     p.add_argument("--secret-key", default=os.environ.get("SMARTGO_SECRET_KEY", ""), metavar="SECRET",
                    help="ACL secret key (default: $SMARTGO_SECRET_KEY; prefer it to the flag, which ps shows)")
+    p.add_argument("--tls", action="store_true", default=os.environ.get("SMARTGO_TLS") == "1",
+                   help="speak TLS to the registries and brokers (useTLS; default: $SMARTGO_TLS=1)")
+    p.add_argument("--tls-ca-file", default=os.environ.get("SMARTGO_TLS_CA_FILE", ""), metavar="PEM",
+                   help="accept only servers whose certificate this CA signed (default: any, as Java's clients)")
 
 
 def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -81,7 +85,8 @@ def parse_properties(items: Iterable[str] | None) -> dict[str, str]:
 
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
     credentials = {"access_key": args.access_key, "secret_key": args.secret_key} if args.access_key else {}
-    return {"timeout": args.timeout, **credentials}
+    tls = {"use_tls": True, "tls_ca_file": args.tls_ca_file} if args.tls else {}
+    return {"timeout": args.timeout, **credentials, **tls}
 
 
 def add_trace(p: argparse.ArgumentParser) -> None:

@@ -49,6 +49,10 @@ class ClientConfig:
     #: ACL credentials (RocketMQ's SessionCredentials): when access_key is set, every request is
     #: signed as AclClientRPCHook signs it, for brokers with ACL enabled.
     access_key: str = ""
+    #: TLS towards brokers and registries (Java's useTLS); the server's certificate is checked only
+    #: against tls_ca_file when one is given (Java's clients trust any by default).
+    use_tls: bool = False
+    tls_ca_file: str = ""
     secret_key: str = ""
     security_token: str = ""
 

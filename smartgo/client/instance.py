@@ -30,6 +30,7 @@ from smartgo.net.codes import CURRENT_VERSION, MASTER_ID, RequestCode, ResponseC
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection
 from smartgo.net.errors import RemotingConnectError, RemotingError
+from smartgo.net.tls import client_context
 
 log = logging.getLogger("smartgo.client.instance")
 
@@ -129,7 +130,8 @@ class ClientInstance:
             processors, connect_timeout=self.config.timeout,
             serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
             busy_poll_us=self.config.busy_poll_us,
-            request_hook=signer(self.config.access_key, self.config.secret_key, self.config.security_token))
+            request_hook=signer(self.config.access_key, self.config.secret_key, self.config.security_token),
+            ssl_context=client_context(self.config.tls_ca_file or None) if self.config.use_tls else None)
         self.started = True
 
     def every(self, interval: float, job: Callable[[], Awaitable[object]], name: str, first: float | None = None) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -41,12 +42,14 @@ class RemotingClient(Endpoint):
                  serialize_type: int = SerializeType.MSGPACK, compress_threshold: int = 0,
                  announce: bool = True, idle_timeout: float | None = None,
                  scan_interval: float = 0.1, busy_poll_us: int = 0,
-                 request_hook: Callable[[RemotingCommand], None] | None = None) -> None:
+                 request_hook: Callable[[RemotingCommand], None] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         """processors serve requests the server sends on our connections (e.g. the broker's
         NOTIFY_CONSUMER_IDS_CHANGED). serialize_type MSGPACK is used only once the server has shown
         it is SmartGo (JSON until then, and always towards RocketMQ's own servers); announce=False
         makes this client look exactly like a foreign one (JSON/ROCKETMQ only, no compression).
-        request_hook sees every request before it is sent (the ACL signature)."""
+        request_hook sees every request before it is sent (the ACL signature). With ssl_context
+        (smartgo.net.tls.client_context) every connection speaks TLS (Java's useTLS)."""
         options = EndpointOptions(
             processors=processors if processors is not None else {},
             default_processor=default_processor, listeners=tuple(listeners), max_frame=max_frame,
@@ -57,6 +60,7 @@ class RemotingClient(Endpoint):
             busy_poll_us=busy_poll_us, request_hook=request_hook)
         super().__init__(options, scan_interval)
         self.connect_timeout = connect_timeout
+        self._ssl = ssl_context
         self._by_address: dict[str, Connection] = {}
         self._dialling: dict[str, asyncio.Future[Connection]] = {}
         self._closing = False
@@ -92,7 +96,8 @@ class RemotingClient(Endpoint):
         try:
             _transport, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: Connection(self, dialled=True), host, port,
-                                       family=socket.AF_INET6 if ":" in host else socket.AF_INET),
+                                       family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                       ssl=self._ssl, server_hostname=host if self._ssl is not None else None),
                 self.connect_timeout)
         except asyncio.TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {self.connect_timeout:g} s") from None

@@ -30,7 +30,7 @@ _GONE = (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT)
 class RegistryServer:
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, store_dir: Path = DEFAULT_STORE_DIR, *,
                  clock: Callable[[], float] = time.time, scan_interval: float = 10.0,
-                 broker_expiry: float = 120.0) -> None:
+                 broker_expiry: float = 120.0, tls: dict | None = None) -> None:
         self.host = host
         self.requested_port = port
         self.store_dir = Path(store_dir)
@@ -40,6 +40,7 @@ class RegistryServer:
         self.kv = KVConfigManager(self.store_dir)
         self.processors = RegistryProcessors(self.routes, self.kv)
         self._remoting: RemotingServer | None = None
+        self._tls = tls or {}                           # RemotingServer's TLS options (smartgo.net.tls)
         self._scanner: asyncio.Task | None = None
 
     @property
@@ -52,7 +53,7 @@ class RegistryServer:
     async def start(self) -> None:
         self.kv.load()
         self._remoting = RemotingServer(self.host, [self.requested_port], self.processors.table(),
-                                        listeners=[self._on_connection_event])
+                                        listeners=[self._on_connection_event], **self._tls)
         await self._remoting.start()
         self._scanner = asyncio.get_running_loop().create_task(self._scan_forever())
         log.info("registry listening on %s:%d, KV config in %s", self.host, self.port, self.kv.path)

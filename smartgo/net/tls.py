@@ -1,0 +1,137 @@
+"""TLS on the remoting port, as RocketMQ 4.x offers it (TlsMode, TlsHelper).
+
+A server runs in one of three modes (tls.server.mode): `disabled` (plain remoting only),
+`permissive` (both: the first byte a client sends tells them apart, 0x16 opening a TLS handshake
+record, as NettyRemotingServer's HandshakeHandler sniffs it) or `enforcing` (TLS only). A client
+(useTLS) does not check the server's certificate unless given a CA file to check it against:
+Java's clients trust any (tls.client.authServer=false) by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+
+log = logging.getLogger("smartgo.net.tls")
+
+MODES = ("disabled", "permissive", "enforcing")
+#: The first byte of a TLS record carrying a handshake (a ClientHello opens every TLS connection).
+HANDSHAKE = 0x16
+
+
+def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """TLS 1.2+ with the broker's certificate chain and key (PEM). Raises OSError / ssl.SSLError."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+def server_options(mode: str, cert_file: str, key_file: str) -> dict:
+    """RemotingServer's TLS keyword arguments for a mode (tls_mode, tls_cert_file, tls_key_file).
+    ValueError, OSError or ssl.SSLError when the mode needs a certificate that does not load."""
+    if mode not in MODES:
+        raise ValueError(f"TLS mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "disabled":
+        return {}
+    if not cert_file or not key_file:
+        raise ValueError(f"TLS mode {mode} needs tls_cert_file and tls_key_file")
+    return {"tls_mode": mode, "ssl_context": server_context(cert_file, key_file)}
+
+
+def node_server_options(mode: str, cert_file: str, key_file: str, who: str) -> dict:
+    """server_options for a node's server, with the error line an operator needs when the
+    certificate does not load (the server then does not start: nothing is served in the clear
+    that was meant to be served over TLS)."""
+    try:
+        return server_options(mode, cert_file, key_file)
+    except (ValueError, OSError) as exc:            # ssl.SSLError is an OSError
+        log.error("%s: tls_mode is %s and its certificate does not load, so nothing is served: %s", who, mode, exc)
+        raise
+
+
+def client_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """Without ca_file any server certificate is accepted (Java's default); with it, the chain
+    must lead to that CA (the host name is not checked, as Netty's client does not)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = False
+    if ca_file is None:
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def listening_socket(host: str, port: int, reuse_port: bool, backlog: int) -> socket.socket:
+    """A non-blocking listening TCP socket, set up as loop.create_server sets up its own."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_permissive(listener: socket.socket, make_protocol: Callable[[], asyncio.Protocol],
+                           context: ssl.SSLContext, timeout: float) -> None:
+    """Accept on listener until cancelled. Each connection's first byte is peeked before any
+    transport exists (so nothing is read that the chosen protocol will not see, on any loop), and
+    the connection becomes a TLS or a plain transport accordingly."""
+    loop = asyncio.get_running_loop()
+    adopting: set[asyncio.Task] = set()
+    try:
+        while True:
+            conn, _ = await loop.sock_accept(listener)
+            task = loop.create_task(_adopt(conn, make_protocol, context, timeout))
+            adopting.add(task)
+            task.add_done_callback(adopting.discard)
+    finally:
+        for task in list(adopting):
+            task.cancel()
+
+
+async def _adopt(conn: socket.socket, make_protocol: Callable[[], asyncio.Protocol], context: ssl.SSLContext,
+                 timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    peer = conn.getpeername()
+    conn.setblocking(False)
+    try:
+        first = await asyncio.wait_for(_peek(conn), timeout)
+        if not first:
+            conn.close()
+            return
+        tls = first[0] == HANDSHAKE
+        options = {"ssl": context, "ssl_handshake_timeout": timeout} if tls else {}
+        await loop.connect_accepted_socket(make_protocol, conn, **options)
+    except asyncio.CancelledError:
+        conn.close()
+        raise
+    except asyncio.TimeoutError:
+        log.info("connection from %s closed: no request or TLS handshake within %g s", peer, timeout)
+        conn.close()
+    except (OSError, ssl.SSLError) as exc:
+        log.warning("connection from %s closed: %s", peer, exc)
+        conn.close()
+
+
+async def _peek(conn: socket.socket) -> bytes:
+    """The first byte the peer sent, left in the socket (b"" when it closed first)."""
+    loop = asyncio.get_running_loop()
+    readable = loop.create_future()
+    loop.add_reader(conn.fileno(), lambda: readable.done() or readable.set_result(None))
+    try:
+        await readable
+    finally:
+        loop.remove_reader(conn.fileno())
+    return conn.recv(1, socket.MSG_PEEK)
