@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ssl
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from smartgo.net.tls import ServerTls, client_context
 
 
 class ConfigError(Exception):
@@ -100,9 +103,14 @@ class NodeConfig:
                             choices=("disabled", "permissive", "enforcing"))
     tls_cert_file: str = setting("", "PEM certificate chain served over TLS (tls.server.certPath)", metavar="PATH")
     tls_key_file: str = setting("", "PEM private key of that certificate (tls.server.keyPath)", metavar="PATH")
+    tls_need_client_auth: str = setting("none", "ask TLS clients for a certificate signed by a CA of "
+                                                "tls_trust_cert_file (tls.server.need.client.auth)",
+                                        choices=("none", "optional", "require"))
+    tls_trust_cert_file: str = setting("", "PEM CA certificates the clients' certificates must lead to "
+                                           "(tls.server.trustCertPath)", metavar="PATH")
     tls_enable: str = setting("false", "this node's own connections (registration with the registries, a "
-                                       "slave's sync from its master) speak TLS (tls.enable)",
-                              choices=("true", "false"))
+                                       "slave's sync from its master) speak TLS, showing tls_cert_file when "
+                                       "asked (tls.enable)", choices=("true", "false"))
     acl_enable: str = setting("false", "check every request against the ACL file: access key, signature and "
                                        "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable)",
                               choices=("true", "false"))
@@ -243,6 +251,17 @@ class NodeConfig:
     @property
     def log_path(self) -> Path:
         return self.store_path / "logs" / "node.log"
+
+    @property
+    def server_tls(self) -> ServerTls:
+        return ServerTls(self.tls_mode, self.tls_cert_file, self.tls_key_file, self.tls_need_client_auth,
+                         self.tls_trust_cert_file)
+
+    def outbound_tls(self) -> ssl.SSLContext | None:
+        """The TLS context of this node's own connections (tls_enable), showing its certificate."""
+        if self.tls_enable != "true":
+            return None
+        return client_context(cert_file=self.tls_cert_file or None, key_file=self.tls_key_file or None)
 
     @property
     def board_path(self) -> Path:

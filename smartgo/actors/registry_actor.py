@@ -17,8 +17,7 @@ class RegistryActor(Actor):
         store = self.config.store_path / subdir if subdir else self.config.store_path
         cfg = self.config
         self.server = RegistryServer(cfg.listen_host, port or cfg.listen_port, store,
-                                     tls=node_server_options(cfg.tls_mode, cfg.tls_cert_file, cfg.tls_key_file,
-                                                             "registry"))
+                                     tls=node_server_options(cfg.server_tls, "registry"))
 
     async def start(self) -> None:
         await self.server.start()

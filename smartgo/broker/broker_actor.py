@@ -64,7 +64,6 @@ from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, au
                                    parse_static_topics, read_snapshot, write_snapshot)
 from smartgo.net.codes import FLAG_ONEWAY, PermName, RequestCode
 from smartgo.net.command import RemotingCommand
-from smartgo.net.tls import client_context
 from smartgo.store import StoreReader
 from smartgo.store.record import store_timestamp_at
 
@@ -147,7 +146,7 @@ class BrokerActor(Actor):
         self.channel.processors.update(self._processors())
         self.spawn(self.channel.run(self.bell), "channel")
         self.spawn(self._write_stats(), "stats files")
-        outbound_tls = client_context() if cfg.tls_enable == "true" else None
+        outbound_tls = cfg.outbound_tls()
         self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg),
                                                   cfg.broker_id), registry_addrs(cfg), outbound_tls)
         if is_slave(cfg):                               # topics, groups and offsets follow the master's

@@ -142,7 +142,7 @@ class NetActor(Actor):
                 raise
             processors = self.acl.guard(processors)
         ports = [cfg.listen_port] + ([vip_port(cfg)] if vip_port(cfg) else [])
-        tls = node_server_options(cfg.tls_mode, cfg.tls_cert_file, cfg.tls_key_file, me)
+        tls = node_server_options(cfg.server_tls, me)
         self.server = RemotingServer(cfg.listen_host, ports, processors, reuse_port=True,
                                      max_frame=max(16 << 20, cfg.max_message_size + (1 << 20)),
                                      listeners=[self._on_connection_event], busy_poll_us=cfg.net_busy_poll_us, **tls)

@@ -39,6 +39,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="speak TLS to the registries and brokers (useTLS; default: $SMARTGO_TLS=1)")
     p.add_argument("--tls-ca-file", default=os.environ.get("SMARTGO_TLS_CA_FILE", ""), metavar="PEM",
                    help="accept only servers whose certificate this CA signed (default: any, as Java's clients)")
+    p.add_argument("--tls-cert-file", default=os.environ.get("SMARTGO_TLS_CERT_FILE", ""), metavar="PEM",
+                   help="this client's certificate, for brokers that ask for one (and --tls-key-file)")
+    p.add_argument("--tls-key-file", default=os.environ.get("SMARTGO_TLS_KEY_FILE", ""), metavar="PEM")
 
 
 def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -85,7 +88,8 @@ def parse_properties(items: Iterable[str] | None) -> dict[str, str]:
 
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
     credentials = {"access_key": args.access_key, "secret_key": args.secret_key} if args.access_key else {}
-    tls = {"use_tls": True, "tls_ca_file": args.tls_ca_file} if args.tls else {}
+    tls = {"use_tls": True, "tls_ca_file": args.tls_ca_file, "tls_cert_file": args.tls_cert_file,
+           "tls_key_file": args.tls_key_file} if args.tls else {}
     return {"timeout": args.timeout, **credentials, **tls}
 
 

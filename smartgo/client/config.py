@@ -53,6 +53,9 @@ class ClientConfig:
     #: against tls_ca_file when one is given (Java's clients trust any by default).
     use_tls: bool = False
     tls_ca_file: str = ""
+    #: This client's certificate and key, for brokers that ask for one (tls_need_client_auth).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
     secret_key: str = ""
     security_token: str = ""
 

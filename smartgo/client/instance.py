@@ -131,7 +131,8 @@ class ClientInstance:
             serialize_type=SerializeType.MSGPACK if self.config.use_msgpack else SerializeType.JSON,
             busy_poll_us=self.config.busy_poll_us,
             request_hook=signer(self.config.access_key, self.config.secret_key, self.config.security_token),
-            ssl_context=client_context(self.config.tls_ca_file or None) if self.config.use_tls else None)
+            ssl_context=client_context(self.config.tls_ca_file or None, self.config.tls_cert_file or None,
+                                       self.config.tls_key_file or None) if self.config.use_tls else None)
         self.started = True
 
     def every(self, interval: float, job: Callable[[], Awaitable[object]], name: str, first: float | None = None) -> None:

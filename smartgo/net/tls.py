@@ -4,7 +4,8 @@ A server runs in one of three modes (tls.server.mode): `disabled` (plain remotin
 `permissive` (both: the first byte a client sends tells them apart, 0x16 opening a TLS handshake
 record, as NettyRemotingServer's HandshakeHandler sniffs it) or `enforcing` (TLS only). A client
 (useTLS) does not check the server's certificate unless given a CA file to check it against:
-Java's clients trust any (tls.client.authServer=false) by default.
+Java's clients trust any (tls.client.authServer=false) by default. A server may also ask clients
+for certificates signed by a CA it trusts (tls.server.need.client.auth: optional or require).
 """
 
 from __future__ import annotations
@@ -14,53 +15,79 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 
 log = logging.getLogger("smartgo.net.tls")
 
 MODES = ("disabled", "permissive", "enforcing")
+CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require": ssl.CERT_REQUIRED}
 #: The first byte of a TLS record carrying a handshake (a ClientHello opens every TLS connection).
 HANDSHAKE = 0x16
 
 
-def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """TLS 1.2+ with the broker's certificate chain and key (PEM). Raises OSError / ssl.SSLError."""
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """A server's TLS settings (a node's tls_* settings)."""
+    mode: str = "disabled"
+    cert_file: str = ""
+    key_file: str = ""
+    #: Ask clients for a certificate (none, optional, require) signed by a CA in trust_file.
+    client_auth: str = "none"
+    trust_file: str = ""
+
+
+def server_context(tls: ServerTls) -> ssl.SSLContext:
+    """TLS 1.2+ with the server's certificate chain and key (PEM), and the CA its clients'
+    certificates must lead to when it asks for them. Raises ValueError, OSError / ssl.SSLError."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.client_auth not in CLIENT_AUTH:
+        raise ValueError(f"client authentication {tls.client_auth!r} is not one of {', '.join(CLIENT_AUTH)}")
+    if tls.client_auth != "none":
+        if not tls.trust_file:
+            raise ValueError(f"client authentication {tls.client_auth} needs tls_trust_cert_file")
+        ctx.load_verify_locations(tls.trust_file)
+    ctx.verify_mode = CLIENT_AUTH[tls.client_auth]
     return ctx
 
 
-def server_options(mode: str, cert_file: str, key_file: str) -> dict:
-    """RemotingServer's TLS keyword arguments for a mode (tls_mode, tls_cert_file, tls_key_file).
-    ValueError, OSError or ssl.SSLError when the mode needs a certificate that does not load."""
-    if mode not in MODES:
-        raise ValueError(f"TLS mode {mode!r} is not one of {', '.join(MODES)}")
-    if mode == "disabled":
+def server_options(tls: ServerTls) -> dict:
+    """RemotingServer's TLS keyword arguments. ValueError, OSError or ssl.SSLError when the mode
+    needs a certificate that does not load."""
+    if tls.mode not in MODES:
+        raise ValueError(f"TLS mode {tls.mode!r} is not one of {', '.join(MODES)}")
+    if tls.mode == "disabled":
         return {}
-    if not cert_file or not key_file:
-        raise ValueError(f"TLS mode {mode} needs tls_cert_file and tls_key_file")
-    return {"tls_mode": mode, "ssl_context": server_context(cert_file, key_file)}
+    if not tls.cert_file or not tls.key_file:
+        raise ValueError(f"TLS mode {tls.mode} needs tls_cert_file and tls_key_file")
+    return {"tls_mode": tls.mode, "ssl_context": server_context(tls)}
 
 
-def node_server_options(mode: str, cert_file: str, key_file: str, who: str) -> dict:
+def node_server_options(tls: ServerTls, who: str) -> dict:
     """server_options for a node's server, with the error line an operator needs when the
     certificate does not load (the server then does not start: nothing is served in the clear
     that was meant to be served over TLS)."""
     try:
-        return server_options(mode, cert_file, key_file)
+        return server_options(tls)
     except (ValueError, OSError) as exc:            # ssl.SSLError is an OSError
-        log.error("%s: tls_mode is %s and its certificate does not load, so nothing is served: %s", who, mode, exc)
+        log.error("%s: tls_mode is %s and its certificate does not load, so nothing is served: %s", who, tls.mode,
+                  exc)
         raise
 
 
-def client_context(ca_file: str | None = None) -> ssl.SSLContext:
+def client_context(ca_file: str | None = None, cert_file: str | None = None,
+                   key_file: str | None = None) -> ssl.SSLContext:
     """Without ca_file any server certificate is accepted (Java's default); with it, the chain
-    must lead to that CA (the host name is not checked, as Netty's client does not)."""
+    must lead to that CA (the host name is not checked, as Netty's client does not). cert_file
+    and key_file: this client's certificate, for servers that ask for one."""
     ctx = ssl.create_default_context(cafile=ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.check_hostname = False
     if ca_file is None:
         ctx.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file or None)
     return ctx
 
 

@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 from smartgo.net.loop import run
-from smartgo.net.tls import MODES, server_options
+from smartgo.net.tls import MODES, ServerTls, server_options
 from smartgo.registry.server import DEFAULT_PORT, DEFAULT_STORE_DIR, RegistryServer
 
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        tls = server_options(args.tls_mode, args.tls_cert_file, args.tls_key_file)
+        tls = server_options(ServerTls(args.tls_mode, args.tls_cert_file, args.tls_key_file))
     except (ValueError, OSError) as exc:
         parser.error(f"TLS: {exc}")
     run(serve(RegistryServer(args.host, args.listen_port, args.store_dir, tls=tls)))

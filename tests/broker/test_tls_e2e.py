@@ -56,14 +56,21 @@ def test_a_permissive_node_serves_tls_and_plain_clients(tmp_path, cert, capsys):
 
 
 def test_an_enforcing_node_serves_only_tls_and_registers_over_tls(tmp_path, cert):
+    """Enforcing, with client certificates required (signed by the node's own CA: its self-signed
+    certificate): the broker registers with its registry showing its certificate, a client with
+    one sends and reads, a client without one or without TLS gets nothing."""
     node = start_broker(tmp_path / "node", {"tls_mode": "enforcing", "tls_cert_file": cert[0],
-                                            "tls_key_file": cert[1], "tls_enable": "true", "topics": "TlsOnly:1"})
+                                            "tls_key_file": cert[1], "tls_need_client_auth": "require",
+                                            "tls_trust_cert_file": cert[0], "tls_enable": "true",
+                                            "topics": "TlsOnly:1"})
     try:
         registry = f"127.0.0.1:{node.registry_port}"
         # the route comes from the node's own (enforcing) registry: the broker registered there over TLS
-        assert arun(send_and_read(registry, "TlsOnly", b"secret", use_tls=True, timeout=2.0)) == [b"secret"]
-        with pytest.raises(ClientError):
-            arun(send_and_read(registry, "TlsOnly", b"plain", timeout=2.0))
+        assert arun(send_and_read(registry, "TlsOnly", b"secret", use_tls=True, tls_cert_file=cert[0],
+                                  tls_key_file=cert[1], timeout=2.0)) == [b"secret"]
+        for options in ({"use_tls": True}, {}):
+            with pytest.raises(ClientError):
+                arun(send_and_read(registry, "TlsOnly", b"refused", timeout=2.0, **options))
     finally:
         node.reap()
 

@@ -17,7 +17,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection
 from smartgo.net.errors import RemotingConnectError, RemotingError
 from smartgo.net.server import RemotingServer
-from smartgo.net.tls import client_context, server_context
+from smartgo.net.tls import ServerTls, client_context, server_context, server_options
 from smartgo.testing import self_signed_cert
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     folder = tmp_path_factory.mktemp("certs")
-    return {name: self_signed_cert(folder, name) for name in ("broker", "stranger")}
+    return {name: self_signed_cert(folder, name) for name in ("broker", "stranger", "app")}
 
 
 async def who(conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -35,9 +35,9 @@ async def who(conn: Connection, req: RemotingCommand) -> RemotingCommand:
     return req.make_response(ResponseCode.SUCCESS, "tls" if secured else "plain", body=req.body)
 
 
-def serve(mode: str, certs: dict, **options) -> RemotingServer:
-    return RemotingServer("127.0.0.1", [0], {10: who}, tls_mode=mode, ssl_context=server_context(*certs["broker"]),
-                          **options)
+def serve(mode: str, certs: dict, client_auth: str = "none", **options) -> RemotingServer:
+    tls = ServerTls(mode, *certs["broker"], client_auth, certs["app"][0] if client_auth != "none" else "")
+    return RemotingServer("127.0.0.1", [0], {10: who}, **server_options(tls), **options)
 
 
 def test_a_permissive_port_serves_tls_and_plain_clients_alike(arun, certs):
@@ -94,8 +94,31 @@ def test_a_silent_connection_is_closed_and_the_port_serves_on(arun, certs):
     assert 0.2 <= waited < 4 and ok.remark == "tls"
 
 
-def test_tls_needs_a_certificate():
+@pytest.mark.parametrize("mode", ["permissive", "enforcing"])
+def test_a_server_that_requires_client_certificates_takes_only_those_its_ca_signed(arun, certs, mode):
+    """tls.server.need.client.auth=require: the app's certificate (its own CA here) is let in; no
+    certificate, or one the server's CA did not sign, is not."""
+    async def main():
+        app_tls = client_context(cert_file=certs["app"][0], key_file=certs["app"][1])
+        async with serve(mode, certs, client_auth="require") as server, RemotingClient(ssl_context=app_tls) as app, \
+                RemotingClient(ssl_context=client_context()) as anonymous, \
+                RemotingClient(ssl_context=client_context(cert_file=certs["stranger"][0],
+                                                          key_file=certs["stranger"][1])) as stranger:
+            addr = f"127.0.0.1:{server.port}"
+            ok = await app.invoke(addr, RemotingCommand(10, body=b"hi"))
+            for client in (anonymous, stranger):
+                with pytest.raises(RemotingError):
+                    await client.invoke(addr, RemotingCommand(10, body=b"hi"), timeout=3.0)
+        return ok
+    assert arun(main()).remark == "tls"
+
+
+def test_tls_needs_a_certificate(certs):
     with pytest.raises(ValueError, match="needs a certificate"):
         RemotingServer("127.0.0.1", [0], {}, tls_mode="permissive")
+    with pytest.raises(ValueError, match="needs tls_cert_file"):
+        server_options(ServerTls("enforcing"))
+    with pytest.raises(ValueError, match="needs tls_trust_cert_file"):
+        server_options(ServerTls("enforcing", *certs["broker"], "require"))
     with pytest.raises((OSError, ssl.SSLError)):
-        server_context("/nonexistent.crt", "/nonexistent.key")
+        server_context(ServerTls("enforcing", "/nonexistent.crt", "/nonexistent.key"))
