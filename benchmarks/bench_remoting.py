@@ -15,6 +15,10 @@ Figures (medians of --runs runs):
 <type> is json (what foreign clients use) or msgpack (SmartGo peers after negotiation).
 
     .venv/bin/python benchmarks/bench_remoting.py [--runs 5] [--json] [--quick] [--loop uvloop|asyncio] [--busy-poll-us 100]
+                                                  [--tls]
+
+--tls measures every figure over TLS (TLS clients, echo servers in permissive mode with a
+self-signed certificate): compare it with a run without.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +45,8 @@ from smartgo.net.codes import RequestCode, SerializeType  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
 from smartgo.net.headers import decode_header, encode_header  # noqa: E402
 from smartgo.net.loop import run  # noqa: E402
-from smartgo.testing import free_port, wait_for_port  # noqa: E402
+from smartgo.net.tls import client_context  # noqa: E402
+from smartgo.testing import free_port, self_signed_cert, wait_for_port  # noqa: E402
 
 SEND_HEADER = {
     "a": "PID_benchmark_producer", "b": "BenchmarkTopic", "c": "TBW102", "d": "4", "e": "3",
@@ -68,8 +74,13 @@ def header_us(stype: int, n: int) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
+#: --tls: every client speaks TLS to a permissive server (set by main).
+TLS: dict = {"client": None, "server_args": []}
+
+
 async def _client(addr: str, stype: int, busy_poll_us: int = 0) -> RemotingClient:
-    client = RemotingClient(serialize_type=stype, announce=stype != SerializeType.JSON, busy_poll_us=busy_poll_us)
+    client = RemotingClient(serialize_type=stype, announce=stype != SerializeType.JSON, busy_poll_us=busy_poll_us,
+                            ssl_context=TLS["client"])
     await client.invoke(addr, send_request())   # dial + negotiate
     await client.invoke(addr, send_request())
     return client
@@ -134,7 +145,7 @@ async def multi_conn_rate(addr: str, stype: int, n_per_conn: int, conns: int) ->
 
 def start_server(port: int, loop_name: str, cpu: int | None, busy_poll_us: int = 0) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "smartgo.net.echo", "--port", str(port), "--loop", loop_name,
-           "--busy-poll-us", str(busy_poll_us)]
+           "--busy-poll-us", str(busy_poll_us), *TLS["server_args"]]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -174,8 +185,15 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=256, help="requests in flight when pipelining")
     parser.add_argument("--busy-poll-us", type=int, default=100,
                         help="busy-poll window of both sides for sync_busy_poll_* (default 100)")
+    parser.add_argument("--tls", action="store_true",
+                        help="every figure over TLS: TLS clients, servers in permissive mode (a self-signed certificate)")
     args = parser.parse_args()
     prefer_uvloop = args.loop == "uvloop"
+    certs = tempfile.TemporaryDirectory(prefix="bench-tls-")
+    if args.tls:
+        cert, key = self_signed_cert(Path(certs.name), "echo")
+        TLS.update(client=client_context(), server_args=["--tls-mode", "permissive", "--tls-cert-file", cert,
+                                                         "--tls-key-file", key])
 
     runs = 1 if args.quick else args.runs
     scale = 0.05 if args.quick else 1.0
@@ -231,7 +249,9 @@ def main() -> None:
             stop_server(server)
 
     figures: dict[str, object] = {name: round(statistics.median(v), 2) for name, v in samples.items()}
-    figures.update(runs=runs, loop=args.loop, window=args.window, busy_poll_us=args.busy_poll_us, quick=args.quick)
+    figures.update(runs=runs, loop=args.loop, window=args.window, busy_poll_us=args.busy_poll_us, quick=args.quick,
+                   tls=args.tls)
+    certs.cleanup()
     for name, value in figures.items():
         print(f"{name:28s} {value}")
     if args.json:

@@ -4,6 +4,7 @@ It answers SEND_MESSAGE_V2 the way a broker does (msgId, queueId, queueOffset, M
 TRACE_ON) without storing anything, and echoes any other code 0..999 back with its body.
 
     python -m smartgo.net.echo --port N [--host H] [--max-frame BYTES] [--loop uvloop|asyncio] [--busy-poll-us N]
+                               [--tls-mode permissive|enforcing --tls-cert-file C --tls-key-file K]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from smartgo.net.connection import Connection, eager
 from smartgo.net.frame import DEFAULT_MAX_FRAME
 from smartgo.net.loop import run
 from smartgo.net.server import RemotingServer
+from smartgo.net.tls import MODES, ServerTls, server_options
 
 #: Codes this server does not serve, so clients can check REQUEST_CODE_NOT_SUPPORTED.
 UNSUPPORTED_FROM = 1000
@@ -45,14 +47,16 @@ class EchoProcessors:
                                      body=request.body)
 
 
-def make_server(host: str, port: int, max_frame: int = DEFAULT_MAX_FRAME, busy_poll_us: int = 0) -> RemotingServer:
+def make_server(host: str, port: int, max_frame: int = DEFAULT_MAX_FRAME, busy_poll_us: int = 0,
+                tls: ServerTls = ServerTls()) -> RemotingServer:
     processors = EchoProcessors()
     return RemotingServer(host, [port], {RequestCode.SEND_MESSAGE_V2: processors.send},
-                          default_processor=processors.echo, max_frame=max_frame, busy_poll_us=busy_poll_us)
+                          default_processor=processors.echo, max_frame=max_frame, busy_poll_us=busy_poll_us,
+                          **server_options(tls))
 
 
-async def serve(host: str, port: int, max_frame: int, busy_poll_us: int = 0) -> None:
-    server = make_server(host, port, max_frame, busy_poll_us)
+async def serve(host: str, port: int, max_frame: int, busy_poll_us: int = 0, tls: ServerTls = ServerTls()) -> None:
+    server = make_server(host, port, max_frame, busy_poll_us, tls)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -71,11 +75,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--cpu", type=int, help="pin the process to this CPU")
     parser.add_argument("--busy-poll-us", type=int, default=0, help="busy-poll window (smartgo.net.busy_poll)")
+    parser.add_argument("--tls-mode", choices=MODES, default="disabled")
+    parser.add_argument("--tls-cert-file", default="")
+    parser.add_argument("--tls-key-file", default="")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    run(serve(args.host, args.port, args.max_frame, args.busy_poll_us), prefer_uvloop=args.loop == "uvloop")
+    tls = ServerTls(args.tls_mode, args.tls_cert_file, args.tls_key_file)
+    run(serve(args.host, args.port, args.max_frame, args.busy_poll_us, tls), prefer_uvloop=args.loop == "uvloop")
 
 
 if __name__ == "__main__":
