@@ -248,11 +248,13 @@ class AsyncProducer(MemberClient):
         queue = selector(info.queues, sharding_key)
         return await _Send(self, prep, timeout, None, queue).future
 
-    async def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> SendResult:
+    async def send_batch(self, msgs: Sequence[Message], timeout: float | None = None, *,
+                         queue: MessageQueue | None = None) -> SendResult:
         """Send messages of one topic in one SEND_BATCH_MESSAGE request, stored together in one
-        queue. msg_id and offset_msg_id are comma-joined; queue_offset is the first message's."""
+        queue (the given one, with no retry elsewhere, as Java's send(msgs, mq): an ordered
+        batch). msg_id and offset_msg_id are comma-joined; queue_offset is the first message's."""
         self._check_running()
-        return await _Send(self, self._prepare_batch(msgs), timeout, None, None).future
+        return await _Send(self, self._prepare_batch(msgs), timeout, None, queue).future
 
     async def send_oneway(self, msg: Message) -> None:
         """Write the request and return: no response, no retry, no delivery guarantee."""

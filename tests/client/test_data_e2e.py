@@ -96,6 +96,27 @@ def test_ordered_per_key_and_compression(real_cluster):
     assert all(len(q) == 1 for q in queue_of.values())
 
 
+def test_a_batch_to_a_chosen_queue_lands_there_in_order(real_cluster):
+    """send_batch(msgs, queue=mq), Java's send(Collection<Message>, MessageQueue): every batch to the
+    queue asked for, consecutive offsets, in the order sent."""
+    topic = "E2E_BATCHQ_" + uuid.uuid4().hex[:8]
+
+    async def main():
+        async with AsyncProducer("PG", real_cluster.registry) as p:
+            await p.send(Message(topic, b"create"))
+            queue = sorted(await p.fetch_publish_queues(topic))[-1]
+            results = [await p.send_batch([Message(topic, f"{b}-{i}".encode()) for i in range(5)], queue=queue)
+                       for b in range(3)]
+        async with AsyncPullConsumer("E2E_PULL", real_cluster.registry) as pc:
+            return queue, results, [m for m in await drain(pc, topic) if m.body != b"create"]
+    queue, results, got = arun(main())
+    assert {r.queue for r in results} == {queue} and [r.queue_offset for r in results] == [
+        results[0].queue_offset + 5 * b for b in range(3)]
+    assert {m.queue_id for m in got} == {queue.queue_id}
+    assert [m.body for m in sorted(got, key=lambda m: m.queue_offset)] == [
+        f"{b}-{i}".encode() for b in range(3) for i in range(5)]
+
+
 def test_queries(real_cluster):
     topic = "E2E_QUERY_" + uuid.uuid4().hex[:8]
 
