@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from smartgo.actors.board import Board, BoardError
@@ -22,6 +23,7 @@ from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
+from smartgo.net.tls import client_context
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,13 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--cpu-interval", type=float, default=0.2, metavar="SECONDS",
                    help="--store-dir: CPU %% is measured over this interval (default: 0.2)")
+    p.add_argument("--tls", action="store_true", default=os.environ.get("SMARTGO_TLS") == "1",
+                   help="with --broker: speak TLS to it (default: $SMARTGO_TLS=1)")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                    help="--broker: request timeout (default: 5)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    report = broker_report(args.broker, args.timeout) if args.broker else board_report(args)
+    report = broker_report(args.broker, args.timeout, args.tls) if args.broker else board_report(args)
     print(json.dumps(report) if args.json else render(report))
     return 0 if report["healthy"] else 1
 
@@ -57,9 +61,9 @@ def board_report(args: argparse.Namespace) -> dict:
         board.close()
 
 
-def broker_report(addr: str, timeout: float) -> dict:
+def broker_report(addr: str, timeout: float, tls: bool = False) -> dict:
     """The health report a broker puts in its runtime info (CPU %% since its previous report)."""
-    client = BlockingRemotingClient(connect_timeout=timeout)
+    client = BlockingRemotingClient(connect_timeout=timeout, ssl_context=client_context() if tls else None)
     try:
         response = client.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO), timeout)
     except (RemotingError, OSError) as e:

@@ -51,6 +51,8 @@ def test_a_permissive_node_serves_tls_and_plain_clients(tmp_path, cert, capsys):
                      "--body", "via cli", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["status"] == "SEND_OK"
         assert "(TLS permissive)" in node.log_text()
+        assert main(["health", "--broker", f"127.0.0.1:{node.port}", "--tls", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["healthy"] is True
     finally:
         node.reap()
 
