@@ -128,6 +128,19 @@ def pack_host(host: str, port: int) -> bytes:
     return packed
 
 
+_HOSTS_SEEN: dict[bytes, tuple[str, int]] = {}
+
+
+def unpack_host_cached(raw: bytes) -> tuple[str, int]:
+    """unpack_host for a decoder's hot loop: a pulled batch names the same few hosts over and over."""
+    host = _HOSTS_SEEN.get(raw)
+    if host is None:
+        if len(_HOSTS_SEEN) > 10_000:       # producers come and go: bounded
+            _HOSTS_SEEN.clear()
+        host = _HOSTS_SEEN[raw] = unpack_host(raw)
+    return host
+
+
 def unpack_host(raw) -> tuple[str, int]:
     if len(raw) == 8:
         ip, port = HOST_V4.unpack(raw)
@@ -300,12 +313,12 @@ def _decode(mv: memoryview, pos: int, check_crc: bool, with_body: bool) -> Messa
         raise CorruptRecordError(f"bad total size {total} ({avail} bytes available)", pos)
     born_len, store_len = _host_lengths(sys_flag)
     p = pos + POS_BORNHOST
-    born_host = unpack_host(mv[p:p + born_len])
+    born_host = unpack_host_cached(bytes(mv[p:p + born_len]))
     p += born_len
     store_ts = INT64.unpack_from(mv, p)[0]
     p += 8
     store_host_raw = bytes(mv[p:p + store_len])
-    store_host = unpack_host(store_host_raw)
+    store_host = unpack_host_cached(store_host_raw)
     p += store_len
     reconsume, prepared = _MID.unpack_from(mv, p)
     p += 12
