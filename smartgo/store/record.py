@@ -288,8 +288,23 @@ def _host_lengths(sys_flag: int) -> tuple[int, int]:
     return (20 if sys_flag & BORNHOST_V6_FLAG else 8), (20 if sys_flag & STOREHOST_V6_FLAG else 8)
 
 
-_DECODE_FIXED = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (48 bytes)
 _MID = struct.Struct(">iq")  # RECONSUMETIMES, PREPAREDTXOFFSET
+
+
+def _v6_fields(mv: memoryview, pos: int, sys_flag: int) -> tuple[bytes, int, bytes, int, int, int, int]:
+    """BORNHOST .. BODYLEN of a record with an IPv6 host: (born host, store time, store host,
+    reconsume times, prepared offset, body length, the body's position)."""
+    born_len, store_len = _host_lengths(sys_flag)
+    p = pos + POS_BORNHOST
+    born_raw = bytes(mv[p:p + born_len])
+    p += born_len
+    store_ts = INT64.unpack_from(mv, p)[0]
+    p += 8
+    store_host_raw = bytes(mv[p:p + store_len])
+    p += store_len
+    reconsume, prepared = _MID.unpack_from(mv, p)
+    p += 12
+    return born_raw, store_ts, store_host_raw, reconsume, prepared, INT32.unpack_from(mv, p)[0], p + 4
 
 
 def decode_record(buf, pos: int = 0, *, check_crc: bool = False, with_body: bool = True) -> MessageExt:
@@ -306,24 +321,19 @@ def _decode(mv: memoryview, pos: int, check_crc: bool, with_body: bool) -> Messa
     avail = len(mv) - pos
     if avail < FIXED_SIZE:
         raise CorruptRecordError(f"truncated record: {avail} bytes left, at least {FIXED_SIZE} needed", pos)
-    total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = _DECODE_FIXED.unpack_from(mv, pos)
+    # one unpack of the whole IPv4 layout, the common case; IPv6 hosts move the fields after them
+    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_raw, store_ts, store_host_raw,
+     reconsume, prepared, body_len) = HEADER.unpack_from(mv, pos)
     if magic != MESSAGE_MAGIC:
         raise CorruptRecordError(f"bad magic 0x{magic & 0xFFFFFFFF:08X}", pos)
     if total < FIXED_SIZE or total > avail:
         raise CorruptRecordError(f"bad total size {total} ({avail} bytes available)", pos)
-    born_len, store_len = _host_lengths(sys_flag)
-    p = pos + POS_BORNHOST
-    born_host = unpack_host_cached(bytes(mv[p:p + born_len]))
-    p += born_len
-    store_ts = INT64.unpack_from(mv, p)[0]
-    p += 8
-    store_host_raw = bytes(mv[p:p + store_len])
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+        born_raw, store_ts, store_host_raw, reconsume, prepared, body_len, p = _v6_fields(mv, pos, sys_flag)
+    else:
+        p = pos + HEADER_V4_SIZE
+    born_host = unpack_host_cached(born_raw)
     store_host = unpack_host_cached(store_host_raw)
-    p += store_len
-    reconsume, prepared = _MID.unpack_from(mv, p)
-    p += 12
-    body_len = INT32.unpack_from(mv, p)[0]
-    p += 4
     end = pos + total
     if body_len < 0 or p + body_len + 3 > end:
         raise CorruptRecordError(f"bad body length {body_len}", pos)
