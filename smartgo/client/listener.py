@@ -40,7 +40,7 @@ Done = Callable[[Any, int], None]
 _STOP = object()
 
 
-def verdict(value: object, msg: object = None) -> ConsumeResult:
+def verdict(value: object) -> ConsumeResult:
     if value is None or value is True:
         return ConsumeResult.SUCCESS
     if value is False:

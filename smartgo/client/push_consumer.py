@@ -71,6 +71,8 @@ class AsyncPushConsumer(BalancedConsumer):
                  pull_interval: float = 0.0, **config_options: object) -> None:
         if consume_batch_max_size is not None and not 1 <= consume_batch_max_size <= MAX_CONSUME_BATCH:
             raise ValueError(f"consume_batch_max_size must be between 1 and {MAX_CONSUME_BATCH}")
+        if consume_timeout <= 0:
+            raise ValueError("consume_timeout must be positive (seconds)")
         super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
                          pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
                          offset_store_dir, config, config_options, enable_msg_trace, trace_topic)

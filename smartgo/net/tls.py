@@ -131,9 +131,10 @@ async def serve_permissive(listener: socket.socket, make_protocol: Callable[[], 
 async def _adopt(conn: socket.socket, make_protocol: Callable[[], asyncio.Protocol], context: ssl.SSLContext,
                  timeout: float) -> None:
     loop = asyncio.get_running_loop()
-    peer = conn.getpeername()
-    conn.setblocking(False)
+    peer = "a client"
     try:
+        peer = conn.getpeername()
+        conn.setblocking(False)
         first = await asyncio.wait_for(_peek(conn), timeout)
         if not first:
             conn.close()

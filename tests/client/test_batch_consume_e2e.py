@@ -210,3 +210,5 @@ def test_direct_consumption_hands_a_batch_listener_a_list_of_one():
 def test_a_batch_size_out_of_javas_bounds_is_refused(size):
     with pytest.raises(ValueError, match="between 1 and 1024"):
         AsyncPushConsumer("G", "127.0.0.1:1", listener=lambda msgs: None, consume_batch_max_size=size)
+    with pytest.raises(ValueError, match="consume_timeout must be positive"):
+        AsyncPushConsumer("G", "127.0.0.1:1", listener=lambda msgs: None, consume_timeout=0)
