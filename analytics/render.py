@@ -26,7 +26,7 @@ HTML_ROWS = 25
 class Section:
     title: str
     text: str
-    plot: str | None  # PNG file name
+    plot: str | None  # PNG file name (None: no data to plot; "": a section of tables only)
     tables: list[str] = field(default_factory=list)  # table names shown (head) and linked
 
 
@@ -204,6 +204,9 @@ def write_html(out: Path, summary, time_range, plots: Mapping[str, str | None], 
                 "are added and p50/p90/p99 read off the merged histogram (never averaged).",
                 plots.get("latency"), ["latency_overall"]),
         Section("Per-broker load", "", plots.get("broker_load"), ["broker_load"]),
+        Section("Transactions and dead letters", "Transactions committed and rolled back per topic; messages "
+                "each consumer group sent to its dead-letter queue, per original topic.", "",
+                ["transactions", "dead_letters"]),
     ]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>SmartGo traffic report</title>"
              f"<style>{_STYLE}</style></head><body><h1>SmartGo traffic report</h1>"]
@@ -228,8 +231,9 @@ def write_html(out: Path, summary, time_range, plots: Mapping[str, str | None], 
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
         if s.text:
             parts.append(f"<p class='note'>{html.escape(s.text)}</p>")
-        parts.append(f"<img src='{html.escape(s.plot)}' alt='{html.escape(s.title)}'>" if s.plot
-                     else "<p class='note'>no data in the range</p>")
+        if s.plot != "":
+            parts.append(f"<img src='{html.escape(s.plot)}' alt='{html.escape(s.title)}'>" if s.plot
+                         else "<p class='note'>no data in the range</p>")
         for name in s.tables:
             parts.append(_frame_html(frames[name], name))
     links = ", ".join(f"<a href='tables/{n}.csv'>{n}</a>" for n in frames)

@@ -34,7 +34,8 @@ Histogram = Mapping[float | None, int]  # upper bound (None = +inf) -> count
 @dataclass(slots=True)
 class StatsRecord:
     """One broker's minute. topics: topic -> (msgs, bytes); groups: (group, topic) -> (msgs,
-    bytes); lag: (group, topic, queue_id) -> (broker_offset, consumer_offset)."""
+    bytes); lag: (group, topic, queue_id) -> (broker_offset, consumer_offset); transactions:
+    topic -> (commits, rollbacks); dlq: (group, topic) -> messages."""
 
     broker: Broker
     ts: int
@@ -45,6 +46,8 @@ class StatsRecord:
     send_max_ms: float = 0.0
     pull_max_ms: float = 0.0
     lag: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)
+    transactions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    dlq: dict[tuple[str, str], int] = field(default_factory=dict)
     window_s: int = 60
 
     def to_json(self) -> dict:
@@ -67,6 +70,8 @@ class StatsRecord:
                         "pull": histogram_json(self.pull, self.pull_max_ms)},
             "lag": [{"group": g, "topic": t, "queue_id": q, "broker_offset": bo, "consumer_offset": co,
                      "lag": max(0, bo - co)} for (g, t, q), (bo, co) in self.lag.items()],
+            "transactions": [{"topic": t, "commits": c, "rollbacks": r} for t, (c, r) in self.transactions.items()],
+            "dlq": [{"group": g, "topic": t, "msgs": n} for (g, t), n in self.dlq.items()],
         }
 
     def line(self) -> str:

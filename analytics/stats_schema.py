@@ -21,6 +21,8 @@ SPARK_DDL = (
     f"latency struct<send: {_HISTOGRAM}, pull: {_HISTOGRAM}>, "
     "lag array<struct<group: string, topic: string, queue_id: bigint, broker_offset: bigint, "
     "consumer_offset: bigint, lag: bigint>>, "
+    "transactions array<struct<topic: string, commits: bigint, rollbacks: bigint>>, "
+    "dlq array<struct<group: string, topic: string, msgs: bigint>>, "
     "_corrupt string"
 )
 CORRUPT_COLUMN = "_corrupt"

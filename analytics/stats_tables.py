@@ -66,6 +66,8 @@ def compute_tables(records, span: TimeRange) -> dict:
         "latency_overall": latency_percentiles(_merged_buckets(buckets, ["kind"]), ["kind"]),
         "broker_minutes": brokers,
         "broker_load": _broker_load(brokers, span),
+        "transactions": _transactions(records),
+        "dead_letters": _dead_letters(records),
     }
     tables["_cached"] = [topic_tps, group_topic, lag, buckets, brokers]
     return tables
@@ -85,6 +87,8 @@ ORDER: dict[str, tuple[list[str], list[bool]]] = {
     "latency_overall": (["kind"], [False]),
     "broker_minutes": (["broker", "broker_id", "ts"], [True, True, True]),
     "broker_load": (["put_msgs", "broker", "broker_id"], [False, True, True]),
+    "transactions": (["commits", "topic"], [False, True]),
+    "dead_letters": (["msgs", "group", "topic"], [False, True, True]),
 }
 
 
@@ -183,6 +187,28 @@ def _lag_summary(per_minute):
         F.max_by("lag", "ts").alias("latest_lag"), F.max("lag").alias("peak_lag"), F.avg("lag").alias("avg_lag"),
         F.max("ts").alias("latest_ts"))
     return last
+
+
+def _transactions(records):
+    """Per topic: transactions committed and rolled back in the range (records of older brokers
+    have no transactions[]: they add nothing)."""
+    import pyspark.sql.functions as F
+
+    rows = records.select(F.explode("transactions").alias("x")).select(
+        "x.topic", _zero("x.commits").alias("commits"), _zero("x.rollbacks").alias("rollbacks"))
+    return rows.groupBy("topic").agg(F.sum("commits").alias("commits"), F.sum("rollbacks").alias("rollbacks")).select(
+        "topic", "commits", "rollbacks",
+        (F.col("rollbacks") * 100.0 / (F.col("commits") + F.col("rollbacks"))).alias("rollback_pct"))
+
+
+def _dead_letters(records):
+    """Per consumer group and original topic: messages sent to the group's DLQ in the range,
+    and the last minute that sent any."""
+    import pyspark.sql.functions as F
+
+    rows = records.select("ts", F.explode("dlq").alias("d")).select("ts", "d.group", "d.topic",
+                                                                   _zero("d.msgs").alias("msgs"))
+    return rows.groupBy("group", "topic").agg(F.sum("msgs").alias("msgs"), F.max("ts").alias("last_ts"))
 
 
 def _latency_buckets(records):

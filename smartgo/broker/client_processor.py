@@ -13,6 +13,7 @@ as the remark.
 from __future__ import annotations
 
 import random
+import time
 from typing import TYPE_CHECKING
 
 from smartgo.broker.channel import ClientRef
@@ -91,7 +92,7 @@ class ClientProcessor:
         if not config.writable:
             return {"error": [int(ResponseCode.NO_PERMISSION), f"the topic[{topic}] sending message is forbidden"]}
         if to_dlq:
-            b.stats.dlq[(args.get("origin") or "", group)] += 1
+            b.stats.dead_lettered(args.get("origin") or "", group, time.time_ns() // 1_000_000)
         return {"topic": topic, "queue_id": queue_id % config.queue_limit, "delay": delay, "config": config.to_json()}
 
     def unregister_client(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:

@@ -192,6 +192,8 @@ class Window:
     get: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     send: LatencyHistogram = field(default_factory=LatencyHistogram)
     pull: LatencyHistogram = field(default_factory=LatencyHistogram)
+    transactions: dict[str, list[int]] = field(default_factory=dict)   # topic -> [commits, rollbacks]
+    dlq: Counter[tuple[str, str]] = field(default_factory=Counter)       # (original topic, group) -> messages
 
     def add(self, wire: dict) -> None:
         for t, m, b, _ in wire["put"]:
@@ -204,6 +206,10 @@ class Window:
             c[1] += b
         self.send.add_wire(wire["send"])
         self.pull.add_wire(wire["pull"])
+        for t, commits, rollbacks, *_ in wire.get("tx", ()):
+            c = self.transactions.setdefault(t, [0, 0])
+            c[0] += commits
+            c[1] += rollbacks
 
     def record(self, window_s: int, identity: dict, lag: list[dict]) -> dict:
         """The stats record of docs/STATS.md."""
@@ -220,6 +226,9 @@ class Window:
                        for (g, t), (m, b) in sorted(self.get.items())],
             "latency": {"send": self.send.record_json(), "pull": self.pull.record_json()},
             "lag": lag,
+            "transactions": [{"topic": t, "commits": c, "rollbacks": r}
+                             for t, (c, r) in sorted(self.transactions.items())],
+            "dlq": [{"group": g, "topic": t, "msgs": n} for (t, g), n in sorted(self.dlq.items())],
         }
 
 
@@ -274,13 +283,22 @@ class StatsBook:
     def _end_of(self, stamp_ms: int) -> int:
         return -(-stamp_ms // self.window_ms) * self.window_ms
 
-    def add(self, stamp_ms: int, wire: dict) -> None:
-        """A net actor's deltas up to stamp_ms."""
+    def _window(self, stamp_ms: int) -> Window:
+        """The window a count stamped stamp_ms goes to (the open one if its own was written)."""
         end = max(self._end_of(stamp_ms), self.closed_until + self.window_ms)
         window = self.windows.get(end)
         if window is None:
             window = self.windows[end] = Window(end)
-        window.add(wire)
+        return window
+
+    def dead_lettered(self, topic: str, group: str, stamp_ms: int) -> None:
+        """A message of topic that group sent back went to the group's DLQ."""
+        self.dlq[(topic, group)] += 1
+        self._window(stamp_ms).dlq[(topic, group)] += 1
+
+    def add(self, stamp_ms: int, wire: dict) -> None:
+        """A net actor's deltas up to stamp_ms."""
+        self._window(stamp_ms).add(wire)
         t, items = self.totals, self.items
         for topic, m, b, n in wire["put"]:
             t["put_msgs"] += m

@@ -31,14 +31,18 @@ def known_records() -> dict[Broker, list[StatsRecord]]:
         A: [StatsRecord(A, T0, topics={"Orders": (600, 60000), "Logs": (120, 12000)},
                         groups={("G1", "Orders"): (540, 54000)},
                         send={0.5: 2, 1: 2}, send_max_ms=0.9, pull={0.1: 1, INF: 1}, pull_max_ms=7000.0,
-                        lag={("G1", "Orders", 0): (1000, 900), ("G1", "Orders", 1): (500, 480)}),
+                        lag={("G1", "Orders", 0): (1000, 900), ("G1", "Orders", 1): (500, 480)},
+                        transactions={"Orders": (10, 2)}),
             StatsRecord(A, T1, topics={"Orders": (60, 6000)}, send={0.25: 10}, send_max_ms=0.2,
-                        lag={("G1", "Orders", 0): (1060, 1060)}),
+                        lag={("G1", "Orders", 0): (1060, 1060)}, transactions={"Orders": (5, 0)},
+                        dlq={("G1", "Orders"): 4}),
             StatsRecord(A, T2, topics={"Orders": (6, 600)}, lag={("G1", "Orders", 0): (1066, 1000)})],
         B: [StatsRecord(B, T0, topics={"Orders": (300, 30000)},
                         groups={("G1", "Orders"): (240, 24000), ("G2", "Logs"): (60, 6000)},
-                        send={1: 4, 5: 2}, send_max_ms=4.0, lag={("G1", "Orders", 0): (700, 650)}),
-            StatsRecord(B, T1, topics={"Logs": (30, 3000)}, groups={("G2", "Logs"): (90, 9000)})],
+                        send={1: 4, 5: 2}, send_max_ms=4.0, lag={("G1", "Orders", 0): (700, 650)},
+                        transactions={"Orders": (3, 1)}),
+            StatsRecord(B, T1, topics={"Logs": (30, 3000)}, groups={("G2", "Logs"): (90, 9000)},
+                        dlq={("G2", "Logs"): 2})],
     }
 
 
@@ -142,6 +146,17 @@ def test_per_broker_load(report):
     assert load["broker-a"]["put_share_pct"] == pytest.approx(786 * 100 / 1116)
     assert load["broker-b"]["peak_put_tps"] == pytest.approx(5.0)
     assert len(report.frames["broker_minutes"]) == 5
+
+
+def test_transactions_and_dead_letters(report):
+    """Summed over brokers and minutes (broker-b's copied T1 record counts once)."""
+    tx = by(report.frames["transactions"], "topic")
+    assert (tx["Orders"]["commits"], tx["Orders"]["rollbacks"]) == (18, 3)
+    assert tx["Orders"]["rollback_pct"] == pytest.approx(3 * 100 / 21)
+    dead = by(report.frames["dead_letters"], "group", "topic")
+    assert {k: (v["msgs"], v["last_ts"]) for k, v in dead.items()} == {("G1", "Orders"): (4, T1),
+                                                                        ("G2", "Logs"): (2, T1)}
+    assert "Transactions and dead letters" in (report.out / "index.html").read_text()
 
 
 def test_bad_lines_are_counted_and_reported(report):

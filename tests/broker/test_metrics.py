@@ -20,7 +20,7 @@ from smartgo.broker.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Req
 from smartgo.broker.prometheus import CONTENT_TYPE, Family, render
 from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook, transaction_counts
 from smartgo.broker.testing import (ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
-                                    send_command, update_offset_command)
+                                    send_command, stats_records, update_offset_command)
 from smartgo.config import NodeConfig
 from smartgo.net.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -30,7 +30,8 @@ from smartgo.testing import free_port, wait_until
 pytestmark = pytest.mark.timeout(60)
 
 METRICS_PORT = free_port()
-NODE_SETTINGS = {"metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_sample_interval": 1}
+NODE_SETTINGS = {"metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_sample_interval": 1,
+                 "stats_interval": 1}
 TOPIC = "TopicMetrics"
 IDLE_TOPIC = "TopicMetricsIdle"
 GROUP = "CG_METRICS"
@@ -311,3 +312,11 @@ def test_messages_sent_to_the_dlq_are_counted_by_original_topic_and_group(broker
     samples = parse_metrics(scrape()[2])
     assert metric_value(samples, "rocketmq_send_to_dlq_messages_total", topic=TOPIC, consumer_group="CG_DLQ") == 2
     assert metric_value(samples, "rocketmq_send_to_dlq_messages_total", consumer_group="CG_RETRY_ONLY") is None
+
+    def recorded() -> dict:                               # the stats files' dlq[] (docs/STATS.md)
+        out: dict = {}
+        for r in stats_records(broker.node.store):
+            for d in r.get("dlq", ()):
+                out[d["group"], d["topic"]] = out.get((d["group"], d["topic"]), 0) + d["msgs"]
+        return out
+    wait_until(lambda: recorded() == {("CG_DLQ", TOPIC): 2}, timeout=10, message="the DLQ sends in the stats records")

@@ -13,7 +13,7 @@ import pytest
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
 from smartgo.broker.testing import (end_transaction_command, group_command, heartbeat_body, metric_value,
                                     parse_metrics, pull_command, restart_broker, scrape_metrics, send_command,
-                                    uniq_key)
+                                    stats_records, uniq_key)
 from smartgo.broker.transaction_check import CHECK_GROUP
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, RequestCode, ResponseCode
@@ -24,7 +24,7 @@ from smartgo.testing import free_port, wait_until
 
 METRICS_PORT = free_port()
 NODE_SETTINGS = {"transaction_timeout": 1.0, "transaction_check_interval": 0.2, "transaction_check_max": 3,
-                 "metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1"}
+                 "metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_interval": 1}
 
 
 class TransactionalProducer:
@@ -152,6 +152,12 @@ def test_the_metrics_page_counts_commits_rollbacks_and_open_halves(broker, produ
     assert metric_value(samples, "rocketmq_finish_message_latency_sum", topic="TxMetrics") <= 4
     wait_until(lambda: page_with(("rocketmq_half_messages", "TxMetricsOpen")) is None, timeout=15,
                message="the given-up half off the page")
+
+    def recorded() -> tuple[int, int]:                    # the stats files' transactions[] (docs/STATS.md)
+        ended = [x for r in stats_records(broker.node.store) for x in r.get("transactions", ())
+                 if x["topic"] == "TxMetrics"]
+        return sum(x["commits"] for x in ended), sum(x["rollbacks"] for x in ended)
+    wait_until(lambda: recorded() == (1, 1), timeout=10, message="the transactions in the stats records")
 
 
 def resume(broker, msg_id: str) -> RemotingCommand:
