@@ -89,11 +89,16 @@ def _routed(registry: str, topic: str) -> bool:
     return run(ask())
 
 
+#: 4.x's levels with the first three shortened, so a send-back (level 3 + reconsume times) is due in
+#: 3 s instead of 10 s.
+COMPAT_DELAY_LEVELS = "1s 2s 3s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
     """One master node with its embedded registry (supervisor.py) for the whole folder; tests use
     their own topics and groups."""
-    node = start_broker(tmp_path_factory.mktemp("compat") / "node")
+    node = start_broker(tmp_path_factory.mktemp("compat") / "node", {"message_delay_level": COMPAT_DELAY_LEVELS})
     try:
         c = Cluster(node)
         wait_until(lambda: _routed(c.registry, "TBW102"), timeout=30, interval=0.2,
