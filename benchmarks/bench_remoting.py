@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--busy-poll-us", type=int, default=100,
                         help="busy-poll window of both sides for sync_busy_poll_* (default 100)")
     parser.add_argument("--tls", action="store_true",
-                        help="every figure over TLS: TLS clients, servers in permissive mode (a self-signed certificate)")
+                        help="every figure over TLS: TLS clients, servers in permissive mode (self-signed certificate)")
     args = parser.parse_args()
     prefer_uvloop = args.loop == "uvloop"
     certs = tempfile.TemporaryDirectory(prefix="bench-tls-")

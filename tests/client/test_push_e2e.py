@@ -306,7 +306,8 @@ def test_topic_wide_pull_thresholds_are_shared_among_the_queues_held(real_cluste
                 await send_all(real_cluster.registry, topic, 320)
                 share = 40 // len(c.process_queues)
                 mine = [pq for q, pq in c.process_queues.items() if q.topic == topic]
-                await async_wait_until(lambda: all(pq.count >= share for pq in mine), 20, 0.05, "every queue at its share")
+                await async_wait_until(lambda: all(pq.count >= share for pq in mine), 20, 0.05,
+                                       "every queue at its share")
                 cached = [pq.count for pq in mine]
                 info = c.running_info()
             finally:
