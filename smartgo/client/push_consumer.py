@@ -33,7 +33,7 @@ from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY
                                          PROP_CONSUMER_START_TIMESTAMP, PROP_THREADPOOL_CORE_SIZE, CMResult,
                                          ConsumerStats, RunningInfo)
 from smartgo.client.pull import pull_sys_flag
-from smartgo.client.rebalance import PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer
+from smartgo.client.rebalance import PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer, check_range
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.client.trace import traced_listener
 from smartgo.net.codes import RequestCode, retry_topic
@@ -73,6 +73,12 @@ class AsyncPushConsumer(BalancedConsumer):
             raise ValueError(f"consume_batch_max_size must be between 1 and {MAX_CONSUME_BATCH}")
         if consume_timeout <= 0:
             raise ValueError("consume_timeout must be positive (seconds)")
+        check_range("consume_threads", consume_threads, 1, 1000)
+        check_range("pull_interval", pull_interval, 0, 65.535)
+        if pull_threshold_for_topic != -1:
+            check_range("pull_threshold_for_topic", pull_threshold_for_topic, 1, 6553500)
+        if pull_threshold_size_for_topic_mb != -1:
+            check_range("pull_threshold_size_for_topic_mb", pull_threshold_size_for_topic_mb, 1, 102400)
         super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
                          pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
                          offset_store_dir, config, config_options, enable_msg_trace, trace_topic)

@@ -163,6 +163,12 @@ class RebalanceLoop:
                 log.warning("%s: rebalance failed: %s", self.group, exc)
 
 
+def check_range(name: str, value: float, low: float, high: float) -> None:
+    """Java's checkConfig: a setting outside its range is refused at construction."""
+    if not low <= value <= high:
+        raise ValueError(f"{name} out of range [{low}, {high}]: {value}")
+
+
 class BalancedConsumer(abc.ABC):
     """What the push and the lite pull consumer share: their common settings and offset store,
     joining the group at start, following routes, a topic's queues, one pull with its error
@@ -176,6 +182,11 @@ class BalancedConsumer(abc.ABC):
                  trace_topic: str | None) -> None:
         if not group:
             raise ValueError("a consumer needs a group name")
+        for name, value, high in (("pull_batch_size", pull_batch_size, 1024),
+                                  ("pull_threshold_for_queue", pull_threshold_for_queue, 65535),
+                                  ("pull_threshold_size_mb", pull_threshold_size_mb, 1024),
+                                  ("max_span", max_span, 65535)):
+            check_range(name, value, 1, high)
         self.group = group
         self.config = config or ClientConfig.make(registry, **config_options)
         self.model = MessageModel(model)

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message
+from smartgo.client import AsyncAdmin, AsyncLitePullConsumer, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message
 from smartgo.client.running_info import CMResult
 from smartgo.store.record import MessageExt
 from smartgo.testing import async_wait_until
@@ -212,3 +212,15 @@ def test_a_batch_size_out_of_javas_bounds_is_refused(size):
         AsyncPushConsumer("G", "127.0.0.1:1", listener=lambda msgs: None, consume_batch_max_size=size)
     with pytest.raises(ValueError, match="consume_timeout must be positive"):
         AsyncPushConsumer("G", "127.0.0.1:1", listener=lambda msgs: None, consume_timeout=0)
+
+
+@pytest.mark.parametrize("option, value", [("pull_batch_size", 0), ("pull_batch_size", 1025), ("max_span", 0),
+                                           ("pull_threshold_for_queue", 65536), ("pull_threshold_size_mb", 0),
+                                           ("consume_threads", 1001), ("pull_interval", -1),
+                                           ("pull_threshold_for_topic", 0), ("pull_threshold_size_for_topic_mb", 0)])
+def test_settings_outside_javas_ranges_are_refused_with_the_range(option, value):
+    """DefaultMQPushConsumerImpl.checkConfig's ranges: refused at construction, naming the range."""
+    with pytest.raises(ValueError, match=rf"{option} out of range \["):
+        AsyncPushConsumer("G", "127.0.0.1:1", listener=lambda m: None, **{option: value})
+    with pytest.raises(ValueError, match="pull_batch_size out of range"):
+        AsyncLitePullConsumer("G", "127.0.0.1:1", pull_batch_size=2000)
