@@ -94,6 +94,29 @@ def test_a_silent_connection_is_closed_and_the_port_serves_on(arun, certs):
     assert 0.2 <= waited < 4 and ok.remark == "tls"
 
 
+def test_a_garbled_handshake_is_closed_with_a_log_line_and_the_port_serves_on(arun, certs, caplog):
+    """0x16 and then junk: taken for TLS, the handshake fails, the connection is closed (at most a
+    TLS alert first), and the next clients, TLS and plain, are served."""
+    def read_to_eof(sock: socket.socket) -> bytes:
+        data = b""
+        while chunk := sock.recv(1024):             # a socket timeout (5 s) fails the test
+            data += chunk
+        return data
+
+    async def main():
+        async with serve("permissive", certs, handshake_timeout=2.0) as server, \
+                RemotingClient(ssl_context=client_context()) as secure, RemotingClient() as plain:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as bad:
+                bad.sendall(b"\x16\x03\x01\x00\x10" + b"\xff" * 16)
+                answer = await asyncio.to_thread(read_to_eof, bad)
+            addr = f"127.0.0.1:{server.port}"
+            return answer, [await c.invoke(addr, RemotingCommand(10, body=b"hi")) for c in (secure, plain)]
+    answer, answers = arun(main())
+    assert answer == b"" or answer[:1] == b"\x15"                          # nothing, or an alert record
+    assert [a.remark for a in answers] == ["tls", "plain"]
+    assert any(r.name == "smartgo.net.tls" and "closed" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("mode", ["permissive", "enforcing"])
 def test_a_server_that_requires_client_certificates_takes_only_those_its_ca_signed(arun, certs, mode):
     """tls.server.need.client.auth=require: the app's certificate (its own CA here) is let in; no
