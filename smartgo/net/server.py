@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from smartgo.net.codes import SerializeType
 from smartgo.net.connection import Connection, Endpoint, EndpointOptions, Listener, Processor
 from smartgo.net.frame import DEFAULT_MAX_FRAME
-from smartgo.net.tls import listening_socket, serve_permissive
+from smartgo.net.tls import serve_permissive
 
 log = logging.getLogger("smartgo.net.server")
 
@@ -85,7 +85,9 @@ class RemotingServer(Endpoint):
                  "" if self._tls_mode == "disabled" else f" (TLS {self._tls_mode})")
 
     def _listen_permissive(self, port: int) -> None:
-        sock = listening_socket(self.host, port, self._reuse_port, self._backlog)
+        sock = socket.create_server((self.host, port), family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                                    backlog=self._backlog, reuse_port=self._reuse_port)
+        sock.setblocking(False)
         accepting = serve_permissive(sock, lambda: Connection(self, dialled=False), self._ssl,  # type: ignore[arg-type]
                                      self._handshake_timeout)
         task = asyncio.get_running_loop().create_task(accepting)

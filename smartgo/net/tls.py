@@ -91,25 +91,6 @@ def client_context(ca_file: str | None = None, cert_file: str | None = None,
     return ctx
 
 
-def listening_socket(host: str, port: int, reuse_port: bool, backlog: int) -> socket.socket:
-    """A non-blocking listening TCP socket, set up as loop.create_server sets up its own."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 async def serve_permissive(listener: socket.socket, make_protocol: Callable[[], asyncio.Protocol],
                            context: ssl.SSLContext, timeout: float) -> None:
     """Accept on listener until cancelled. Each connection's first byte is peeked before any

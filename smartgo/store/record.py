@@ -128,25 +128,16 @@ def pack_host(host: str, port: int) -> bytes:
     return packed
 
 
-_HOSTS_SEEN: dict[bytes, tuple[str, int]] = {}
-
-
-def unpack_host_cached(raw: bytes) -> tuple[str, int]:
-    """unpack_host for a decoder's hot loop: a pulled batch names the same few hosts over and over."""
-    host = _HOSTS_SEEN.get(raw)
-    if host is None:
-        if len(_HOSTS_SEEN) > 10_000:       # producers come and go: bounded
-            _HOSTS_SEEN.clear()
-        host = _HOSTS_SEEN[raw] = unpack_host(raw)
-    return host
-
-
 def unpack_host(raw) -> tuple[str, int]:
     if len(raw) == 8:
         ip, port = HOST_V4.unpack(raw)
         return socket.inet_ntoa(ip), port
     ip, port = HOST_V6.unpack(raw)
     return socket.inet_ntop(socket.AF_INET6, ip), port
+
+
+#: unpack_host for a decoder's hot loop (bytes only): a pulled batch names the same few hosts.
+unpack_host_cached = functools.lru_cache(maxsize=4096)(unpack_host)
 
 
 def create_offset_msg_id(store_host: bytes, commit_log_offset: int) -> str:
