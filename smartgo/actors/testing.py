@@ -142,6 +142,10 @@ class Node:
         return path.read_text() if path.exists() else ""
 
     def reap(self) -> None:
+        """Kill the node and every process it had. The supervisor is stopped first, so no actor it
+        restarts between the listing and the kill escapes (one did, still writing its store)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
         self.remember()
         if self.proc.poll() is None:
             self.proc.kill()
