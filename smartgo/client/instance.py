@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from smartgo.acl import signer
@@ -150,6 +150,10 @@ class ClientInstance:
             except Exception as exc:  # a periodic job logs and tries again next time
                 log.warning("%s: %s failed: %s", self.client_id, name, exc)
             await asyncio.sleep(interval)
+
+    def spawn(self, job: Coroutine[Any, Any, object]) -> None:
+        """Run job in the background until it ends or the instance closes."""
+        self._tasks.append(asyncio.get_running_loop().create_task(job))
 
     def start_route_and_heartbeat(self) -> None:
         self.every(self.config.poll_registry_interval, self.refresh_routes, "route refresh")

@@ -97,20 +97,24 @@ class AsyncProducer(MemberClient):
     async def start(self) -> AsyncProducer:
         await super().start()
         if self.transaction_listener is not None:
-            await self._register_for_checks()
+            await self._register()
+        else:
+            self.instance.spawn(self._register())
         if self.tracer is not None:
             await self.tracer.start()
         return self
 
-    async def _register_for_checks(self) -> None:
-        """The broker's check-back asks a connected producer of the group about open halves, so a
-        transactional producer restarted after a crash must be known to the brokers before it
-        sends anything: as Java's producer does, it learns them from TBW102's route (refreshed
-        with its topics') and heartbeats them at once."""
+    async def _register(self) -> None:
+        """Make the producer known to the brokers before it sends anything, as Java's is (its
+        topic table starts with createTopicKey, whose route names the brokers; the first heartbeat
+        follows): `producer-connections` lists an idle producer, and the check-back can ask a
+        transactional producer restarted after a crash about the halves it left open, so that one
+        waits for it. A registry without that topic (auto-creation off) leaves the producer unknown
+        until it sends, as in Java."""
         try:
-            await self.instance.update_route(api.DEFAULT_TOPIC)
+            await self.instance.update_route(self.create_topic_key)
         except Exception as exc:
-            log.info("%s: no route of %s to learn the brokers from: %s", self.group, api.DEFAULT_TOPIC, exc)
+            log.info("%s: no route of %s to learn the brokers from: %s", self.group, self.create_topic_key, exc)
         await self.instance.heartbeat_all()
 
     async def close(self) -> None:
@@ -121,7 +125,7 @@ class AsyncProducer(MemberClient):
     # -- membership -----------------------------------------------------------------------------
 
     def topics(self) -> set[str]:
-        return set(self._publish) | ({api.DEFAULT_TOPIC} if self.transaction_listener is not None else set())
+        return set(self._publish) | {self.create_topic_key}
 
     def on_route(self, topic: str, route: TopicRouteData) -> None:
         info = TopicPublishInfo(topic, route)

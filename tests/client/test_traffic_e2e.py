@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from smartgo.actors.testing import ROOT
-from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, Message
+from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, BrokerError, Message
 from smartgo.client.message import MessageQueue
+from smartgo.net.codes import ResponseCode
 from smartgo.testing import async_wait_until
 
 from .conftest import arun
@@ -119,6 +120,31 @@ async def _online(admin: AsyncAdmin, group: str) -> bool:
         return bool((await admin.consumer_connections(group)).get("connectionSet"))
     except Exception:
         return False
+
+
+def test_an_idle_producer_is_known_to_the_brokers_from_its_start(real_cluster):
+    """As Java's producers are (through TBW102's route): listed by producer-connections before it
+    sends anything, and gone from the list once closed."""
+    topic, group = name("IDLE"), name("PG_IDLE")
+
+    async def main():
+        await create_topic(real_cluster.registry, topic, 1)
+        async with AsyncAdmin(real_cluster.registry) as admin:
+            async def listed() -> list[str]:
+                try:
+                    return [c["clientId"] for c in await admin.producer_connections(group, topic)]
+                except BrokerError as exc:      # "the producer group[...] not exist"
+                    assert exc.code == ResponseCode.SYSTEM_ERROR, exc
+                    return []
+
+            async def gone() -> bool:
+                return not await listed()
+            async with AsyncProducer(group, real_cluster.registry) as producer:
+                ids = await async_wait_until(listed, 10, 0.05, "the idle producer listed")
+            await async_wait_until(gone, 10, 0.05, "the closed producer gone")
+            return producer.client_id, ids
+    client_id, ids = arun(main())
+    assert ids == [client_id]
 
 
 def test_admin_commands_print_tables(real_cluster):
