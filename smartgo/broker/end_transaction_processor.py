@@ -8,10 +8,13 @@ that the record is a half message. A commit stores the message in its real topic
 RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, tag "d", body the half's queue offset in decimal, as
 TransactionalMessageBridge.putOpMessage writes it. A rollback stores only the op record. Java
 clients send END_TRANSACTION oneway; a two-way request gets SUCCESS or the refusal's SYSTEM_ERROR.
+Once the checks pass, both records land even if the producer hangs up meanwhile, as in 4.x,
+whose processor thread does not look at the channel.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -37,6 +40,7 @@ _ENDINGS = {TRANSACTION_COMMIT_TYPE: "commit", TRANSACTION_ROLLBACK_TYPE: "rollb
 class EndTransactionProcessor:
     def __init__(self, net: NetActor) -> None:
         self.net = net
+        self._finishing: set[asyncio.Task] = set()
 
     @eager
     async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
@@ -60,26 +64,39 @@ class EndTransactionProcessor:
                         conn.remote_address, group, offset, refusal)
             return request.make_response(ResponseCode.SYSTEM_ERROR, refusal)
         assert record is not None and half is not None
-        sends = self.net.sends
+        stored = None
         if ending == TRANSACTION_COMMIT_TYPE:
             try:
                 final = end_transaction_record(record, TRANSACTION_COMMIT_TYPE, offset)
             except ScheduleRecordError as exc:
                 return request.make_response(ResponseCode.SYSTEM_ERROR, f"the half message cannot be committed: {exc}")
             # not counted as a put: the half was counted when it was sent, as in 4.x
-            response = await sends.store_own(conn, request, final.topic, final.queue_id, final.data)
+            stored = self.net.sends.store_own(conn, request, final.topic, final.queue_id, final.data)
+        # The rest runs in a task of its own: a producer that hangs up right after its oneway
+        # commit cancels the connection's tasks, and the op record must follow the stored message
+        # all the same (else the check-back would ask about the half, and a commit store it twice).
+        task = asyncio.get_running_loop().create_task(self._finish(conn, request, half, ending, stored))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+        return await asyncio.shield(task)
+
+    async def _finish(self, conn: Connection, request: RemotingCommand, half: MessageExt, ending: int,
+                      stored: asyncio.Future[RemotingCommand] | None) -> RemotingCommand:
+        sends = self.net.sends
+        if stored is None:
+            response = request.make_response(ResponseCode.SUCCESS)
+        else:
+            response = await stored
             if response.code != ResponseCode.SUCCESS:
                 return response
-        else:
-            response = request.make_response(ResponseCode.SUCCESS)
         # 5.x's transaction metrics: by the message's topic, seconds since the half's birth
         self.net.stats.ended(half.properties.get(REAL_TOPIC, ""), ending == TRANSACTION_COMMIT_TYPE,
                              max(0, time.time_ns() // 1_000_000 - half.born_timestamp) // 1000)
-        op = sends.own_record(OP_TOPIC, b"%d" % table_offset, _OP_PROPERTIES)
+        op = sends.own_record(OP_TOPIC, b"%d" % half.queue_offset, _OP_PROPERTIES)
         done = await sends.store_own(conn, request, OP_TOPIC, 0, op)
         if done.code != ResponseCode.SUCCESS:                # the message stands; only the bookkeeping is missing
-            log.error("END_TRANSACTION %s of offset %d: the op record was not stored: %s", _ENDINGS[ending], offset,
-                      done.remark)
+            log.error("END_TRANSACTION %s of offset %d: the op record was not stored: %s", _ENDINGS[ending],
+                      half.commit_log_offset, done.remark)
         return response
 
     @staticmethod

@@ -6,6 +6,7 @@ headers, and a half that outlives a kill -9 of the node."""
 from __future__ import annotations
 
 import signal
+import socket
 
 import pytest
 
@@ -15,6 +16,7 @@ from smartgo.broker.testing import (batch_command, end_transaction_command, mess
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingTimeoutError
+from smartgo.net.frame import encode_command
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                   TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
 from smartgo.testing import wait_until
@@ -68,6 +70,21 @@ def test_commit_delivers_the_half_message_to_its_topic(broker):
     [op] = [m for m in stored(broker) if m.topic == OP_TOPIC]
     assert (op.queue_id, op.tags, op.body) == (0, "d", prepared.ext_fields["queueOffset"].encode())
 
+
+
+def test_a_commit_whose_producer_hangs_up_at_once_is_stored_once_and_marked_done(broker):
+    """A producer that sends END_TRANSACTION oneway and closes its connection in the same breath
+    (a command-line tool exiting): the commit and its op record still land, so the check-back
+    never asks about the half and the message is stored once. (Closing the connection used to
+    cancel the commit between storing the message and storing the op record.)"""
+    prepared, _ = prepare(broker, "TxHangUp", b"order-5")
+    ops_before = sum(m.topic == OP_TOPIC for m in stored(broker))
+    frame = b"".join(bytes(b) for b in encode_command(end_transaction_command(prepared, GROUP,
+                                                                               TRANSACTION_COMMIT_TYPE)))
+    with socket.create_connection(("127.0.0.1", broker.node.port), timeout=5) as s:
+        s.sendall(frame)
+    wait_until(lambda: sum(m.topic == OP_TOPIC for m in stored(broker)) == ops_before + 1, message="the op record")
+    assert [m.body for m in pull_all(broker, "TxHangUp", 1)] == [b"order-5"]
 
 def test_rollback_delivers_nothing_and_marks_the_half_done(broker):
     prepared, _ = prepare(broker, "TxRollback", b"order-2")
