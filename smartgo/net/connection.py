@@ -170,6 +170,7 @@ class Connection(asyncio.Protocol):
         # opaque -> (deadline, code, timeout, future or None, callback or None)
         self._pending: dict[int, tuple[float, int, float, asyncio.Future | None, ResponseCallback | None]] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._oneway: set[asyncio.Task] = set()     # of _tasks: oneway requests', which outlive the connection
         self._backlog: deque[RemotingCommand] = deque()
         self._out: list = []
         self._flush_scheduled = False
@@ -354,7 +355,8 @@ class Connection(asyncio.Protocol):
                 f"{self} closed ({reason}) before the response to code {entry[1]} arrived"))
         self._backlog.clear()
         for task in list(self._tasks):
-            task.cancel()
+            if task not in self._oneway:    # a oneway request is carried out all the same, as in 4.x
+                task.cancel()
         for waiter in self._drain_waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -430,6 +432,8 @@ class Connection(asyncio.Protocol):
             resumed = _Resumed(coro, first)
         task = self._loop.create_task(self._process(cmd, processor, resumed))
         self._tasks.add(task)
+        if cmd.flag & FLAG_ONEWAY:
+            self._oneway.add(task)
         task.add_done_callback(self._task_done)
         if len(self._tasks) >= self._max_inflight and not self._inflight_paused:
             self._inflight_paused = True
@@ -438,6 +442,8 @@ class Connection(asyncio.Protocol):
     def _task_done(self, task: asyncio.Task) -> None:
         tasks = self._tasks
         tasks.discard(task)
+        if self._oneway:
+            self._oneway.discard(task)
         if not self._inflight_paused or len(tasks) > self._max_inflight // 2:
             return
         self._inflight_paused = False

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
 from smartgo.broker.testing import batch_command, message_properties, pull_command, send_command, uniq_key
-from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
+from smartgo.net.frame import encode_command
 from smartgo.store.record import decode_records, parse_offset_msg_id
 from smartgo.testing import wait_until
 
@@ -169,6 +171,23 @@ def test_oneway_send_is_stored_without_an_answer(broker):
     msgs = pull_until(broker, "Oneway", 0, 0, 2)
     assert msgs[0].uniq_key == key
 
+
+
+def test_a_oneway_send_whose_producer_hangs_up_at_once_is_stored(broker):
+    """A oneway send needing a step through the broker actor (the topic's auto-creation), its
+    connection closed right behind it: the send is carried out all the same, as a 4.x broker's
+    processor thread does; only two-way requests' work ends with their connection."""
+    key = uniq_key()
+    cmd = send_command("OnewayHangUp", b"fire and forget", uniq=key, default_queues=1)
+    cmd.flag |= FLAG_ONEWAY
+    with socket.create_connection(("127.0.0.1", broker.node.port), timeout=5) as s:
+        s.sendall(b"".join(bytes(b) for b in encode_command(cmd)))
+
+    def stored():         # TOPIC_NOT_EXIST until the send created it
+        r = broker.call(pull_command("OnewayHangUp", 0, 0))
+        return r.code == ResponseCode.SUCCESS and decode_records(r.body_bytes())
+    [msg] = wait_until(stored, message="the oneway message")
+    assert (msg.uniq_key, msg.body) == (key, b"fire and forget")
 
 def test_update_and_create_topic_reaches_routes_and_net_actors(broker):
     """UPDATE_AND_CREATE_TOPIC (17) is served by the broker actor through the request channel."""

@@ -207,6 +207,37 @@ def test_timeouts_and_close_fail_pending_requests(arun) -> None:
     arun(main())
 
 
+
+def test_a_closed_connection_cancels_two_way_work_but_finishes_oneway_work(arun) -> None:
+    """The peer of a oneway request expects no answer, so its going away does not undo the
+    request (4.x's processor threads never look at the channel); a two-way request's answer has
+    nowhere to go, so its work stops."""
+    async def main() -> None:
+        release = asyncio.Event()
+        ended: dict[bool, str] = {}
+
+        async def slow(conn, req):
+            try:
+                await release.wait()
+                ended[req.is_oneway] = "finished"
+            except asyncio.CancelledError:
+                ended[req.is_oneway] = "cancelled"
+                raise
+
+        async with RemotingServer(HOST, [0], {1: slow}) as server, RemotingClient() as client:
+            addr = _addr(server)
+            await client.invoke_oneway(addr, RemotingCommand(1))
+            two_way = asyncio.ensure_future(client.invoke(addr, RemotingCommand(1), 30))
+            await async_wait_until(lambda: sum(c.inflight_count for c in server.connections.values()) == 2)
+            await client.close()
+            with pytest.raises(ConnectionClosedError):
+                await two_way
+            await async_wait_until(lambda: ended.get(False), 5)
+            release.set()
+            await async_wait_until(lambda: ended.get(True), 5)
+        assert ended == {False: "cancelled", True: "finished"}
+    arun(main())
+
 def test_concurrent_first_calls_share_one_dial_and_connect_errors_are_clear(arun) -> None:
     async def main() -> None:
         events = Recorder()
