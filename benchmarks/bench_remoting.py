@@ -15,10 +15,11 @@ Figures (medians of --runs runs):
 <type> is json (what foreign clients use) or msgpack (SmartGo peers after negotiation).
 
     .venv/bin/python benchmarks/bench_remoting.py [--runs 5] [--json] [--quick] [--loop uvloop|asyncio] [--busy-poll-us 100]
-                                                  [--tls]
+                                                  [--tls | --permissive-plain]
 
 --tls measures every figure over TLS (TLS clients, echo servers in permissive mode with a
-self-signed certificate): compare it with a run without.
+self-signed certificate): compare it with a run without. --permissive-plain keeps the servers
+permissive but the clients plain: what a permissive port costs the clients that do not use TLS.
 """
 
 from __future__ import annotations
@@ -185,15 +186,18 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=256, help="requests in flight when pipelining")
     parser.add_argument("--busy-poll-us", type=int, default=100,
                         help="busy-poll window of both sides for sync_busy_poll_* (default 100)")
-    parser.add_argument("--tls", action="store_true",
-                        help="every figure over TLS: TLS clients, servers in permissive mode (self-signed certificate)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--tls", action="store_true",
+                      help="every figure over TLS: TLS clients, servers in permissive mode (self-signed certificate)")
+    mode.add_argument("--permissive-plain", action="store_true",
+                      help="servers in permissive mode, clients plain")
     args = parser.parse_args()
     prefer_uvloop = args.loop == "uvloop"
     certs = tempfile.TemporaryDirectory(prefix="bench-tls-")
-    if args.tls:
+    if args.tls or args.permissive_plain:
         cert, key = self_signed_cert(Path(certs.name), "echo")
-        TLS.update(client=client_context(), server_args=["--tls-mode", "permissive", "--tls-cert-file", cert,
-                                                         "--tls-key-file", key])
+        TLS.update(client=client_context() if args.tls else None,
+                   server_args=["--tls-mode", "permissive", "--tls-cert-file", cert, "--tls-key-file", key])
 
     runs = 1 if args.quick else args.runs
     scale = 0.05 if args.quick else 1.0
@@ -250,7 +254,7 @@ def main() -> None:
 
     figures: dict[str, object] = {name: round(statistics.median(v), 2) for name, v in samples.items()}
     figures.update(runs=runs, loop=args.loop, window=args.window, busy_poll_us=args.busy_poll_us, quick=args.quick,
-                   tls=args.tls)
+                   tls=args.tls, permissive_plain=args.permissive_plain)
     certs.cleanup()
     for name, value in figures.items():
         print(f"{name:28s} {value}")

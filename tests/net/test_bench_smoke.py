@@ -8,10 +8,12 @@ from smartgo.testing import run_benchmark
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("tls", [False, True])
-def test_bench_remoting_quick(tls: bool, tmp_path) -> None:
-    figures = run_benchmark("bench_remoting.py", *(["--tls"] if tls else []), timeout=170, tmpdir=tmp_path)
-    assert figures["tls"] is tls and list(tmp_path.iterdir()) == []          # the certificate is cleaned up
+@pytest.mark.parametrize("mode", ["plain", "tls", "permissive-plain"])
+def test_bench_remoting_quick(mode: str, tmp_path) -> None:
+    figures = run_benchmark("bench_remoting.py", *([] if mode == "plain" else [f"--{mode}"]), timeout=170,
+                            tmpdir=tmp_path)
+    assert (figures["tls"], figures["permissive_plain"]) == (mode == "tls", mode == "permissive-plain")
+    assert list(tmp_path.iterdir()) == []          # the certificate is cleaned up
     for name in ("header_json_us", "header_msgpack_us", "sync_json_per_s", "pipelined_json_per_s",
                  "conn16_json_per_s", "sync_pinned_json_per_s", "pipelined_msgpack_per_s",
                  "sync_busy_poll_json_per_s", "sync_json_cpu_us", "sync_busy_poll_json_cpu_us", "host_probe_ms"):
