@@ -48,6 +48,7 @@ from smartgo.actors.ring import Ring, wait_any
 from smartgo.broker.rings import Batcher
 from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import wait_within
 
 log = logging.getLogger("smartgo.broker.channel")
 
@@ -163,7 +164,7 @@ class BrokerLink:
         self._waiting[rid] = fut
         self._out.put(msg)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await wait_within(fut, timeout)
         except asyncio.TimeoutError:
             raise ChannelError(f"the broker actor did not answer {msg.get('op') or 'a forwarded request'} "
                                f"within {timeout:g}s") from None
@@ -259,7 +260,7 @@ class ChannelServer:
         self._invoking[rid] = fut
         out.put({"t": _INVOKE, "id": rid, "conn": client.conn, "to": timeout, "cmd": pack_command(cmd)})
         try:
-            return await asyncio.wait_for(fut, timeout + INVOKE_MARGIN)
+            return await wait_within(fut, timeout + INVOKE_MARGIN)
         except asyncio.TimeoutError:
             raise InvokeError(f"no response from {client.addr} through {client.net} within {timeout:g}s",
                               timeout=True) from None

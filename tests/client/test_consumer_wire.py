@@ -229,7 +229,7 @@ def test_broadcasting_uses_local_offsets(tmp):
                 await async_wait_until(lambda: len(got) == 2, 5, message="both")
             return got, broker
     got, broker = arun(main())
-    assert got == [b"a", b"b"]
+    assert sorted(got) == [b"a", b"b"]          # concurrent listeners: either may finish first
     assert not broker.of(RequestCode.QUERY_CONSUMER_OFFSET) and not broker.of(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
     assert not broker.of(RequestCode.UPDATE_CONSUMER_OFFSET)
     saved = json.loads((tmp / "offsets" / "b1" / "G" / "offsets.json").read_text())

@@ -15,7 +15,7 @@ from smartgo.net.client import BlockingRemotingClient, RemotingClient
 from smartgo.net.codes import (FLAG_COMPRESSED, FLAG_ONEWAY, FLAG_RESPONSE, FLAG_SMARTGO, RequestCode,
                                ResponseCode, SerializeType)
 from smartgo.net.command import RemotingCommand
-from smartgo.net.connection import Connection, ConnectionEvent, eager
+from smartgo.net.connection import Connection, ConnectionEvent, eager, wait_within
 from smartgo.net.errors import ConnectionClosedError, RemotingConnectError, RemotingTimeoutError
 from smartgo.net.frame import FrameDecoder, encode_frame
 from smartgo.net.server import RemotingServer
@@ -115,6 +115,43 @@ def test_eager_processor_that_suspends_continues_in_a_task(arun) -> None:
             assert immediate_error.remark == "the custom field wait is null"
     arun(main())
 
+
+
+def test_wait_within_works_in_an_eager_first_step(arun) -> None:
+    """An eager processor's first step has no current task, where Python 3.12's wait_for raises
+    "Timeout should be used inside a task" (every send that went through the broker actor failed
+    so there). wait_within gives the answer, times out with TimeoutError, and cancels what it waited
+    for either way."""
+    async def main() -> None:
+        answers: dict[str, asyncio.Future] = {}
+        inner: list[asyncio.Future] = []
+
+        @eager
+        async def ask(conn, req):
+            fut = answers[req.ext_str("k")] = asyncio.get_running_loop().create_future()
+            inner.append(fut)
+            try:
+                got = await wait_within(fut, float(req.ext_str("timeout")))
+            except TimeoutError as exc:
+                return req.make_response(ResponseCode.SYSTEM_BUSY, remark=str(exc))
+            return req.make_response(ResponseCode.SUCCESS, remark=got)
+
+        async with RemotingServer(HOST, [0], {1: ask}) as server, RemotingClient() as client:
+            conn = await client.connection(_addr(server))
+            answered = conn.invoke(RemotingCommand(1, ext_fields={"k": "a", "timeout": "5"}), 5)
+            await async_wait_until(lambda: "a" in answers)
+            answers["a"].set_result("the answer")
+            assert ((await answered).code, (await answered).remark) == (ResponseCode.SUCCESS, "the answer")
+            late = await conn.invoke(RemotingCommand(1, ext_fields={"k": "b", "timeout": "0.05"}), 5)
+            assert late.code == ResponseCode.SYSTEM_BUSY and "within 0.05 s" in late.remark
+            assert answers["b"].cancelled()
+            abandoned = conn.invoke(RemotingCommand(1, ext_fields={"k": "c", "timeout": "30"}), 30)
+            await async_wait_until(lambda: "c" in answers)
+            conn.close("the caller goes away")
+            with pytest.raises(ConnectionClosedError):
+                await abandoned
+            await async_wait_until(lambda: answers["c"].cancelled(), 5)     # its two-way task was cancelled
+    arun(main())
 
 def test_several_ports_share_one_processor_table(arun) -> None:
     async def main() -> None:
