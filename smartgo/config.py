@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from smartgo.cpus import usable_cpus
 from smartgo.net.tls import ServerTls, client_context
 
 
@@ -61,8 +62,9 @@ class NodeConfig:
                             metavar="ADDRS")
     broker_ip: str = setting("127.0.0.1", "address the broker registers and writes into message ids "
                                           "(RocketMQ brokerIP1); set it for a multi-machine deployment", metavar="IP")
-    net_actors: int = setting(1, "number of net actors (connection/codec processes) of a broker; 1 is the "
-                                 "best on 2 cores (docs/BENCHMARKS.md), about half the cores beyond that")
+    net_actors: int = setting(0, "number of net actors (connection/codec processes) of a broker; 0 = one for "
+                                 "every two CPUs the node may use (its affinity and cgroup quota), at least 1: "
+                                 "1 is the best on 2 cores (docs/BENCHMARKS.md)")
     net_busy_poll_us: int = setting(0, "microseconds a net actor keeps polling after I/O before it sleeps "
                                        "(smartgo.net.busy_poll): fewer wake-ups for synchronous clients at the "
                                        "price of spinning; 0 = off")
@@ -272,6 +274,7 @@ class NodeConfig:
         port = self.listen_port or default_port
         return dataclasses.replace(self, store_dir=str(self.store_path.resolve()),
                                    run_dir=str(self.run_path.resolve()), listen_port=port,
+                                   net_actors=self.net_actors or max(1, usable_cpus() // 2),
                                    vip_port=max(port - 2, 0) if self.vip_port < 0 else self.vip_port,
                                    ha_port=self.ha_port or port + 1,
                                    broker_id=(1 if self.role == "slave" else 0) if self.broker_id < 0
