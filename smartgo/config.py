@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from smartgo.cpus import usable_cpus
-from smartgo.net.tls import ServerTls, client_context
+from smartgo.net.tls import CLIENT_AUTH, MODES, ServerTls, client_context
 
 
 class ConfigError(Exception):
@@ -102,12 +102,12 @@ class NodeConfig:
     tls_mode: str = setting("disabled", "TLS on the remoting ports, broker's and registry's (tls.server.mode): "
                                         "disabled, permissive (TLS and plain clients on one port, told apart "
                                         "by their first byte) or enforcing (TLS only)",
-                            choices=("disabled", "permissive", "enforcing"))
+                            choices=MODES)
     tls_cert_file: str = setting("", "PEM certificate chain served over TLS (tls.server.certPath)", metavar="PATH")
     tls_key_file: str = setting("", "PEM private key of that certificate (tls.server.keyPath)", metavar="PATH")
     tls_need_client_auth: str = setting("none", "ask TLS clients for a certificate signed by a CA of "
                                                 "tls_trust_cert_file (tls.server.need.client.auth)",
-                                        choices=("none", "optional", "require"))
+                                        choices=tuple(CLIENT_AUTH))
     tls_trust_cert_file: str = setting("", "PEM CA certificates the clients' certificates must lead to "
                                            "(tls.server.trustCertPath)", metavar="PATH")
     tls_enable: str = setting("false", "this node's own connections (registration with the registries, a "
