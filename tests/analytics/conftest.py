@@ -1,6 +1,6 @@
-"""Analytics test helpers: one local[2] SparkSession for the whole run, and small stores.
+"""Analytics test helpers: one local[2] SparkSession for each pytest worker's run, and small stores.
 
-Starting a JVM costs seconds, so every Spark test shares the session (scope="session");
+Starting a JVM costs seconds, so a worker's Spark tests share the session (scope="session");
 tests never stop it (the CLIs leave a session they did not create running).
 """
 

@@ -10,6 +10,7 @@ silently skips proves nothing.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -51,17 +52,23 @@ def ali_ons() -> Path:
     if node is None or npm is None:
         pytest.fail("the compatibility tests need Node.js (>= 16) and npm on PATH to run ali-ons; "
                     "install them (e.g. apt-get install nodejs npm)", pytrace=False)
-    if _installed_version() != ALI_ONS_VERSION:
-        try:
-            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
-                                  capture_output=True, text=True, timeout=NPM_CI_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`npm ci` in {NODE_DIR} took over {NPM_CI_TIMEOUT}s: is the npm registry reachable?",
-                        pytrace=False)
-        if done.returncode != 0 or _installed_version() != ALI_ONS_VERSION:
-            pytest.fail(f"`npm ci` in {NODE_DIR} could not install ali-ons {ALI_ONS_VERSION} (exit "
-                        f"{done.returncode}); is the npm registry reachable?\n{done.stderr[-3000:]}", pytrace=False)
+    with open(NODE_DIR / "node_modules.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)        # pytest-xdist workers: one installs, the others wait for it
+        if _installed_version() != ALI_ONS_VERSION:
+            _npm_ci(npm)
     return NODE_DIR
+
+
+def _npm_ci(npm: str) -> None:
+    try:
+        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
+                              capture_output=True, text=True, timeout=NPM_CI_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`npm ci` in {NODE_DIR} took over {NPM_CI_TIMEOUT}s: is the npm registry reachable?",
+                    pytrace=False)
+    if done.returncode != 0 or _installed_version() != ALI_ONS_VERSION:
+        pytest.fail(f"`npm ci` in {NODE_DIR} could not install ali-ons {ALI_ONS_VERSION} (exit "
+                    f"{done.returncode}); is the npm registry reachable?\n{done.stderr[-3000:]}", pytrace=False)
 
 
 @dataclass
