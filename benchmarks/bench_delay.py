@@ -14,6 +14,10 @@ points at (the store files, read-only, after the run). Target (issue 9): store l
 (2 vCPU), the load average is reported. --json: the last stdout line is one JSON object.
 host_probe_ms: the CPU time of a fixed Python loop before each run, median: higher is a slower host
 (host_probe.py; this VM's CPU speed varies up to 2x second to second).
+
+--timer sends timer messages instead (TIMER_DELAY_MS of the same delays, hopping through the
+timer levels at the broker's default 1 s precision): their due time is the record's TIMER_OUT_MS,
+and `hops` is the mean TIMER_ROLL_TIMES + 1 of the delivered copies.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.board import Board  # noqa: E402
 from smartgo.broker import profiling  # noqa: E402
 from smartgo.broker.schedule_testing import delayed_command  # noqa: E402
-from smartgo.broker.testing import pull_command, start_broker, uniq_key  # noqa: E402
+from smartgo.broker.testing import pull_command, send_command, start_broker, uniq_key  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import ResponseCode  # noqa: E402
 from smartgo.store import StoreReader  # noqa: E402
@@ -57,16 +61,16 @@ NODE = {"topics": f"{TOPIC}:{QUEUES}", "commitlog_file_size": 256 << 20, "consum
 
 # ---- the producer (its own process) ------------------------------------------------------------------------
 
-def _producer(addr: str, levels: list[int], n: int, depth: int, out) -> None:
+def _producer(addr: str, levels: list[int], n: int, depth: int, timer: bool, out) -> None:
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    out.put(asyncio.run(_produce(addr, levels, n, depth)))
+    out.put(asyncio.run(_produce(addr, levels, n, depth, timer)))
 
 
-async def _produce(addr: str, levels: list[int], n: int, depth: int) -> dict:
+async def _produce(addr: str, levels: list[int], n: int, depth: int, timer: bool) -> dict:
     client = RemotingClient()
     conn = await client.connection(addr)
     sent: list[tuple[str, int, str]] = []
@@ -84,7 +88,8 @@ async def _produce(addr: str, levels: list[int], n: int, depth: int) -> dict:
         state["open"] += 1
         level = levels[i % len(levels)]
         key = uniq_key()
-        cmd = delayed_command(TOPIC, BODY, level, queue_id=i % QUEUES, uniq=key)
+        cmd = send_command(TOPIC, BODY, queue_id=i % QUEUES, uniq=key, extra={"TIMER_DELAY_MS": str(LEVELS[level])}) \
+            if timer else delayed_command(TOPIC, BODY, level, queue_id=i % QUEUES, uniq=key)
         conn.invoke_async(cmd, 10.0, lambda r, err: on_reply(r, err, key, level))
 
     def on_reply(r, err, key: str, level: int) -> None:
@@ -107,9 +112,9 @@ async def _produce(addr: str, levels: list[int], n: int, depth: int) -> dict:
 
 # ---- the consumers ----------------------------------------------------------------------------------------------
 
-async def consume(addr: str, expected: int, deadline: float) -> dict[str, tuple[float, int]]:
-    """UNIQ_KEY -> (wall ms received, copy store timestamp), long polling every queue."""
-    got: dict[str, tuple[float, int]] = {}
+async def consume(addr: str, expected: int, deadline: float) -> dict[str, tuple[float, int, int]]:
+    """UNIQ_KEY -> (wall ms received, copy store timestamp, hops), long polling every queue."""
+    got: dict[str, tuple[float, int, int]] = {}
     client = RemotingClient()
 
     async def queue(q: int) -> None:
@@ -119,7 +124,7 @@ async def consume(addr: str, expected: int, deadline: float) -> dict[str, tuple[
             now = time.time_ns() / 1e6
             if r.code == ResponseCode.SUCCESS:
                 for m in decode_records(r.body_bytes()):
-                    got[m.uniq_key] = (now, m.store_timestamp)
+                    got[m.uniq_key] = (now, m.store_timestamp, int(m.properties.get("TIMER_ROLL_TIMES", 0)) + 1)
                 offset = int(r.ext_fields["nextBeginOffset"])
             elif r.code == ResponseCode.PULL_OFFSET_MOVED:
                 offset = int(r.ext_fields["nextBeginOffset"])
@@ -131,8 +136,8 @@ async def consume(addr: str, expected: int, deadline: float) -> dict[str, tuple[
     return got
 
 
-def original_store_times(store: Path, msg_ids: list[str]) -> list[int]:
-    """Store timestamps of the SCHEDULE_TOPIC_XXXX records (read-only maps of the node's files)."""
+def originals(store: Path, msg_ids: list[str]) -> list:
+    """The SCHEDULE_TOPIC_XXXX records (read-only maps of the node's files)."""
     board = Board.open(store / "run" / "board", writable=False)
     try:
         written = board.get("commitlog.written")
@@ -140,7 +145,7 @@ def original_store_times(store: Path, msg_ids: list[str]) -> list[int]:
         board.close()
     reader = StoreReader(StoreConfig(store_path=str(store), commitlog_file_size=NODE["commitlog_file_size"]))
     try:
-        return [decode_record(reader.view(parse_offset_msg_id(m)[2], written)).store_timestamp for m in msg_ids]
+        return [decode_record(reader.view(parse_offset_msg_id(m)[2], written)) for m in msg_ids]
     finally:
         reader.close()
 
@@ -158,7 +163,7 @@ def figures(values: list[float]) -> dict:
             if values else float("nan")}
 
 
-def one_run(base: Path, n: int, levels: list[int], depth: int) -> dict:
+def one_run(base: Path, n: int, levels: list[int], depth: int, timer: bool) -> dict:
     node = start_broker(base, NODE)
     stop = True
     try:
@@ -167,7 +172,7 @@ def one_run(base: Path, n: int, levels: list[int], depth: int) -> dict:
         cpu0 = sum(schedule.cpu_times()[:2])
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
-        proc = ctx.Process(target=_producer, args=(addr, levels, n, depth, out))
+        proc = ctx.Process(target=_producer, args=(addr, levels, n, depth, timer, out))
         proc.start()
         deadline = time.monotonic() + 60 + max(LEVELS[lv] for lv in levels) / 1000
         got = asyncio.run(consume(addr, n, deadline))
@@ -175,7 +180,7 @@ def one_run(base: Path, n: int, levels: list[int], depth: int) -> dict:
         proc.join(30)
         cpu = sum(schedule.cpu_times()[:2]) - cpu0
         sent = produced["sent"]
-        stored = original_store_times(node.store, [m for _, _, m in sent])
+        stored = originals(node.store, [m for _, _, m in sent])
     except BaseException:
         stop = False
         raise
@@ -185,17 +190,19 @@ def one_run(base: Path, n: int, levels: list[int], depth: int) -> dict:
         node.reap()
     per_level: dict[int, dict[str, list[float]]] = {lv: {"store": [], "e2e": []} for lv in levels}
     missing = 0
+    hops = []
     for (key, level, _), orig in zip(sent, stored):
         if key not in got:
             missing += 1
             continue
-        recv, copy_ts = got[key]
-        due = orig + LEVELS[level]
+        recv, copy_ts, hop = got[key]
+        hops.append(hop)
+        due = int(orig.properties["TIMER_OUT_MS"]) if timer else orig.store_timestamp + LEVELS[level]
         per_level[level]["store"].append(copy_ts - due)
         per_level[level]["e2e"].append(recv - due)
     everything = {k: [x for lv in levels for x in per_level[lv][k]] for k in ("store", "e2e")}
     return {"sent": len(sent), "errors": produced["errors"], "missing": missing, "send_s": produced["seconds"],
-            "schedule_cpu_us_per_msg": cpu * 1e6 / max(1, len(sent)),
+            "schedule_cpu_us_per_msg": cpu * 1e6 / max(1, len(sent)), "hops": statistics.mean(hops or [0]),
             "early": sum(1 for x in everything["store"] if x < 0),
             "levels": {f"{LEVELS[lv] // 1000}s": {k: figures(v) for k, v in per_level[lv].items()} for lv in levels},
             "all": {k: figures(v) for k, v in everything.items()}}
@@ -217,6 +224,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--depth", type=int, default=64, help="sends in flight")
     ap.add_argument("--quick", action="store_true", help="smoke run: 300 messages, level 1 s, one run")
+    ap.add_argument("--timer", action="store_true", help="timer messages (TIMER_DELAY_MS) of the same delays")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profile", metavar="DIR", help="cProfile the schedule actor into DIR")
     a = ap.parse_args()
@@ -229,17 +237,19 @@ def main() -> None:
     probe = HostProbe()
     with tempfile.TemporaryDirectory(prefix="bench_delay_") as tmp:
         for i in probe.before_each(runs):
-            r = one_run(Path(tmp) / f"run{i}", n, levels, a.depth)
+            r = one_run(Path(tmp) / f"run{i}", n, levels, a.depth, a.timer)
             results.append(r)
             if not a.json:
                 print(f"run {i + 1}: store {r['all']['store']}, e2e {r['all']['e2e']}, missing {r['missing']}, "
                       f"schedule {r['schedule_cpu_us_per_msg']:.0f} us/msg", flush=True)
     summary = {
-        "quick": a.quick, "messages": n, "runs": runs, "loadavg": os.getloadavg(), "host_probe_ms": probe.ms,
+        "quick": a.quick, "timer": a.timer, "messages": n, "runs": runs, "loadavg": os.getloadavg(),
+        "host_probe_ms": probe.ms,
         "errors": sum(r["errors"] for r in results), "missing": sum(r["missing"] for r in results),
         "early": sum(r["early"] for r in results),
         "send_msgs_s": median_of([{"v": r["sent"] / r["send_s"]} for r in results], ["v"]),
         "schedule_cpu_us_per_msg": median_of(results, ["schedule_cpu_us_per_msg"]),
+        "hops": median_of(results, ["hops"]),
         "levels": {name: {kind: {f: median_of(results, ["levels", name, kind, f]) for f in results[0]["levels"][name][kind]}
                           for kind in ("store", "e2e")} for name in results[0]["levels"]},
         "all": {kind: {f: median_of(results, ["all", kind, f]) for f in results[0]["all"][kind]}

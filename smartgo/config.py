@@ -170,8 +170,15 @@ class NodeConfig:
                                        "measuring the store's file system", metavar="FILE")
     hold_check_interval: float = setting(5.0, "seconds between the long-polling safety re-checks")
     message_delay_level: str = setting("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
-                                       "delay of each DELAY level 1..N (messageDelayLevel; units s, m, h, d)",
-                                       metavar="LEVELS")
+                                       "delay of each DELAY level 1..N (messageDelayLevel; units s, m, h, d; at "
+                                       "most 32 levels)", metavar="LEVELS")
+    timer_wheel_enable: str = setting("true", "accept timer messages (5.x's TIMER_DELIVER_MS, TIMER_DELAY_SEC, "
+                                              "TIMER_DELAY_MS properties: delivery at any time up to "
+                                              "timer_max_delay_sec ahead; timerWheelEnable)", choices=("true", "false"))
+    timer_precision_ms: int = setting(1000, "a timer message is delivered within this many ms after its time, "
+                                            "never before (timerPrecisionMs)", metavar="MS")
+    timer_max_delay_sec: int = setting(259200, "how far ahead a timer message may be due, in seconds; further is "
+                                               "MESSAGE_ILLEGAL (timerMaxDelaySec; 3 days)", metavar="SECONDS")
     store_reply_message: str = setting("true", "store request-reply replies in <cluster>_REPLY_TOPIC as well as "
                                                "pushing them to the requester (storeReplyMessageEnable)",
                                        choices=("true", "false"))

@@ -77,7 +77,7 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     A slave has no commit and no schedule actor: its ha actor writes the CommitLog."""
     nets = net_names(config)
     producers = commit_producers(config)        # the net actors and the schedule actor
-    delay_levels(config)                        # a malformed table is a settings error (exit 2)
+    delay_levels(config)                        # a malformed table or timer setting is a settings error (exit 2)
     window_seconds(config)                      # so is a stats window that does not tile an hour
     minute_sample_ms(config)                    # and a stats sample interval that is not above 0
     slave = is_slave(config)

@@ -42,10 +42,11 @@ from smartgo.broker.net_view import NetView
 from smartgo.broker.rings import (DONE_RING_CAPACITY, SEND_RING_CAPACITY, STATUS_DISK_FULL, STATUS_OK,
                                   iter_completions, send_prefix)
 from smartgo.broker.schedule_message import (ScheduleRecordError, copy_signature, deliver_time, idle_bit,
-                                             is_copy_candidate, republish)
+                                             is_copy_candidate, republish, timer_copies, timer_step)
 from smartgo.broker.schedule_offsets import DelayOffsetFile, DelayState
-from smartgo.broker.settings import SCHEDULE, delay_levels, store_config
+from smartgo.broker.settings import SCHEDULE, delay_levels, store_config, timer_settings
 from smartgo.store import CorruptRecordError, OffsetGoneError, StoreReader
+from smartgo.store.config import TIMER_FIRST_LEVEL
 from smartgo.store.consume_queue import ENTRY, HOLE_SIZE
 from smartgo.store.record import SCHEDULE_TOPIC, peek_head
 
@@ -83,6 +84,10 @@ class Level:
     def bit(self) -> int:
         return idle_bit(self.queue_id)
 
+    @property
+    def timer(self) -> bool:
+        return self.level >= TIMER_FIRST_LEVEL
+
     def advance(self) -> None:
         beyond = self.beyond
         while self.offset in beyond:
@@ -115,7 +120,10 @@ class ScheduleActor(Actor):
         self.fault_file = cfg.schedule_fault_file
         self.reader = StoreReader(store)
         self.view = NetView(self.board, cfg.store_path, self.reader)
-        self.levels = [Level(i + 1, ms) for i, ms in enumerate(delay_levels(cfg))]
+        used = len(delay_levels(cfg))               # the table's padding up to the timer hops has no entries
+        self.levels = [Level(i + 1, ms) for i, ms in enumerate(store.delay_levels_ms)
+                       if i < used or i + 1 >= TIMER_FIRST_LEVEL]
+        self.timer = timer_settings(cfg)
         b = self.board
         self.idle = b.scalar("schedule.idle", writer=self.name)
         self.flush_wait = b.scalar(f"{SCHEDULE}.flush_wait", writer=self.name)
@@ -126,10 +134,10 @@ class ScheduleActor(Actor):
         for lv in self.levels:
             lv.offset = lv.cursor = lv.persisted = state.offsets.get(lv.level, 0)
         self._scan_from = state.scan_from if state.scan_from is not None else self.view.written.get()
-        stranded = sorted(level for level, offset in state.offsets.items() if level > len(self.levels))
+        stranded = sorted(set(state.offsets) - {lv.level for lv in self.levels})
         if stranded:
             self.log.warning("delay levels %s have offsets but the table %r has %d levels: their queues are not "
-                             "delivered", stranded, cfg.message_delay_level, len(self.levels))
+                             "delivered", stranded, cfg.message_delay_level, used)
         # resume: what the previous incarnation put in send.schedule is still appended
         self.out = self.ring(f"send.{SCHEDULE}", PRODUCER, SEND_RING_CAPACITY, resume=True)
         self.done = self.ring(f"done.{SCHEDULE}", CONSUMER, DONE_RING_CAPACITY)
@@ -202,7 +210,7 @@ class ScheduleActor(Actor):
                         lv.due = max(due, now + 1)
                         cq = None
                         break
-                    data = self._republished(lv, off, phys, written, reader)
+                    data = self._republished(lv, off, phys, tags, now, written, reader)
                     lv.cursor += 1
                     if data is None:
                         continue
@@ -212,13 +220,14 @@ class ScheduleActor(Actor):
                         break
         return records
 
-    def _republished(self, lv: Level, off: int, phys: int, written: int, reader: StoreReader) -> bytes | None:
+    def _republished(self, lv: Level, off: int, phys: int, tags: int, now: int, written: int,
+                     reader: StoreReader) -> bytes | None:
         """The send.schedule record for one due entry (registered in flight), None when it is skipped."""
         rec = reader.view(phys, written)
         try:
             if rec is None:
                 raise ScheduleRecordError(f"no record at CommitLog offset {phys} (deleted?)")
-            topic, queue_id, data = republish(rec)
+            topic, queue_id, data = timer_step(rec, tags, now, self.timer) if lv.timer else republish(rec)
         except ScheduleRecordError as exc:
             self.log.error("delay level %d entry %d skipped: %s", lv.level, off, exc)
             lv.beyond[off] = -1
@@ -400,7 +409,8 @@ class ScheduleActor(Actor):
                         rec = reader.view(phys, written)
                         try:
                             if rec is not None:
-                                expected[copy_signature(republish(rec).data)].append((lv, off))
+                                for copy in timer_copies(rec, tags, self.timer) if lv.timer else [republish(rec).data]:
+                                    expected[copy_signature(copy)].append((lv, off))
                         except ScheduleRecordError:
                             pass
                     off += 1
@@ -415,10 +425,12 @@ class ScheduleActor(Actor):
                 _, topic, _, _, _, _, props = peek_head(mm, rel)
                 if is_copy_candidate(topic, props):
                     waiting = expected.get(copy_signature(memoryview(mm)[rel:rel + size]))
-                    if waiting:
+                    while waiting:
                         lv, off = waiting.pop(0)
-                        lv.beyond[off] = phys
-                        found += 1
+                        if off not in lv.beyond:        # (an entry with two possible copies made one)
+                            lv.beyond[off] = phys
+                            found += 1
+                            break
                 if n % 4096 == 4095:
                     await asyncio.sleep(0)      # heartbeats go on during a long walk
         except (CorruptRecordError, OffsetGoneError) as exc:

@@ -26,10 +26,13 @@ actor recognises copies it made but had not yet counted.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from smartgo.store.config import TIMER_FIRST_LEVEL
 from smartgo.store.errors import MessageIllegalError
 from smartgo.store.record import (BORNHOST_V6_FLAG, INT16, INT32, INT64, MESSAGE_MAGIC, POS_QUEUEOFFSET,
                                   POS_STORETIMESTAMP, POS_SYSFLAG, SCHEDULE_TOPIC, SIZE_MAGIC,
@@ -51,6 +54,19 @@ _END_DROPPED = (_TRAN_SEG.encode(), *(seg.encode() for seg in _REAL_SEGS))
 _REAL_QID_B = _REAL_SEGS[1].encode()
 _ROUTE = re.compile(rb"(?:^|\x02)(REAL_TOPIC|REAL_QID)\x01([^\x02]*)").findall
 _DELAY_SEGMENT = re.compile(rb"(?:^|\x02)DELAY\x01[^\x02]*").sub
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+START_DELIVER_TIME = "__STARTDELIVERTIME"      # Aliyun ONS's (ali-ons' setStartDeliverTime): ms since the epoch
+# what a producer may ask, in 5.x's order of precedence: (property, ms per unit, relative to now)
+_TIMER_ASKS = ((TIMER_DELAY_SEC + "\x01", 1000, True), (TIMER_DELAY_MS + "\x01", 1, True),
+               (TIMER_DELIVER_MS + "\x01", 1, False), (START_DELIVER_TIME + "\x01", 1, False))
+_TIMER_SET = tuple(p + "\x01" for p in (REAL_TOPIC, REAL_QID, DELAY, TIMER_ROLL_TIMES))
+_TIMER_OUT = re.compile(rb"(?:^|\x02)TIMER_OUT_MS\x01([^\x02]*)").findall
+_ROLL_B = (TIMER_ROLL_TIMES + "\x01").encode()
+_HOP_DROPPED = (_DELAY_SEG.encode(), _ROLL_B)
 SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 
 
@@ -277,8 +293,9 @@ def copy_signature(rec: memoryview | bytes) -> bytes:
 
 
 def is_copy_candidate(topic: bytes, properties: bytes) -> bool:
-    """Could this CommitLog record be a re-published copy? (peek_head's topic and properties)"""
-    return topic != SCHEDULE_TOPIC_BYTES and _REAL_QID_B in properties
+    """Could this CommitLog record be a re-published copy, or a timer message's next hop?
+    (peek_head's topic and properties)"""
+    return _REAL_QID_B in properties and (topic != SCHEDULE_TOPIC_BYTES or _ROLL_B in properties)
 
 
 def idle_bit(queue_id: int) -> int:
@@ -290,3 +307,102 @@ def deliver_time(tags_code: int, now_ms: int, delay_ms: int) -> int:
     """The entry's delivery time, corrected as correctDeliverTimestamp does: a time further away
     than the level's delay (a clock that went back, a foreign tag code) means now."""
     return now_ms if tags_code > now_ms + delay_ms else tags_code
+
+
+# ---- timer messages ---------------------------------------------------------------------------------
+# RocketMQ 5.x delivers a message at any time (TIMER_DELIVER_MS, or TIMER_DELAY_SEC / TIMER_DELAY_MS
+# from now) from a timer wheel of its own files. Here a timer message hops through the schedule
+# table's hop levels (TIMER_FIRST_LEVEL on: precision * 2**k ms each, smartgo.store.config.timer_hops).
+# Each level has one delay, so its entries come due in the order they were stored, and the schedule
+# actor keeps doing what it does for delay levels: follow each queue's head, deliver exactly once
+# across restarts. A message with r ms to go is stored at the longest hop within r (the shortest
+# when none is); when that entry comes due it is delivered if its time (TIMER_OUT_MS) has come, else
+# stored again at the hop for what is left, TIMER_ROLL_TIMES one higher. Delivery is never early
+# and at most one precision late (plus the actor's own latency), after at most one hop per level
+# (18 at the defaults: 1 s precision, 3 days at most).
+
+
+@dataclass(frozen=True, slots=True)
+class TimerSettings:
+    enabled: bool
+    max_delay_ms: int
+    hops: tuple[int, ...]       # delays of levels TIMER_FIRST_LEVEL.. (ascending)
+
+    def hop_level(self, remaining_ms: int) -> int:
+        """The level of the longest hop within remaining_ms (the shortest when none is)."""
+        return TIMER_FIRST_LEVEL + max(bisect.bisect_right(self.hops, remaining_ms) - 1, 0)
+
+
+def timer_rewrite(properties: str, topic: str, queue_id: int, now_ms: int,
+                  timer: TimerSettings) -> tuple[str, int, str] | None:
+    """(SCHEDULE_TOPIC_XXXX, queue, properties) of a timer message's first hop: REAL_TOPIC and
+    REAL_QID, DELAY the hop's level, TIMER_OUT_MS its time (5.x's property for it). None for no
+    timer message (none of the three properties nor ONS's __STARTDELIVERTIME, or TIMER_OUT_MS: one
+    delivered already) and for one due by now. MessageIllegalError for a value that is no integer, a time beyond the maximum
+    delay, or timers switched off (5.x: MESSAGE_ILLEGAL for each)."""
+    if _property(properties, TIMER_OUT_MS + "\x01") is not None:
+        return None
+    for segment, unit, relative in _TIMER_ASKS:
+        if (value := _property(properties, segment)) is not None:
+            break
+    else:
+        return None
+    if not timer.enabled:
+        raise MessageIllegalError("accurate timer message is not enabled, timer_wheel_enable is false")
+    try:
+        deliver = int(value) * unit + (now_ms if relative else 0)
+    except ValueError:
+        raise MessageIllegalError(f"timer message illegal: {segment[:-1]} {value[:40]!r} is not an integer") from None
+    if deliver <= now_ms:
+        return None
+    if deliver - now_ms > timer.max_delay_ms:
+        raise MessageIllegalError(f"timer message illegal, the delay time should not be bigger than the max delay "
+                                  f"{timer.max_delay_ms}ms")
+    level = timer.hop_level(deliver - now_ms)
+    kept = [seg for seg in properties.split("\x02") if seg and not seg.startswith(_TIMER_SET)]
+    kept += (f"{REAL_TOPIC}\x01{topic}", f"{REAL_QID}\x01{queue_id}", f"{DELAY}\x01{level}",
+             f"{TIMER_OUT_MS}\x01{deliver}")
+    return SCHEDULE_TOPIC, level - 1, "\x02".join(kept)
+
+
+def timer_step(rec: memoryview | bytes, due_ms: int, now_ms: int, timer: TimerSettings) -> Republished:
+    """What a due hop entry becomes: the message itself (republish) once its time has come (by the
+    clock, or by the entry's own due time, its ConsumeQueue tag code), else its next hop - chosen
+    from the due time, so that a restarted actor can tell which copy it made (timer_copies)."""
+    out = _timer_out(rec)
+    if out is None or out <= now_ms or out <= due_ms:
+        return republish(rec)
+    return _next_hop(rec, timer.hop_level(out - due_ms))
+
+
+def timer_copies(rec: memoryview | bytes, due_ms: int, timer: TimerSettings) -> list[bytes]:
+    """Every record timer_step may have made of a hop entry, at any time."""
+    copies = [republish(rec).data]
+    out = _timer_out(rec)
+    if out is not None and out > due_ms:
+        copies.append(_next_hop(rec, timer.hop_level(out - due_ms)).data)
+    return copies
+
+
+def _timer_out(rec: memoryview | bytes) -> int | None:
+    lay = _layout(rec)
+    found = _TIMER_OUT(bytes(rec[lay.props:lay.total]))
+    try:
+        return int(found[-1]) if found else None
+    except ValueError:
+        return None
+
+
+def _next_hop(rec: memoryview | bytes, level: int) -> Republished:
+    lay = _layout(rec)
+    props = bytes(rec[lay.props:lay.total])
+    rolls = 0
+    kept = []
+    for seg in props.split(b"\x02"):
+        if seg.startswith(_ROLL_B):
+            rolls = int(seg[len(_ROLL_B):]) if seg[len(_ROLL_B):].isdigit() else 0
+        elif seg and not seg.startswith(_HOP_DROPPED):
+            kept.append(seg)
+    kept += (_DELAY_SEG.encode() + b"%d" % level, _ROLL_B + b"%d" % (rolls + 1))
+    return Republished(SCHEDULE_TOPIC, level - 1,
+                       _rebuild(rec, lay, topic_field(SCHEDULE_TOPIC), level - 1, b"\x02".join(kept)))

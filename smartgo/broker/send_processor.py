@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 
 from smartgo.broker.channel import ChannelError
 from smartgo.broker.rings import SEND, STATUS_DISK_FULL, STATUS_OK, Batcher, iter_completions, send_prefix
-from smartgo.broker.schedule_message import delay_property, half_rewrite, schedule_rewrite
-from smartgo.broker.settings import delay_levels, is_slave
+from smartgo.broker.schedule_message import delay_property, half_rewrite, schedule_rewrite, timer_rewrite
+from smartgo.broker.settings import delay_levels, is_slave, timer_settings
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -71,6 +71,8 @@ SLAVE_REMARK = ("service not available now: this broker is a slave; messages are
                 "(brokerId 0)")
 _DELAYABLE = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _DELAY_PREFIX = "DELAY\x01"
+_TIMER_PREFIX = "TIMER_"            # TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS (schedule_message)
+_ONS_TIMER = "__STARTDELIVERTIME"
 _TRAN_PREFIX = "TRAN_MSG\x01"
 _V6_FLAGS = 0x30
 _BATCH_ITEM = struct.Struct(">iiiii")      # batch item: TOTALSIZE, MAGIC (0), BODYCRC (0), FLAG, BODYLEN
@@ -171,6 +173,7 @@ class SendProcessor:
         self.flush_timeout = cfg.sync_flush_timeout
         self.broker_name = cfg.broker_name
         self.max_delay_level = len(delay_levels(cfg))
+        self.timer = timer_settings(cfg)
         self.pending: dict[int, PendingSend] = {}
         self._ids = itertools.count(1)
         self._id_base = net.ctx.incarnation << 40          # ids of a restarted net actor never repeat
@@ -257,7 +260,8 @@ class SendProcessor:
                     raise MessageIllegalError("a batch cannot be a transaction's half message (TRAN_MSG)")
                 h.topic, store_queue, h.properties = half
                 h.sys_flag &= ~TRANSACTION_MASK
-            elif _DELAY_PREFIX in h.properties and h.sys_flag & TRANSACTION_MASK in _DELAYABLE:
+            elif (_DELAY_PREFIX in h.properties or _TIMER_PREFIX in h.properties or _ONS_TIMER in h.properties) \
+                    and h.sys_flag & TRANSACTION_MASK in _DELAYABLE:
                 store_queue = self._delay(h, queue_id)
             if h.batch:
                 block, sizes, wait = self._encode_batch(conn, request, h, store_queue)
@@ -296,14 +300,17 @@ class SendProcessor:
         return answer
 
     def _delay(self, h: SendHeader, queue_id: int) -> int:
-        """A message with DELAY > 0 is stored in SCHEDULE_TOPIC_XXXX, queue level - 1 (h is
-        rewritten; smartgo.broker.schedule_message). Its reply still names the real queue, with
-        the schedule queue's offset, as RocketMQ's does. A batch cannot be delayed."""
-        delayed = schedule_rewrite(h.properties, h.topic, queue_id, self.max_delay_level)
+        """A message with DELAY > 0 is stored in SCHEDULE_TOPIC_XXXX, queue level - 1, a timer
+        message at its first hop (h is rewritten; smartgo.broker.schedule_message). Its reply still
+        names the real queue, with the schedule queue's offset, as RocketMQ's does. A batch cannot
+        be delayed."""
+        delayed = schedule_rewrite(h.properties, h.topic, queue_id, self.max_delay_level) \
+            or timer_rewrite(h.properties, h.topic, queue_id, time.time_ns() // 1_000_000, self.timer)
         if delayed is None:
             return queue_id
         if h.batch:
-            raise MessageIllegalError(f"a batch cannot be delayed (DELAY {delay_property(h.properties)})")
+            raise MessageIllegalError(f"a batch cannot be delayed (DELAY {delay_property(h.properties)} or a "
+                                      "TIMER_ property)")
         h.topic, store_queue, h.properties = delayed
         return store_queue
 

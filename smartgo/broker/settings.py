@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from smartgo.config import ConfigError, NodeConfig
-from smartgo.store.config import StoreConfig
+from smartgo.broker.schedule_message import TimerSettings
+from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig, timer_hops
 from smartgo.store.record import parse_delay_levels
 
 NET_PREFIX = "net-"
@@ -21,15 +22,23 @@ def commit_producers(config: NodeConfig) -> list[str]:
 
 
 def delay_levels(config: NodeConfig) -> tuple[int, ...]:
-    """message_delay_level in ms per level (ConfigError when malformed)."""
+    """message_delay_level in ms per level (ConfigError when malformed, and for timer settings below 1)."""
     try:
         levels = parse_delay_levels(config.message_delay_level)
     except (KeyError, ValueError, IndexError):
         levels = ()
-    if not levels or min(levels) < 0:
-        raise ConfigError(f"message_delay_level must be delays like '1s 5s 1m 2h' (units s, m, h, d), got "
-                          f"{config.message_delay_level!r}")
+    if not levels or min(levels) < 0 or len(levels) >= TIMER_FIRST_LEVEL:
+        raise ConfigError(f"message_delay_level must be up to {TIMER_FIRST_LEVEL - 1} delays like '1s 5s 1m 2h' "
+                          f"(units s, m, h, d), got {config.message_delay_level!r}")
+    if config.timer_precision_ms < 1 or config.timer_max_delay_sec < 1:
+        raise ConfigError(f"timer_precision_ms ({config.timer_precision_ms}) and timer_max_delay_sec "
+                          f"({config.timer_max_delay_sec}) must be 1 or more")
     return levels
+
+
+def timer_settings(config: NodeConfig) -> TimerSettings:
+    max_ms = config.timer_max_delay_sec * 1000
+    return TimerSettings(config.timer_wheel_enable == "true", max_ms, timer_hops(config.timer_precision_ms, max_ms))
 
 
 def intent_fields(nets: list[str]) -> list[tuple[str, str]]:
@@ -80,6 +89,8 @@ def store_config(config: NodeConfig) -> StoreConfig:
         index_entry_count=config.index_entry_count,
         max_message_size=config.max_message_size,
         message_delay_level=config.message_delay_level,
+        timer_precision_ms=config.timer_precision_ms,
+        timer_max_delay_ms=config.timer_max_delay_sec * 1000,
         flush_disk_type="SYNC_FLUSH" if config.flush == "sync" else "ASYNC_FLUSH",
         sync_flush_timeout_ms=int(config.sync_flush_timeout * 1000),
         flush_interval_commitlog_ms=int(config.flush_interval * 1000),

@@ -36,7 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tags", help="the message's tag")
     p.add_argument("--keys", help="business keys, space separated (indexed: query-key finds them)")
     p.add_argument("--property", "-p", action="append", metavar="KEY=VALUE", help="a user property (repeatable)")
-    p.add_argument("--delay-level", type=int, default=0, metavar="1-18", help="deliver after this delay level")
+    delay = p.add_mutually_exclusive_group()
+    delay.add_argument("--delay-level", type=int, default=0, metavar="1-18", help="deliver after this delay level")
+    delay.add_argument("--delay-ms", type=int, default=0, metavar="MS",
+                       help="a timer message: deliver this many ms after the broker stores it (any delay up to "
+                            "the broker's timer_max_delay_sec)")
     p.add_argument("--count", "-c", type=int, default=1, help="send --body/--file this many times (default: 1)")
     p.add_argument("--mode", choices=("sync", "async", "oneway"), default="sync")
     p.add_argument("--sharding-key", help="ordered send: messages with one key go to one queue, in order")
@@ -99,9 +103,10 @@ def _show(args: argparse.Namespace, n: int, result: SendResult | None, error: Ba
 def run(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise CliError("--count must be at least 1")
-    if args.transaction and (args.mode != "sync" or args.sharding_key is not None or args.delay_level):
+    if args.transaction and (args.mode != "sync" or args.sharding_key is not None or args.delay_level
+                             or args.delay_ms):
         raise CliError("--transaction sends one message at a time, sync, to any queue, without delay: "
-                       "it takes no --mode, --sharding-key or --delay-level")
+                       "it takes no --mode, --sharding-key, --delay-level or --delay-ms")
     props = parse_properties(args.property)
     listener = _Decided(_ENDINGS[args.transaction.upper()]) if args.transaction else None
 
@@ -114,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             pending = []
             for n, body in enumerate(_bodies(args), 1):
                 msg = Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(props),
-                              delay_level=args.delay_level)
+                              delay_level=args.delay_level, delay_time_ms=args.delay_ms)
                 if args.mode == "oneway":
                     await producer.send_oneway(msg)
                     _show(args, n, None, None, len(body))

@@ -46,13 +46,17 @@ class Prop:
     PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
     MSG_REGION = "MSG_REGION"
     TRACE_ON = "TRACE_ON"
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
 
 
 #: Properties the SDK manages itself; user properties may not use these names.
 RESERVED_PROPERTIES = frozenset({Prop.KEYS, Prop.TAGS, Prop.WAIT, Prop.DELAY, Prop.UNIQ_KEY,
                                  Prop.RETRY_TOPIC, Prop.REAL_TOPIC, Prop.REAL_QID, Prop.TRAN_MSG, Prop.PGROUP,
                                  Prop.MIN_OFFSET, Prop.MAX_OFFSET, Prop.RECONSUME_TIME,
-                                 Prop.MAX_RECONSUME_TIMES, Prop.ORIGIN_MESSAGE_ID})
+                                 Prop.MAX_RECONSUME_TIMES, Prop.ORIGIN_MESSAGE_ID, Prop.TIMER_DELIVER_MS,
+                                 Prop.TIMER_DELAY_MS})
 
 _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -101,6 +105,12 @@ class Message:
     flag: int = 0
     #: 1..18: delivered after the broker's delay level (1s 5s 10s 30s 1m ...); 0 = at once.
     delay_level: int = 0
+    #: A timer message (RocketMQ 5.x's setDeliverTimeMs): delivered at this time, in ms since the
+    #: epoch by the broker's clock, up to its timer_max_delay_sec ahead (3 days), within its
+    #: timer_precision_ms after (1 s), never before; 0 = no timer. A time past is delivered at once.
+    deliver_time_ms: int = 0
+    #: A timer message due this many ms after the broker stores it (5.x's setDelayTimeMs); 0 = none.
+    delay_time_ms: int = 0
     #: WAIT property: the broker answers only when the message is as durable as configured.
     wait_store_ok: bool = True
 
@@ -120,6 +130,10 @@ class Message:
             props[Prop.KEYS] = self.keys_text  # type: ignore[assignment]
         if self.delay_level:
             props[Prop.DELAY] = str(self.delay_level)
+        if self.deliver_time_ms:
+            props[Prop.TIMER_DELIVER_MS] = str(self.deliver_time_ms)
+        if self.delay_time_ms:
+            props[Prop.TIMER_DELAY_MS] = str(self.delay_time_ms)
         props[Prop.WAIT] = "true" if self.wait_store_ok else "false"
         return props
 
@@ -140,6 +154,10 @@ class Message:
             raise MessageError(f"message body is {len(self.body)} bytes, over the {max_size}-byte limit")
         if not 0 <= self.delay_level <= 18:
             raise MessageError(f"delay_level {self.delay_level} is outside 0..18")
+        if self.deliver_time_ms < 0 or self.delay_time_ms < 0:
+            raise MessageError("deliver_time_ms and delay_time_ms cannot be negative")
+        if sum(map(bool, (self.delay_level, self.deliver_time_ms, self.delay_time_ms))) > 1:
+            raise MessageError("a message takes one of delay_level, deliver_time_ms and delay_time_ms")
 
 
 class SendStatus(enum.Enum):

@@ -203,8 +203,8 @@ class AsyncProducer(MemberClient):
         for msg in msgs:
             if msg.topic != topic:
                 raise MessageError(f"a batch goes to one topic: {msg.topic!r} differs from {topic!r}")
-            if msg.delay_level:
-                raise MessageError("delayed messages cannot be sent in a batch")
+            if msg.delay_level or msg.deliver_time_ms or msg.delay_time_ms:
+                raise MessageError("delayed and timer messages cannot be sent in a batch")
             msg.validate(self.max_message_size)
             props = msg.wire_properties()
             props[Prop.UNIQ_KEY] = uid = self._ids.next_id()
@@ -275,11 +275,11 @@ class AsyncProducer(MemberClient):
                                   timeout: float | None = None) -> TransactionSendResult:
         """Send msg as a half message, run the transaction listener's execute(msg, arg), and
         commit or roll back the message by its answer (sendMessageInTransaction). A failed send
-        raises, and execute does not run; DELAY is dropped, as the Java client drops it."""
+        raises, and execute does not run; DELAY and timers are dropped, as the Java client drops DELAY."""
         self._check_running()
         if self.transaction_listener is None:
             raise ClientStateError("send_in_transaction needs the producer's transaction_listener")
-        prep = self._prepare(dataclasses.replace(msg, delay_level=0))
+        prep = self._prepare(dataclasses.replace(msg, delay_level=0, deliver_time_ms=0, delay_time_ms=0))
         prep.properties += f"\x02{Prop.TRAN_MSG}\x01true\x02{Prop.PGROUP}\x01{self.group}"
         prep.sys_flag |= TRANSACTION_PREPARED_TYPE
         sent = await _Send(self, prep, timeout, None, None).future

@@ -10,6 +10,10 @@ from smartgo.store.record import DEFAULT_MAX_BODY, parse_delay_levels
 
 CQ_UNIT = 20
 PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
+#: Levels 1..32 of SCHEDULE_TOPIC_XXXX are message_delay_level's; from this one on, the timer hops
+#: (smartgo.broker.schedule_message: timer messages). Fixed, so a changed level table never moves
+#: the hops' queues under the entries they hold.
+TIMER_FIRST_LEVEL = 33
 
 
 def round_up_to_unit(size: int, unit: int = CQ_UNIT) -> int:
@@ -45,6 +49,8 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = 40
     default_query_max_num: int = 32
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    timer_precision_ms: int = 1000           # 5.x's timerPrecisionMs: the shortest timer hop
+    timer_max_delay_ms: int = 3 * 86_400_000   # 5.x's timerMaxDelaySec (3 days)
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
     # Drop written/read pages from this process's page tables every so many bytes (madvise
     # DONTNEED): the data stays in the page cache, RSS stays flat while the store grows.
@@ -87,4 +93,20 @@ class StoreConfig:
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:
-        return parse_delay_levels(self.message_delay_level)
+        """The schedule table: ms per SCHEDULE_TOPIC_XXXX level (queue level - 1)."""
+        return schedule_levels(parse_delay_levels(self.message_delay_level),
+                               timer_hops(self.timer_precision_ms, self.timer_max_delay_ms))
+
+
+def timer_hops(precision_ms: int, max_delay_ms: int) -> tuple[int, ...]:
+    """The timer hops' delays: precision * 2**k, up to the largest within max_delay (at least one)."""
+    hops = [precision_ms]
+    while hops[-1] * 2 <= max_delay_ms:
+        hops.append(hops[-1] * 2)
+    return tuple(hops)
+
+
+def schedule_levels(delay_levels: tuple[int, ...], hops: tuple[int, ...]) -> tuple[int, ...]:
+    """The delay levels, padded to TIMER_FIRST_LEVEL - 1 with the last one (no send reaches those:
+    DELAY is capped at the table's end), then the timer hops."""
+    return delay_levels + delay_levels[-1:] * (TIMER_FIRST_LEVEL - 1 - len(delay_levels)) + hops

@@ -8,9 +8,11 @@ from smartgo.testing import run_benchmark
 
 
 @pytest.mark.timeout(120)
-def test_bench_delay_quick():
-    r = run_benchmark("bench_delay.py", timeout=110)
-    assert r["quick"] is True and r["messages"] == 300 and r["host_probe_ms"] > 0
+@pytest.mark.parametrize("timer", [False, True], ids=["delay_level", "timer"])
+def test_bench_delay_quick(timer):
+    r = run_benchmark("bench_delay.py", *(["--timer"] if timer else []), timeout=110)
+    assert r["quick"] is True and r["timer"] is timer and r["messages"] == 300 and r["host_probe_ms"] > 0
+    assert r["hops"] == 1                                        # 1 s: one hop of a timer, one level's wait
     assert r["errors"] == 0 and r["missing"] == 0 and r["early"] == 0
     for kind in ("store", "e2e"):
         f = r["levels"]["1s"][kind]

@@ -1,6 +1,7 @@
 """Restarts in the middle of delays: graceful, kill -9 of the schedule actor at its worst moments
-under a stream of due messages, kill -9 of the whole node while copies are uncounted, a corrupt
-delayOffset.json. Every message sent must arrive exactly once, never before its time."""
+under a stream of due messages (delay levels, and timer messages hopping through their levels),
+kill -9 of the whole node while copies are uncounted, a corrupt delayOffset.json. Every message
+sent must arrive exactly once, never before its time."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psutil
 import pytest
 
 from smartgo.broker.schedule_testing import delayed_command, delivered, max_offset, pull_all
-from smartgo.broker.testing import restart_broker, uniq_key
+from smartgo.broker.testing import restart_broker, send_command, uniq_key
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import ResponseCode
 from smartgo.store.record import SCHEDULE_TOPIC
@@ -30,11 +31,13 @@ def settings(tmp_path, **extra) -> dict:
 
 
 class Sender:
-    """Delayed sends (level 1) from a thread, one every `pace` seconds, over every queue."""
+    """Delayed sends (level 1, or timers of 0.1-1.5 s) from a thread, one every `pace` seconds,
+    over every queue."""
 
-    def __init__(self, addr: str, pace: float = 0.004) -> None:
+    def __init__(self, addr: str, pace: float = 0.004, timer: bool = False) -> None:
         self.addr = addr
         self.pace = pace
+        self.timer = timer
         self.acked: list[str] = []
         self.failed: list[str] = []
         self.running = True
@@ -46,8 +49,11 @@ class Sender:
             i = 0
             while self.running:
                 key = uniq_key()
+                cmd = send_command(TOPIC, b"t", queue_id=i % QUEUES, uniq=key,
+                                   extra={"TIMER_DELAY_MS": str(100 + i * 37 % 1400)}) if self.timer \
+                    else delayed_command(TOPIC, b"m", 1, queue_id=i % QUEUES, uniq=key)
                 try:
-                    r = client.invoke(self.addr, delayed_command(TOPIC, b"m", 1, queue_id=i % QUEUES, uniq=key), 5)
+                    r = client.invoke(self.addr, cmd, 5)
                     (self.acked if r.code == ResponseCode.SUCCESS else self.failed).append(key)
                 except Exception:
                     self.failed.append(key)
@@ -104,9 +110,10 @@ def stopped(pid: int) -> bool:
 
 
 @pytest.mark.timeout(90)
-def test_kill_9_of_the_schedule_actor_at_each_step_delivers_every_message_once(start_node, tmp_path):
-    broker = start_node(settings(tmp_path))
-    sender = Sender(broker.addr)
+@pytest.mark.parametrize("timer", [False, True], ids=["delay_level", "timer"])
+def test_kill_9_of_the_schedule_actor_at_each_step_delivers_every_message_once(start_node, tmp_path, timer):
+    broker = start_node(settings(tmp_path, timer_precision_ms=100))
+    sender = Sender(broker.addr, timer=timer)
     try:
         wait_until(lambda: max_offset(broker.call, TOPIC, 0) > 5, timeout=10, message="deliveries under way")
         for step in ("handover", "landed", "persist", None):
@@ -125,6 +132,10 @@ def test_kill_9_of_the_schedule_actor_at_each_step_delivers_every_message_once(s
     assert not sender.failed and len(sender.acked) > 200
     exactly_once(broker, sender.acked)
     assert broker.node.log_text().count(RESOLVED) >= 2        # "landed" and "persist" left uncounted copies
+    if timer:
+        copies = [m for q in range(QUEUES) for m in pull_all(broker.call, TOPIC, q)]
+        assert all(m.store_timestamp >= int(m.properties["TIMER_OUT_MS"]) for m in copies)    # never early
+        assert max(int(m.properties.get("TIMER_ROLL_TIMES", 0)) for m in copies) >= 3
     assert next(a for a in broker.node.health()["actors"] if a["name"] == "schedule")["restarts"] == 4
 
 

@@ -240,3 +240,22 @@ def test_delay_level(cluster):
     assert m.properties.get("REAL_TOPIC") == topic and m.properties.get("REAL_QID") == "0"
     assert "DELAY" not in m.properties
     assert m.store_timestamp - m.born_timestamp >= 900, "delivered without its delay"
+
+
+def test_start_deliver_time_and_5x_timer_properties(cluster):
+    """setStartDeliverTime (__STARTDELIVERTIME, Aliyun's timed delivery) and 5.x's TIMER_DELAY_SEC
+    from ali-ons: each stored at its time, not before, in its topic."""
+    topic = topic_name("ONS_TIMER")
+    create_topic(cluster, topic, queues=1)
+    at = int(time.time() * 1000) + 1500
+    out = ons("producer", {"nameSrv": cluster.registry, "group": "PG_ONS_TIMER", "close": False, "messages": [
+        {"topic": topic, "tags": "T", "body": "at a time", "properties": {"__STARTDELIVERTIME": str(at)}},
+        {"topic": topic, "tags": "T", "body": "a second on", "properties": {"TIMER_DELAY_SEC": "1"}}]})
+    assert [r["sendStatus"] for r in out["results"]] == ["SEND_OK", "SEND_OK"]
+    got = wait_until(lambda: (m := python_read(cluster, topic)) and len(m) == 2 and m, timeout=15, interval=0.2,
+                     message="both timer messages in their topic")
+    by_body = {m.body: m for m in got}
+    assert by_body[b"at a time"].store_timestamp >= at
+    second = by_body[b"a second on"]
+    assert second.store_timestamp >= int(second.properties["TIMER_OUT_MS"]) >= second.born_timestamp + 1000
+    assert all(m.tags == "T" and m.properties["REAL_TOPIC"] == topic and "DELAY" not in m.properties for m in got)
