@@ -4,7 +4,8 @@ RocketMQ 4.x's EndTransactionProcessor. The producer names the half record by it
 offset (from the prepare's offsetMsgId) and its half-queue offset (the prepare's queueOffset);
 the net actor reads the record from the mapped files and checks both, the producer group and
 that the record is a half message. A commit stores the message in its real topic and queue
-(schedule_message.end_transaction_record) and, once stored, an op record marking the half done:
+(schedule_message.end_transaction_record; or SCHEDULE_TOPIC_XXXX when it asks for a delay level or
+a timer, as a send would: delayed_commit) and, once stored, an op record marking the half done:
 RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, tag "d", body the half's queue offset in decimal, as
 TransactionalMessageBridge.putOpMessage writes it. A rollback stores only the op record. Java
 clients send END_TRANSACTION oneway; a two-way request gets SUCCESS or the refusal's SYSTEM_ERROR.
@@ -19,12 +20,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from smartgo.broker.schedule_message import (HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC, ScheduleRecordError,
-                                             end_transaction_record)
+from smartgo.broker.schedule_message import (HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC, Republished,
+                                             ScheduleRecordError, delayed_commit, end_transaction_record)
 from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
-from smartgo.store.errors import CorruptRecordError
+from smartgo.store.errors import CorruptRecordError, MessageIllegalError
 from smartgo.store.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExt, decode_record
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class EndTransactionProcessor:
                 final = end_transaction_record(record, TRANSACTION_COMMIT_TYPE, offset)
             except ScheduleRecordError as exc:
                 return request.make_response(ResponseCode.SYSTEM_ERROR, f"the half message cannot be committed: {exc}")
+            final = self._delayed(final, half)
             # not counted as a put: the half was counted when it was sent, as in 4.x
             stored = self.net.sends.store_own(conn, request, final.topic, final.queue_id, final.data)
         # The rest runs in a task of its own: a producer that hangs up right after its oneway
@@ -79,6 +81,16 @@ class EndTransactionProcessor:
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
         return await asyncio.shield(task)
+
+    def _delayed(self, final: Republished, half: MessageExt) -> Republished:
+        """The committed message at its delay level or first timer hop, if it asks for one; at once
+        if what it asks for is illegal (the half was accepted, the producer has moved on)."""
+        sends = self.net.sends
+        try:
+            return delayed_commit(final, sends.max_delay_level, time.time_ns() // 1_000_000, sends.timer)
+        except MessageIllegalError as exc:
+            log.warning("committed message %s is stored at once: %s", half.uniq_key, exc.reason)
+            return final
 
     async def _finish(self, conn: Connection, request: RemotingCommand, half: MessageExt, ending: int,
                       stored: asyncio.Future[RemotingCommand] | None) -> RemotingCommand:

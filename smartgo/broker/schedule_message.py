@@ -365,6 +365,21 @@ def timer_rewrite(properties: str, topic: str, queue_id: int, now_ms: int,
     return SCHEDULE_TOPIC, level - 1, "\x02".join(kept)
 
 
+def delayed_commit(final: Republished, max_level: int, now_ms: int, timer: TimerSettings) -> Republished:
+    """A committed transaction's message (end_transaction_record) that asks for a delay level or a
+    timer goes to SCHEDULE_TOPIC_XXXX as a send would: 4.x's putMessage delays the COMMIT type as
+    well, 5.x's HookUtils times it. Transaction type and prepared offset stay, as there. A value a
+    send would refuse (MessageIllegalError) is the caller's: the half was accepted long ago."""
+    lay = _layout(final.data)
+    props = bytes(final.data[lay.props:lay.total]).decode("utf-8", "replace")
+    delayed = schedule_rewrite(props, final.topic, final.queue_id, max_level) \
+        or timer_rewrite(props, final.topic, final.queue_id, now_ms, timer)
+    if delayed is None:
+        return final
+    topic, queue_id, rewritten = delayed
+    return Republished(topic, queue_id, _rebuild(final.data, lay, topic_field(topic), queue_id, rewritten.encode()))
+
+
 def timer_step(rec: memoryview | bytes, due_ms: int, now_ms: int, timer: TimerSettings) -> Republished:
     """What a due hop entry becomes: the message itself (republish) once its time has come (by the
     clock, or by the entry's own due time, its ConsumeQueue tag code), else its next hop - chosen

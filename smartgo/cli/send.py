@@ -103,10 +103,9 @@ def _show(args: argparse.Namespace, n: int, result: SendResult | None, error: Ba
 def run(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise CliError("--count must be at least 1")
-    if args.transaction and (args.mode != "sync" or args.sharding_key is not None or args.delay_level
-                             or args.delay_ms):
+    if args.transaction and (args.mode != "sync" or args.sharding_key is not None or args.delay_level):
         raise CliError("--transaction sends one message at a time, sync, to any queue, without delay: "
-                       "it takes no --mode, --sharding-key, --delay-level or --delay-ms")
+                       "it takes no --mode, --sharding-key or --delay-level")
     props = parse_properties(args.property)
     listener = _Decided(_ENDINGS[args.transaction.upper()]) if args.transaction else None
 

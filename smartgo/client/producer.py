@@ -275,11 +275,12 @@ class AsyncProducer(MemberClient):
                                   timeout: float | None = None) -> TransactionSendResult:
         """Send msg as a half message, run the transaction listener's execute(msg, arg), and
         commit or roll back the message by its answer (sendMessageInTransaction). A failed send
-        raises, and execute does not run; DELAY and timers are dropped, as the Java client drops DELAY."""
+        raises, and execute does not run; DELAY is dropped, as the Java client drops it; a timer
+        stays and times the committed message, as in 5.x."""
         self._check_running()
         if self.transaction_listener is None:
             raise ClientStateError("send_in_transaction needs the producer's transaction_listener")
-        prep = self._prepare(dataclasses.replace(msg, delay_level=0, deliver_time_ms=0, delay_time_ms=0))
+        prep = self._prepare(dataclasses.replace(msg, delay_level=0))
         prep.properties += f"\x02{Prop.TRAN_MSG}\x01true\x02{Prop.PGROUP}\x01{self.group}"
         prep.sys_flag |= TRANSACTION_PREPARED_TYPE
         sent = await _Send(self, prep, timeout, None, None).future

@@ -1,5 +1,6 @@
 """Timer messages without processes: the send rewrite, the hop chain the schedule actor walks,
-the copies a restarted actor looks for, and the schedule table with its timer hops."""
+the copies a restarted actor looks for, the schedule table with its timer hops, and a delayed or
+timed transaction's commit."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smartgo.broker.schedule_message import (TimerSettings, copy_signature, is_copy_candidate, republish,
-                                             timer_copies, timer_rewrite, timer_step)
+from smartgo.broker.schedule_message import (HALF_TOPIC, TimerSettings, copy_signature, delayed_commit,
+                                             end_transaction_record, is_copy_candidate, republish, timer_copies,
+                                             timer_rewrite, timer_step)
 from smartgo.broker.settings import delay_levels, timer_settings
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig, schedule_levels, timer_hops
 from smartgo.store.errors import MessageIllegalError
-from smartgo.store.record import SCHEDULE_TOPIC, decode_properties, decode_record, encode_properties, encode_record
+from smartgo.store.record import (SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE, decode_properties, decode_record,
+                                  encode_properties, encode_record)
 
 NOW = 1_800_000_000_000
 TIMER = TimerSettings(True, 3 * 86_400_000, timer_hops(1000, 3 * 86_400_000))
@@ -169,3 +172,24 @@ def test_only_a_hop_copy_is_a_copy_candidate_in_the_schedule_topic():
     both = timer_copies(sent, NOW + 4000, TIMER)
     assert copy_signature(hop.data) in {copy_signature(c) for c in both} and copy_signature(sent) not in {
         copy_signature(c) for c in both}
+
+
+# ---- a transaction's commit ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("asked, queue", [({"DELAY": "2"}, 1), ({"TIMER_DELAY_MS": "5000"}, TIMER_FIRST_LEVEL + 1),
+                                          ({"DELAY": "40"}, 17)])           # capped at the table's 18 levels
+def test_a_commit_that_asks_for_a_delay_or_a_timer_is_scheduled_as_a_send_would_be(asked, queue):
+    half = encode_record(HALF_TOPIC, 0, b"order", props(TAGS="T", TRAN_MSG="true", REAL_TOPIC="Orders", REAL_QID="3",
+                                                         **asked).encode(), born_timestamp=NOW - 5, queue_offset=4)
+    final = end_transaction_record(half, TRANSACTION_COMMIT_TYPE, 8192)
+    delayed = delayed_commit(final, 18, NOW, TIMER)
+    assert (delayed.topic, delayed.queue_id) == (SCHEDULE_TOPIC, queue)
+    msg = decode_record(delayed.data, check_crc=True)
+    assert (msg.topic, msg.queue_id, msg.body, msg.prepared_transaction_offset) == (SCHEDULE_TOPIC, queue, b"order", 8192)
+    assert msg.sys_flag & TRANSACTION_COMMIT_TYPE and "TRAN_MSG" not in msg.properties
+    assert (msg.properties["REAL_TOPIC"], msg.properties["REAL_QID"], msg.properties["DELAY"]) == (
+        "Orders", "3", str(queue + 1))
+    plain = end_transaction_record(encode_record(HALF_TOPIC, 0, b"o", props(TRAN_MSG="true", REAL_TOPIC="Orders",
+                                                                             REAL_QID="3").encode()),
+                                   TRANSACTION_COMMIT_TYPE, 0)
+    assert delayed_commit(plain, 18, NOW, TIMER) is plain

@@ -82,6 +82,29 @@ def test_the_local_outcome_commits_or_rolls_back(cluster, local, delivered):
     arun(main())
 
 
+def test_a_committed_timer_message_arrives_at_its_time(cluster):
+    """5.x: a transactional message's timer times its commit (the half is never timed); the
+    delivered copy keeps the COMMIT type."""
+    topic = topic_name()
+
+    async def main():
+        async with AsyncProducer("PG_TX_TIMER", cluster.registry, transaction_listener=Listener(COMMIT)) as p:
+            result = await p.send_in_transaction(Message(topic, b"timed", delay_time_ms=2500))
+            assert result.local_state is COMMIT
+            await p.send(Message(topic, b"plain"))
+            await async_wait_until(lambda: bodies_contain(cluster.registry, topic, b"plain"), 10, 0.1, "the plain send")
+            assert await bodies(cluster.registry, topic) == [b"plain"]           # committed, not yet due
+            await async_wait_until(lambda: bodies_contain(cluster.registry, topic, b"timed"), 15, 0.1,
+                                   "the committed timer message")
+            async with AsyncPullConsumer("TX_READER", cluster.registry) as pc:
+                got = [m for q in await pc.fetch_queues(topic) for m in (await pc.pull(q, "*", 0, 32)).messages
+                       if m.body == b"timed"]
+        [m] = got
+        assert m.store_timestamp >= int(m.properties["TIMER_OUT_MS"]) >= m.born_timestamp + 2500
+        assert m.properties["TIMER_DELAY_MS"] == "2500" and "TRAN_MSG" not in m.properties
+    arun(main())
+
+
 async def bodies_contain(registry: str, topic: str, body: bytes) -> bool:
     return body in await bodies(registry, topic)
 
