@@ -338,8 +338,8 @@ def timer_rewrite(properties: str, topic: str, queue_id: int, now_ms: int,
     """(SCHEDULE_TOPIC_XXXX, queue, properties) of a timer message's first hop: REAL_TOPIC and
     REAL_QID, DELAY the hop's level, TIMER_OUT_MS its time (5.x's property for it). None for no
     timer message (none of the three properties nor ONS's __STARTDELIVERTIME, or TIMER_OUT_MS: one
-    delivered already) and for one due by now. MessageIllegalError for a value that is no integer, a time beyond the maximum
-    delay, or timers switched off (5.x: MESSAGE_ILLEGAL for each)."""
+    delivered already) and for one due by now. MessageIllegalError for a value that is no integer,
+    a time beyond the maximum delay, or timers switched off (5.x: MESSAGE_ILLEGAL for each)."""
     if _property(properties, TIMER_OUT_MS + "\x01") is not None:
         return None
     for segment, unit, relative in _TIMER_ASKS:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from smartgo.broker.channel import ChannelError
 from smartgo.broker.rings import SEND, STATUS_DISK_FULL, STATUS_OK, Batcher, iter_completions, send_prefix
-from smartgo.broker.schedule_message import delay_property, half_rewrite, schedule_rewrite, timer_rewrite
+from smartgo.broker.schedule_message import half_rewrite, schedule_rewrite, timer_rewrite
 from smartgo.broker.settings import delay_levels, is_slave, timer_settings
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -309,8 +309,7 @@ class SendProcessor:
         if delayed is None:
             return queue_id
         if h.batch:
-            raise MessageIllegalError(f"a batch cannot be delayed (DELAY {delay_property(h.properties)} or a "
-                                      "TIMER_ property)")
+            raise MessageIllegalError("a batch cannot be delayed (DELAY or a timer property in its header)")
         h.topic, store_queue, h.properties = delayed
         return store_queue
 

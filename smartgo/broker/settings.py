@@ -37,6 +37,7 @@ def delay_levels(config: NodeConfig) -> tuple[int, ...]:
 
 
 def timer_settings(config: NodeConfig) -> TimerSettings:
+    """What the send path and the schedule actor need of the timer settings (checked by delay_levels)."""
     max_ms = config.timer_max_delay_sec * 1000
     return TimerSettings(config.timer_wheel_enable == "true", max_ms, timer_hops(config.timer_precision_ms, max_ms))
 
