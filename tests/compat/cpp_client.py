@@ -6,7 +6,8 @@ $HOME/logs/rocketmq-cpp and can crash, and a crash must fail one test, not the t
 Ops run in order; each result is {"ok": true, "value": ...} or {"ok": false, "error": "..."}.
 
     {"op": "send", "topic", "group", "mode": sync|async|oneway|orderly|batch, "n", "tags": [...],
-     "bodySize": 0, "delayLevel": 0, "arg": 0}          -> [{status, msgId, offset}] (none for oneway)
+     "bodySize": 0, "delayLevel": 0, "properties": {}, "arg": 0}
+        -> [{status, msgId, offset}] (none for oneway)
     {"op": "push", "topic", "group", "expression", "expect", "model": CLUSTERING|BROADCASTING,
      "orderly": false, "failFirst": 0, "timeoutS": 30, "settleS": 0, "sendAfterStart": {send op}}
         -> [message]: what the listener took, up to `expect` and whatever came `settleS` later.
@@ -46,6 +47,8 @@ def _build(spec: dict, i: int) -> Message:
     m.set_body((f"cpp-{i}-" * (size // 6 + 1))[:size] if size else f"cpp-{i}")
     if spec.get("delayLevel"):
         m.set_delay_time_level(spec["delayLevel"])
+    for name, value in spec.get("properties", {}).items():
+        m.set_property(name, value)
     return m
 
 

@@ -86,15 +86,23 @@ def test_every_send_mode_is_stored_as_sent(cluster, cpp_home):
     assert [m.queue_offset for m in batched] == list(range(batched[0].queue_offset, batched[0].queue_offset + 5))
 
 
-def test_delayed_send_arrives_after_its_level(cluster, cpp_home):
+def test_delayed_send_arrives_after_its_level_and_a_timer_at_its_time(cluster, cpp_home):
+    """Two sends at delay level 1, and two timer messages (5.x's TIMER_DELAY_MS, set as a property:
+    the 1.2 wrapper predates 5.x's setter)."""
     topic = topic_name("CppDelay")
-    (sent,) = cpp(cpp_home, cluster.registry, [{"op": "send", "topic": topic, "n": 2, "delayLevel": 1}])
-    assert [r["status"] for r in sent] == [0, 0]
-    got = wait_until(lambda: (m := python_read(cluster, topic)) and len(m) == 2 and m, timeout=20,
+    levels, timers = cpp(cpp_home, cluster.registry, [
+        {"op": "send", "topic": topic, "n": 2, "delayLevel": 1, "tags": ["Level"]},
+        {"op": "send", "topic": topic, "n": 2, "properties": {"TIMER_DELAY_MS": "1500"}, "tags": ["Timer"]}])
+    assert [r["status"] for r in levels + timers] == [0, 0, 0, 0]
+    got = wait_until(lambda: (m := python_read(cluster, topic)) and len(m) == 4 and m, timeout=20,
                      message="the delayed messages")
     for m in got:                                                          # level 1 = 1 s, stored again when due
-        assert m.store_timestamp - m.born_timestamp >= 1000, (m.store_timestamp, m.born_timestamp)
         assert m.properties["REAL_TOPIC"] == topic and "DELAY" not in m.properties     # as Java's messageTimeup
+        if m.tags == "Level":
+            assert m.store_timestamp - m.born_timestamp >= 1000, (m.store_timestamp, m.born_timestamp)
+        else:
+            assert m.store_timestamp >= int(m.properties["TIMER_OUT_MS"]) >= m.born_timestamp + 1500
+    assert sorted(m.tags for m in got) == ["Level", "Level", "Timer", "Timer"]
 
 
 def test_push_consumer_filters_by_tag_and_commits_offsets(cluster, cpp_home):
