@@ -25,11 +25,14 @@ from smartgo.broker.groups import is_system_group
 from smartgo.broker.net_view import store_backlog
 from smartgo.broker.prometheus import Family, Labels
 from smartgo.broker.schedule_message import HALF_TOPIC
+from smartgo.broker.schedule_offsets import DelayOffsetFile
+from smartgo.broker.settings import store_config
 from smartgo.broker.stats import FINISH_BOUNDS, SIZE_BOUNDS, transaction_counts
 from smartgo.broker.stats_items import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItems
 from smartgo.broker.topics import system_topics
 from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX
 from smartgo.stats_schema import LATENCY_BOUNDS
+from smartgo.store.config import TIMER_FIRST_LEVEL
 from smartgo.store.record import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
@@ -52,6 +55,8 @@ class BrokerMetrics:
         self.const = {"cluster": cfg.cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
         self.system_topics = frozenset(system_topics(cfg))
         self.sampler = CpuSampler()
+        self.schedule_levels = store_config(cfg).delay_levels_ms
+        self.delay_offsets = DelayOffsetFile(cfg.store_path)
 
     def family(self, name: str, kind: str, help_text: str) -> Family:
         return Family(name, kind, help_text, self.const)
@@ -59,7 +64,8 @@ class BrokerMetrics:
     def collect(self) -> list[Family]:
         now_ms = time.time_ns() // 1_000_000
         return [*self._traffic(), *self._lag(now_ms), *self._connections(), *self._broker(),
-                *self._transactions(), *self._storage(now_ms), *self._latency(), *self._actors()]
+                *self._transactions(), *self._schedule(), *self._storage(now_ms), *self._latency(),
+                *self._actors()]
 
     def _system(self, topic: str, group: str = "") -> str:
         return _bool(topic in self.system_topics or (bool(group) and is_system_group(group)))
@@ -205,6 +211,23 @@ class BrokerMetrics:
         for topic, n in sorted((+self.b.transactions.open_halves).items()):
             half.add({"topic": topic}, n)
         return [commits, rollbacks, finish, half]
+
+    # ---- delayed and timer messages (the schedule actor's queues) -------------------------------------------
+    def _schedule(self) -> list[Family]:
+        """Per SCHEDULE_TOPIC_XXXX level that has a queue: its entries past the offset the
+        schedule actor last saved (delayOffset.json, at most ~50 ms behind it). 5.x counts its
+        timer wheel per topic (rocketmq_timing_messages); the levels are what this broker has."""
+        family = self.family("smartgo_schedule_waiting_messages", "gauge",
+                             "Delayed and timer messages stored and not yet delivered, by schedule level "
+                             "(kind timer: a timer's hops, levels 33 on)")
+        state = self.delay_offsets.load()
+        delivered = state.offsets if state else {}
+        for level, delay_ms in enumerate(self.schedule_levels, 1):
+            stored = self.b.view.max_offset(SCHEDULE_TOPIC, level - 1)
+            if stored:
+                family.add({"level": str(level), "kind": "timer" if level >= TIMER_FIRST_LEVEL else "delay",
+                            "delay_ms": str(delay_ms)}, max(0, stored - delivered.get(level, 0)))
+        return [family]
 
     def _latency(self) -> list[Family]:
         family = self.family("smartgo_request_latency_milliseconds", "histogram",
