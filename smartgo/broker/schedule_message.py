@@ -381,13 +381,14 @@ def delayed_commit(final: Republished, max_level: int, now_ms: int, timer: Timer
 
 
 def timer_step(rec: memoryview | bytes, due_ms: int, now_ms: int, timer: TimerSettings) -> Republished:
-    """What a due hop entry becomes: the message itself (republish) once its time has come (by the
-    clock, or by the entry's own due time, its ConsumeQueue tag code), else its next hop - chosen
-    from the due time, so that a restarted actor can tell which copy it made (timer_copies)."""
+    """What a due hop entry becomes: the message itself (republish) once its time has come, else
+    its next hop, for what is left after the entry's due time (its ConsumeQueue tag code), so that a
+    restarted actor can tell which copy it made (timer_copies). A due time still ahead (the entry
+    was taken early: a shorter hop table since, a clock gone back) counts as now: never early."""
     out = _timer_out(rec)
-    if out is None or out <= now_ms or out <= due_ms:
+    if out is None or out <= now_ms:
         return republish(rec)
-    return _next_hop(rec, timer.hop_level(out - due_ms))
+    return _next_hop(rec, timer.hop_level(out - min(due_ms, now_ms)))
 
 
 def timer_copies(rec: memoryview | bytes, due_ms: int, timer: TimerSettings) -> list[bytes]:

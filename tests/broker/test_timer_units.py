@@ -146,6 +146,16 @@ def test_a_late_actor_delivers_at_once_what_is_due_by_the_clock():
     assert delivered == NOW + 16_000 + 60_000 and len(levels) == 1
 
 
+def test_an_entry_taken_before_its_due_time_is_never_delivered_early():
+    """The schedule actor takes an entry whose tag code lies further ahead than its level's delay
+    at once (correctDeliverTimestamp: a clock gone back, a shorter hop table since): a timer with
+    time left hops again, for what is left from now."""
+    _, queue, properties = timer_rewrite(props(TIMER_DELAY_MS="10000"), "Orders", 2, NOW, TIMER)
+    rec = stored(properties, NOW, queue)
+    step = timer_step(rec, NOW + 60_000, NOW + 5000, TIMER)            # tag code a minute ahead, taken at +5 s
+    assert step.topic == SCHEDULE_TOPIC and step.queue_id + 1 == TIMER.hop_level(5000)
+
+
 def test_round_delays_take_few_hops():
     assert len(walk(1000)[1]) == 1 and len(walk(60_000)[1]) == 4            # 32 + 16 + 8 + 4 s
     assert len(walk(86_400_000)[1]) == 5                                   # one day: 5 bits set in 86,400
