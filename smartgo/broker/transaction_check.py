@@ -18,8 +18,9 @@ it closes a half before the progress, so a restart reads again those that close 
 
 Departure: 4.x re-stores each checked half at the end of the half queue with
 TRANSACTION_CHECK_TIMES + 1 and moves the progress past it; here the half stays where it is,
-the pass walks on past it, and its check count lives in memory (a restart starts the count
-again). So the check names the original half, and the state of the queue is never copied.
+the pass walks on past it, and its check count (with the time of its last check) is kept in
+config/transactionChecks.json, written after each pass that changed it, so a restart goes on
+counting. So the check names the original half, and the state of the queue is never copied.
 
 Each pass also counts the open halves it walks past by their real topic: the metrics page's
 rocketmq_half_messages (5.x keeps a persisted counter instead; here it is as fresh as the last
@@ -28,10 +29,13 @@ pass, and counts at most WALK_LIMIT halves).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from smartgo.broker.persist import PersistedFile
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC, ScheduleRecordError, check_message
 from smartgo.broker.topics import RW, TopicConfig
 from smartgo.net.codes import FLAG_ONEWAY, TRANS_CHECK_MAX_TIME_TOPIC, RequestCode
@@ -49,6 +53,7 @@ CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 WALK_LIMIT = 20_000              # half entries one pass looks at (the broker actor's loop waits meanwhile)
 IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 UNIQ_KEY = "UNIQ_KEY"
+CHECKS_FILE = Path("config") / "transactionChecks.json"
 
 
 class TransactionChecker:
@@ -57,7 +62,10 @@ class TransactionChecker:
         cfg = broker.config
         self.timeout_ms = round(cfg.transaction_timeout * 1000)
         self.max_checks = cfg.transaction_check_max
-        self.checks: dict[int, tuple[int, int]] = {}    # half queue offset -> (checks sent, last one ms)
+        self.file = PersistedFile(Path(cfg.store_path) / CHECKS_FILE)
+        # half queue offset -> (checks sent, last one ms); as saved, to write it again only when it changed
+        self.checks: dict[int, tuple[int, int]] = self.file.load(decode_checks, "transaction check counts") or {}
+        self._saved = dict(self.checks)
         # half queue offsets at or past the progress that are done -> the op record's offset that
         # says so (None: given up or gone, no op record)
         self.done: dict[int, int | None] = {}
@@ -112,6 +120,10 @@ class TransactionChecker:
         # so a restart reads it again (as fillOpRemoveMap does) and never checks a closed half
         offsets.commit(CHECK_GROUP, OP_TOPIC, 0, min((o for o in self.done.values() if o is not None),
                                                      default=self.op_cursor))
+        self.checks = {off: c for off, c in self.checks.items() if off >= progress}
+        if self.checks != self._saved:
+            self.file.save(json.dumps({"checks": {str(off): list(c) for off, c in self.checks.items()}}).encode())
+            self._saved = dict(self.checks)
         return sent
 
     def _read_ops(self, reader, written: int, progress: int) -> None:
@@ -198,3 +210,8 @@ class TransactionChecker:
         log.error("half message %d of %s is unreadable, given up: %s", offset, HALF_TOPIC, exc)
         self.done[offset] = None
         return 0
+
+
+def decode_checks(raw: bytes) -> dict[int, tuple[int, int]]:
+    """config/transactionChecks.json: {"checks": {"<half offset>": [checks sent, last one ms]}}."""
+    return {int(off): (int(count), int(last)) for off, (count, last) in json.loads(raw)["checks"].items()}

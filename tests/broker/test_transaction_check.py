@@ -221,6 +221,33 @@ def test_a_given_up_half_is_copied_aside_and_resuming_it_has_it_checked_again(br
 
 
 @pytest.mark.timeout(120)
+def test_a_restart_goes_on_counting_a_half_s_checks(start_node):
+    """transaction_check_max 2: a half checked once (or twice) before a restart is given up after
+    two checks in all, not two more (the counts are in config/transactionChecks.json)."""
+    broker = start_node({**NODE_SETTINGS, "transaction_check_max": 2, "metrics_port": 0})
+    undecided = TransactionalProducer(broker, "tx_counted", 0)
+    try:
+        prepared, _ = undecided.prepare("TxCounted", b"maybe")
+        half = int(prepared.ext_fields["queueOffset"])
+        wait_until(lambda: undecided.checks_of(half), timeout=10, message="the first check")
+    finally:
+        undecided.close()
+    assert broker.node.stop() == 0
+    before = len(undecided.checks_of(half))
+    saved = json.loads((broker.node.store / "config" / "transactionChecks.json").read_text())
+    assert saved["checks"][str(half)][0] == before
+    broker.node = restart_broker(broker.node)
+    undecided = TransactionalProducer(broker, "tx_counted", 0)
+    try:
+        wait_until(lambda: check_progress(broker) > half, timeout=15, message="the half to be given up")
+        assert before + len(undecided.checks_of(half)) == 2
+    finally:
+        undecided.close()
+    assert pull_all(broker, "TxCounted") == []
+    wait_until(lambda: "given up" in broker.node.log_text(), message="the give-up log line")
+
+
+@pytest.mark.timeout(120)
 def test_a_restart_never_checks_a_half_closed_past_the_progress(start_node):
     """The op record closing half 1 is read while an older half 0 holds the progress back: after a
     restart it must be read again, or half 1's producer would be asked (and commit a second time)."""
