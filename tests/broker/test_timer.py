@@ -66,7 +66,7 @@ def test_timer_messages_arrive_at_their_time_never_before_after_their_hops(broke
     for q, (key, first) in sent.items():
         [copy] = pull_all(broker.call, "Timed", q)
         due = int(first.properties["TIMER_OUT_MS"])
-        assert 0 <= copy.store_timestamp - due < PRECISION_MS + 500, copy.store_timestamp - due
+        assert 0 <= copy.store_timestamp - due < PRECISION_MS + 1000, copy.store_timestamp - due
         assert (copy.topic, copy.queue_id, copy.uniq_key, copy.tags, copy.body) == ("Timed", q, key, "T",
                                                                                    f"body-{q}".encode())
         assert copy.born_timestamp == first.born_timestamp and "DELAY" not in copy.properties
