@@ -33,7 +33,8 @@ class Broker:
 
     def __post_init__(self) -> None:
         store = self.store
-        self.config = SimpleNamespace(transaction_timeout=TIMEOUT_MS / 1000, transaction_check_max=2)
+        self.config = SimpleNamespace(transaction_timeout=TIMEOUT_MS / 1000, transaction_check_max=2,
+                                      store_path=self.store.config.store_path)
         self.view = SimpleNamespace(max_offset=lambda t, q: store.max_offset(t, q), fresh_reader=lambda: store.reader,
                                     written=SimpleNamespace(get=lambda: store.written))
         self.snapshot = SimpleNamespace(topics={})
