@@ -32,6 +32,15 @@ async def drain(pc: AsyncPullConsumer, topic: str, expression: str = "*") -> lis
     return out
 
 
+async def drain_all(pc: AsyncPullConsumer, topic: str, expected: int, expression: str = "*") -> list:
+    """drain() once at least `expected` messages are there: a pull sees a message once dispatch has
+    indexed it, which may trail the send's answer on a loaded machine."""
+    async def enough() -> list | None:
+        got = await drain(pc, topic, expression)
+        return got if len(got) >= expected else None
+    return await async_wait_until(enough, 20, 0.05, f"{expected} messages of {topic} dispatched")
+
+
 def test_ten_thousand_with_tag_filtering(real_cluster):
     topic = "E2E_" + uuid.uuid4().hex[:8]
 
@@ -60,7 +69,7 @@ def test_ten_thousand_with_tag_filtering(real_cluster):
                 r = await p.send_batch([m for _, _, m in batch])
                 sent.update(zip(r.msg_id.split(","), [(j, t) for j, t, _ in batch]))
         async with AsyncPullConsumer("E2E_PULL", real_cluster.registry) as pc:
-            got = await drain(pc, topic, "A || B")
+            got = await drain_all(pc, topic, sum(tag in "AB" for _, tag in sent.values()), "A || B")
         return sent, got
     sent, got = arun(main())
     wanted = {uid for uid, (_, tag) in sent.items() if tag in "AB"}
@@ -81,7 +90,7 @@ def test_ordered_per_key_and_compression(real_cluster):
                 await p.send_orderly(Message(topic, f"{key}:{i}".encode(), tags="O"), key)
             big = await p.send(Message(topic, b"z" * 100_000, tags="BIG"))
         async with AsyncPullConsumer("E2E_PULL", real_cluster.registry) as pc:
-            return big, await drain(pc, topic, "O || BIG")
+            return big, await drain_all(pc, topic, 301, "O || BIG")
     big, got = arun(main())
     per_key: dict[str, list[int]] = {}
     queue_of: dict[str, set] = {}
@@ -108,7 +117,7 @@ def test_a_batch_to_a_chosen_queue_lands_there_in_order(real_cluster):
             results = [await p.send_batch([Message(topic, f"{b}-{i}".encode()) for i in range(5)], queue=queue)
                        for b in range(3)]
         async with AsyncPullConsumer("E2E_PULL", real_cluster.registry) as pc:
-            return queue, results, [m for m in await drain(pc, topic) if m.body != b"create"]
+            return queue, results, [m for m in await drain_all(pc, topic, 16) if m.body != b"create"]
     queue, results, got = arun(main())
     assert {r.queue for r in results} == {queue} and [r.queue_offset for r in results] == [
         results[0].queue_offset + 5 * b for b in range(3)]
