@@ -385,33 +385,34 @@ def timer_step(rec: memoryview | bytes, due_ms: int, now_ms: int, timer: TimerSe
     its next hop, for what is left after the entry's due time (its ConsumeQueue tag code), so that a
     restarted actor can tell which copy it made (timer_copies). A due time still ahead (the entry
     was taken early: a shorter hop table since, a clock gone back) counts as now: never early."""
-    out = _timer_out(rec)
+    lay = _layout(rec)
+    props = bytes(rec[lay.props:lay.total])
+    out = _timer_out(props)
     if out is None or out <= now_ms:
         return republish(rec)
-    return _next_hop(rec, timer.hop_level(out - min(due_ms, now_ms)))
+    return _next_hop(rec, lay, props, timer.hop_level(out - min(due_ms, now_ms)))
 
 
 def timer_copies(rec: memoryview | bytes, due_ms: int, timer: TimerSettings) -> list[bytes]:
     """Every record timer_step may have made of a hop entry, at any time."""
+    lay = _layout(rec)
+    props = bytes(rec[lay.props:lay.total])
     copies = [republish(rec).data]
-    out = _timer_out(rec)
+    out = _timer_out(props)
     if out is not None and out > due_ms:
-        copies.append(_next_hop(rec, timer.hop_level(out - due_ms)).data)
+        copies.append(_next_hop(rec, lay, props, timer.hop_level(out - due_ms)).data)
     return copies
 
 
-def _timer_out(rec: memoryview | bytes) -> int | None:
-    lay = _layout(rec)
-    found = _TIMER_OUT(bytes(rec[lay.props:lay.total]))
+def _timer_out(props: bytes) -> int | None:
+    found = _TIMER_OUT(props)
     try:
         return int(found[-1]) if found else None
     except ValueError:
         return None
 
 
-def _next_hop(rec: memoryview | bytes, level: int) -> Republished:
-    lay = _layout(rec)
-    props = bytes(rec[lay.props:lay.total])
+def _next_hop(rec: memoryview | bytes, lay: _Layout, props: bytes, level: int) -> Republished:
     rolls = 0
     kept = []
     for seg in props.split(b"\x02"):

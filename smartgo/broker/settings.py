@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.broker.schedule_message import TimerSettings
-from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig, timer_hops
+from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig
 from smartgo.store.record import parse_delay_levels
 
 NET_PREFIX = "net-"
@@ -37,9 +37,11 @@ def delay_levels(config: NodeConfig) -> tuple[int, ...]:
 
 
 def timer_settings(config: NodeConfig) -> TimerSettings:
-    """What the send path and the schedule actor need of the timer settings (checked by delay_levels)."""
-    max_ms = config.timer_max_delay_sec * 1000
-    return TimerSettings(config.timer_wheel_enable == "true", max_ms, timer_hops(config.timer_precision_ms, max_ms))
+    """What the send path and the schedule actor need of the timer settings (checked by delay_levels):
+    the hops are the schedule table's, as dispatch computes the entries' due times with it."""
+    store = store_config(config)
+    return TimerSettings(config.timer_wheel_enable == "true", store.timer_max_delay_ms,
+                         store.delay_levels_ms[TIMER_FIRST_LEVEL - 1:])
 
 
 def intent_fields(nets: list[str]) -> list[tuple[str, str]]:

@@ -48,7 +48,6 @@ class Prop:
     TRACE_ON = "TRACE_ON"
     TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
     TIMER_DELAY_MS = "TIMER_DELAY_MS"
-    TIMER_OUT_MS = "TIMER_OUT_MS"
 
 
 #: Properties the SDK manages itself; user properties may not use these names.
