@@ -215,6 +215,16 @@ class NodeConfig:
                                               "slave (suggestWhichBrokerId 1), which keeps a lagging consumer "
                                               "off the master's page cache; the slave sends it back once it "
                                               "reads recent data (slaveReadEnable)", choices=("true", "false"))
+    failover_enable: str = setting("false", "automatic failover (5.x's controller mode, opt-in): on a registry, "
+                                            "promote the most advanced slave of a broker name whose master has "
+                                            "been gone for failover_delay, and send a returning old master back "
+                                            "as a slave; on a broker, take those role changes (the role then "
+                                            "lives in <store-dir>/config/role.json, over --role) and accept "
+                                            "sends as a master only once a failover registry has confirmed it. "
+                                            "One registry of a cluster decides (docs/ARCHITECTURE.md)",
+                                   choices=("true", "false"))
+    failover_delay: float = setting(10.0, "registry: seconds a broker name may go without a master before one "
+                                          "of its slaves is promoted (with failover_enable)")
     slave_sync_interval: float = setting(10.0, "slave: seconds between copies of the master's topics, groups "
                                                "and consumer offsets (SlaveSynchronize)")
     # ---- supervision

@@ -93,10 +93,9 @@ def _describe_exit(code: int | None) -> str:
 
 class Arbiter:
     def __init__(self, config: NodeConfig, role: Role) -> None:
-        self.config = config
+        self.base_config = config
         self.role = role
-        self.specs = node_actors(config, role)
-        self.layers = start_layers(self.specs)
+        self._configure()
         for path in [s.cls for s in self.specs] + ([role.recover] if role.recover else []):
             module = path.partition(":")[0]
             if importlib.util.find_spec(module) is None:     # find, don't import: that is the children's job
@@ -112,6 +111,7 @@ class Arbiter:
         self._hard = False          # a second one arrived
         self._draining = False      # stopping actors (for a stop or a node restart)
         self._failure = ""          # why the node must restart
+        self._asked = False         # an actor asked for that restart (a role change): not a failure
         self._lock_fd = -1
         self._fields: dict[str, Any] = {}
 
@@ -126,7 +126,7 @@ class Arbiter:
             if self.config.start_method == "forkserver":
                 mods = {"smartgo.actors.actor"} | {s.cls.partition(":")[0] for s in self.specs}
                 self.ctx.set_forkserver_preload(sorted(mods))
-            log.info("node starting: role %s, store %s, %d actors", self.role.name, self.config.store_path,
+            log.info("node starting: role %s, store %s, %d actors", self.config.role, self.config.store_path,
                      len(self.specs))
             return self._run_nodes()
         except StartupError as e:
@@ -156,6 +156,10 @@ class Arbiter:
                 log.warning("node killed")
                 self._set("node.state", NodeState.STOPPED)
                 return 1
+            if self._asked:
+                self.node_restarts += 1
+                log.warning("restarting the node: %s", self._failure)
+                continue
             now = time.monotonic()
             recent.append(now)
             while recent and now - recent[0] > self.config.node_restart_window:
@@ -171,9 +175,18 @@ class Arbiter:
                         self.config.max_node_restarts, self.config.node_restart_window, self._failure)
 
     # ---- one life of the node ------------------------------------------------------------------------
+    def _configure(self) -> None:
+        """The actors of the next node life: the role's configure hook may change the role itself."""
+        self.config = self.role.configure(self.base_config)
+        self.specs = node_actors(self.config, self.role)
+        self.layers = start_layers(self.specs)
+
     def _run_node(self) -> str:
         self._failure = ""
+        self._asked = False
         self._draining = False
+        if self.node_restarts:
+            self._configure()
         self._create_board()
         self.children = [Child(spec, i, spec.heartbeat_deadline or self.config.heartbeat_deadline)
                          for i, spec in enumerate(self.specs)]
@@ -292,6 +305,8 @@ class Arbiter:
             op = m.get("op")
             if op == "log":
                 emit_forwarded(m, c.name, c.pid)
+            elif op == "restart" and not self._failure:
+                self._failure, self._asked = f"{c.name} asked: {m.get('reason')}", True
             elif op == "ready" and c.state == SupState.SPAWNED:
                 c.state = SupState.READY
                 log.info("%s ready (pid %d, %.3fs after spawn)", c.name, c.pid, time.monotonic() - c.spawned_at)
@@ -421,6 +436,8 @@ class Arbiter:
                     os.kill(c.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+                if c.end is not None:       # an actor just spawned may not handle SIGTERM yet: the pipe keeps this
+                    c.end.send({"op": "stop"})
             while any(c.alive for c in group) and time.monotonic() < deadline and not self._hard:
                 self._turn()
             if self._hard:
@@ -482,7 +499,7 @@ class Arbiter:
         layout = BoardLayout(fields=(*NODE_FIELDS, *self.role.board_fields(self.config)),
                              max_actors=self.config.board_max_actors,
                              queue_capacity=self.config.board_queue_capacity,
-                             meta={"role": self.role.name, "store_dir": str(self.config.store_path)})
+                             meta={"role": self.config.role, "store_dir": str(self.config.store_path)})
         if len(self.specs) > layout.max_actors:
             raise StartupError(f"{len(self.specs)} actors but board_max_actors = {layout.max_actors}")
         if self.board is not None:

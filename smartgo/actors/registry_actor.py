@@ -16,8 +16,11 @@ class RegistryActor(Actor):
         super().__init__(ctx)
         store = self.config.store_path / subdir if subdir else self.config.store_path
         cfg = self.config
+        # A broker's embedded registry never decides failover: it goes down with its master.
+        decides = cfg.failover_enable == "true" and cfg.role == "registry"
         self.server = RegistryServer(cfg.listen_host, port or cfg.listen_port, store,
-                                     tls=node_server_options(cfg.server_tls, "registry"))
+                                     tls=node_server_options(cfg.server_tls, "registry"),
+                                     failover_delay=cfg.failover_delay if decides else None)
 
     async def start(self) -> None:
         await self.server.start()

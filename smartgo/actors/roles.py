@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from smartgo.actors.board import FieldSpec
 from smartgo.actors.spec import ActorSpec
+from smartgo.broker import failover
 from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_writer, delay_levels, intent_fields,
                                     is_slave, net_names)
 from smartgo.broker.stats import minute_sample_ms, window_seconds
@@ -29,6 +30,8 @@ class Role:
     # "package.module:function", called as function(config: NodeConfig) in a child process before
     # the actors start; a non-zero exit (or an exception) fails the node start.
     recover: str | None = None
+    # The config of each node life: automatic failover may have changed the role the command line gave.
+    configure: Callable[[NodeConfig], NodeConfig] = field(default=lambda config: config)
 
 
 def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
@@ -43,6 +46,7 @@ BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("commitlog.slave_acked", "ha", "master: the highest CommitLog position a slave has reported"),
     FieldSpec("ha.slaves", "ha", "master: slaves connected to the replication service"),
     FieldSpec("ha.sleeping", "ha", "1 while the replication service waits for commit to ring it"),
+    FieldSpec("ha.connected", "ha", "slave: 1 while it is connected to its master's replication service"),
     FieldSpec("commitlog.dispatched", "dispatch", "CommitLog bytes indexed into ConsumeQueue/IndexFile"),
     FieldSpec("commitlog.min", "cleanup", "start of the oldest CommitLog file still on disk"),
     FieldSpec("dispatch.store_ts", "dispatch", "store timestamp of the last dispatched record"),
@@ -117,8 +121,8 @@ _RECOVER = "smartgo.broker.recovery:recover_broker"
 
 ROLES: dict[str, Role] = {
     "registry": Role("registry", 9876, _registry_actors),
-    "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER),
-    "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER),
+    "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply),
+    "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply),
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -27,18 +28,24 @@ def _append(path: str | Path, line: str) -> None:
 
 
 class RecorderActor(Actor):
-    """Appends 'start|stop <name> <pid> <incarnation>' to a file; start and stop take as long as told."""
+    """Appends 'start|stop <name> <pid> <incarnation>' to a file; start and stop take as long as told.
+    deaf: SIGTERM is ignored, as for an actor that gets it before it has a handler."""
 
-    def __init__(self, ctx: ActorContext, events: str, start_delay: float = 0.0, stop_delay: float = 0.0) -> None:
+    def __init__(self, ctx: ActorContext, events: str, start_delay: float = 0.0, stop_delay: float = 0.0,
+                 deaf: bool = False) -> None:
         super().__init__(ctx)
         self.events = events
         self.start_delay = start_delay
         self.stop_delay = stop_delay
+        self.deaf = deaf
 
     def _record(self, what: str) -> None:
         _append(self.events, f"{what} {self.name} {os.getpid()} {self.ctx.incarnation}")
 
     async def start(self) -> None:
+        if self.deaf:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         await asyncio.sleep(self.start_delay)
         self._record("start")
 

@@ -37,6 +37,7 @@ from smartgo.actors.health import CpuSampler
 from smartgo.actors.ring import CONSUMER, PRODUCER
 from smartgo.broker.acl_processor import AclProcessor
 from smartgo.broker.admin_processor import AdminProcessor
+from smartgo.broker.role_manager import RoleManager
 from smartgo.broker.broker_config import RuntimeConfig
 from smartgo.broker.channel import ChannelServer
 from smartgo.broker.client_processor import ClientProcessor
@@ -84,6 +85,7 @@ FORWARDED_CODES = frozenset({
     RequestCode.CLONE_GROUP_OFFSET, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
     RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
     RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
 })
 #: Forwarded codes the broker actor answers only after asking clients (up to CALL_CLIENT_TIMEOUT).
 RELAYED_CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
@@ -106,6 +108,7 @@ class BrokerActor(Actor):
         self.every(1.0, self.sample_stats, "sample stats")
         if not is_slave(cfg):                               # a slave stores nothing of its own
             self.every(cfg.transaction_check_interval, self.check_transactions, "transaction check")
+        self.every(min(1.0, cfg.register_interval), self.register_early, "register early")
 
     async def start(self) -> None:
         cfg = self.config
@@ -115,9 +118,12 @@ class BrokerActor(Actor):
         self.version = board.scalar("broker.topics_version", writer=self.name)
         self.read_only = board.scalar("flag.read_only", writer=self.name)
         self.unreadable = board.scalar("flag.unreadable", writer=self.name)
+        self.ha_connected = board.scalar("ha.connected")
         self.snapshot = self._load_topics()
         self.version.set(self.snapshot.version)
-        self._publish_permission()
+        self.roles = RoleManager(self)
+        self.roles.start()
+        self.publish_permission()
         self.groups = SubscriptionGroups.load(store)
         self.offsets = ConsumerOffsets.load(store)
         self.clients = ClientTable(cfg.client_expiry)
@@ -149,6 +155,7 @@ class BrokerActor(Actor):
         outbound_tls = cfg.outbound_tls()
         self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg),
                                                   cfg.broker_id), registry_addrs(cfg), outbound_tls)
+        self.registrar.extra = self.roles.register_fields()
         if is_slave(cfg):                               # topics, groups and offsets follow the master's
             self.spawn(run_slave_sync(self, lambda: self.registrar.master_addr, cfg.slave_sync_interval,
                                       request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),
@@ -175,7 +182,7 @@ class BrokerActor(Actor):
         clients = ClientProcessor(self)
         self.channel.calls["send_back_target"] = clients.send_back_target
         return {**clients.table(), **AdminProcessor(self).table(), **ProgressProcessor(self).table(),
-                **AclProcessor(self).table(),
+                **AclProcessor(self).table(), **self.roles.table(),
                 RequestCode.GET_ALL_DELAY_OFFSET:                   # the schedule actor's persisted progress
                     lambda client, request: get_all_delay_offset(self.config.store_path, request)}
 
@@ -304,16 +311,17 @@ class BrokerActor(Actor):
     # ---- settings ------------------------------------------------------------------------------------------
     def apply_settings(self, changed: dict) -> None:
         if "broker_permission" in changed:
-            self._publish_permission()
+            self.publish_permission()
             self.publish_topics([])                     # a new dataVersion: registries take the new perm
         if changed.get("auto_create_topic") == "true" and DEFAULT_TOPIC not in self.snapshot.topics:
             self.publish_topics([c for c in default_topics(self.runtime.config) if c.name == DEFAULT_TOPIC])
         for net in self.nets:
             self._send_config(net)
 
-    def _publish_permission(self) -> None:
+    def publish_permission(self) -> None:
+        """brokerPermission, and a failover master's fence (smartgo.broker.role_manager)."""
         perm = self.runtime.config.broker_permission
-        self.read_only.set(0 if perm & PermName.WRITE else 1)
+        self.read_only.set(0 if perm & PermName.WRITE and not self.roles.fenced else 1)
         self.unreadable.set(0 if perm & PermName.READ else 1)
 
     # ---- offsets and statistics --------------------------------------------------------------------------
@@ -403,11 +411,21 @@ class BrokerActor(Actor):
             waiters, self._register_waiters = self._register_waiters, []
             try:
                 await self.registrar.register(self.snapshot.with_perm(self.runtime.config.broker_permission))
+                self.roles.on_registered(self.registrar.failover)
                 self._note_master()
             finally:
                 for done in waiters:
                     if not done.done():
                         done.set_result(None)
+
+    def register_early(self) -> None:
+        """Register every second rather than every register_interval (30 s) while waiting on the
+        registries' answer: a slave without a replication connection that knows no master (or,
+        under automatic failover, may have a new one), and a failover master not yet confirmed."""
+        unplaced = is_slave(self.config) and self.ha_connected.get() == 0 and (
+            self.registrar.master_addr is None or self.roles.enabled)
+        if unplaced or self.roles.fenced:
+            self.register_soon()
 
     def _note_master(self) -> None:
         """A slave's ha actor reads its master's HA address from <run>/ha_master (unless set);

@@ -52,6 +52,7 @@ class HAClient:
         b = actor.board
         self.written = b.scalar("commitlog.written", writer=actor.name)
         self.store_ts = b.scalar("commitlog.store_ts", writer=actor.name)
+        self.connected = b.scalar("ha.connected", writer=actor.name)
         rec = recovery.load(actor.ctx.run_path)
         self.aligned = max(self.written.get(), rec.written)
         self.last_ts = max(self.store_ts.get(), rec.last_store_timestamp)
@@ -103,6 +104,7 @@ class HAClient:
                 self.log_writer.close()
                 self.log_writer = self._open(self.aligned)
             log.info("replicating from %s, starting at %d", addr, self.aligned)
+            self.connected.set(1)
             writer.write(encode_report(self.aligned))
             reported = time.monotonic()
             decoder = TransferDecoder()
@@ -125,6 +127,7 @@ class HAClient:
                     writer.write(encode_report(self.log_writer.wrote_position))
                     reported = now
         finally:
+            self.connected.set(0)
             writer.close()
 
     def _append(self, offset: int, chunk: bytes) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgpack
 
+from smartgo.broker import failover
 from smartgo.broker.settings import store_config
 from smartgo.config import NodeConfig
 from smartgo.store import StoreLock, mark_running, recover
@@ -36,7 +37,8 @@ def recover_broker(config: NodeConfig) -> None:
     """The role's `recover` hook (see smartgo.actors.roles)."""
     cfg = store_config(config)
     with StoreLock(cfg.store_path):        # another broker (with another run dir) on this store: refuse
-        state = recover(cfg)
+        cut = failover.current(config).truncate_to
+        state = recover(cfg, cut if cut != failover.NO_OFFSET else None)
         mark_running(cfg.store_path)
     save(config.run_path, Recovered(state.written, state.commitlog_min, state.last_store_timestamp, state.abnormal))
     log.info("broker store ready: written=%d commitlog_min=%d (%s start)", state.written, state.commitlog_min,

@@ -49,6 +49,8 @@ class Registrar:
         self.registered: set[str] = set()      # registries that accepted the latest registration
         self.master_addr: str | None = None     # a slave's master, as the registries last answered
         self.master_ha_addr: str | None = None
+        self.extra: dict[str, str] = {}         # more header fields (automatic failover's)
+        self.failover: dict[str, str] | None = None  # the failover registry's answer of the latest round
 
     def _header(self) -> dict[str, str]:
         i = self.identity
@@ -57,7 +59,8 @@ class Registrar:
     async def register(self, snapshot: TopicSnapshot) -> int:
         """Register with every registry at once; returns how many accepted."""
         body = register_body(snapshot)
-        ext = {**self._header(), "haServerAddr": self.identity.ha_addr, "compressed": "false",
+        self.failover = None
+        ext = {**self._header(), **self.extra, "haServerAddr": self.identity.ha_addr, "compressed": "false",
                "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
         results = await asyncio.gather(*(self._call(addr, RemotingCommand(RequestCode.REGISTER_BROKER,
                                                                             ext_fields=dict(ext), body=body))
@@ -76,6 +79,8 @@ class Registrar:
         except RemotingError as exc:
             log.warning("registry %s: code %d failed: %s", addr, cmd.code, exc)
             return False
+        if response.ext_fields and "failoverEpoch" in response.ext_fields:
+            self.failover = response.ext_fields
         if response.code != ResponseCode.SUCCESS:
             log.warning("registry %s refused code %d: %s %s", addr, cmd.code, response.code, response.remark)
             return False

@@ -89,6 +89,8 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    # 5.x controller mode; SmartGo's failover registry sends it to the slave it promotes
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
 
 
 class ResponseCode(IntEnum):

@@ -15,6 +15,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor, eager
 from smartgo.net.errors import HeaderFieldError
 from smartgo.registry import bodies
+from smartgo.registry.controller import NO_OFFSET, FailoverController
 from smartgo.registry.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from smartgo.registry.route_info import RouteInfoManager
 
@@ -38,9 +39,11 @@ def _broker_id(request: RemotingCommand) -> int:
 
 
 class RegistryProcessors:
-    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager) -> None:
+    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager,
+                 controller: FailoverController | None = None) -> None:
         self.routes = routes
         self.kv = kv
+        self.controller = controller          # automatic failover decides here (failover_enable)
         # Encoded route answers by topic, valid while neither the tables nor the KV config change:
         # clients ask far more often (every 30 s each) than brokers change anything.
         self._routes_cached: dict[str, bytes] = {}
@@ -79,9 +82,19 @@ class RegistryProcessors:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         parsed = bodies.parse_register_broker_body(body, request.ext_bool("compressed", False),
                                                    legacy=request.version < MQVersion.V3_0_11)
+        controller = self.controller
+        failover = controller is not None and "failoverEpoch" in (request.ext_fields or {})
+        if failover:
+            demotion = controller.on_register(broker_name, broker_addr, broker_id, request.ext_int("failoverEpoch"),
+                                              request.ext_int("epochStart", NO_OFFSET))
+            if demotion is not None:
+                return request.make_response(
+                    ResponseCode.SYSTEM_ERROR, f"failover: {demotion.master} is the master of {broker_name} at "
+                    f"epoch {demotion.epoch}; go on as its slave {demotion.broker_id}",
+                    ext_fields=demotion.ext(controller.ha_addr(demotion.master)))
         result = self.routes.register_broker(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
                                              parsed, conn)
-        ext = {}
+        ext = {"failoverEpoch": str(controller.epoch(broker_name))} if failover else {}
         if result.master_addr is not None:
             ext["masterAddr"] = result.master_addr
         if result.ha_server_addr is not None:

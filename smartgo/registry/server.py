@@ -16,6 +16,7 @@ from pathlib import Path
 
 from smartgo.net.connection import Connection, ConnectionEvent
 from smartgo.net.server import RemotingServer
+from smartgo.registry.controller import FailoverController
 from smartgo.registry.kv_config import KVConfigManager
 from smartgo.registry.processor import RegistryProcessors
 from smartgo.registry.route_info import RouteInfoManager
@@ -30,7 +31,7 @@ _GONE = (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT)
 class RegistryServer:
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, store_dir: Path = DEFAULT_STORE_DIR, *,
                  clock: Callable[[], float] = time.time, scan_interval: float = 10.0,
-                 broker_expiry: float = 120.0, tls: dict | None = None) -> None:
+                 broker_expiry: float = 120.0, tls: dict | None = None, failover_delay: float | None = None) -> None:
         self.host = host
         self.requested_port = port
         self.store_dir = Path(store_dir)
@@ -38,10 +39,13 @@ class RegistryServer:
         self.broker_expiry = broker_expiry
         self.routes = RouteInfoManager(clock)
         self.kv = KVConfigManager(self.store_dir)
-        self.processors = RegistryProcessors(self.routes, self.kv)
+        # failover_delay: this registry decides automatic failover (smartgo.registry.controller)
+        self.controller = (FailoverController(self.routes, self.store_dir, failover_delay)
+                           if failover_delay is not None else None)
+        self.processors = RegistryProcessors(self.routes, self.kv, self.controller)
         self._remoting: RemotingServer | None = None
         self._tls = tls or {}                           # RemotingServer's TLS options (smartgo.net.tls)
-        self._scanner: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
 
     @property
     def port(self) -> int:
@@ -52,16 +56,23 @@ class RegistryServer:
 
     async def start(self) -> None:
         self.kv.load()
+        if self.controller is not None:
+            self.controller.load()
         self._remoting = RemotingServer(self.host, [self.requested_port], self.processors.table(),
                                         listeners=[self._on_connection_event], **self._tls)
         await self._remoting.start()
-        self._scanner = asyncio.get_running_loop().create_task(self._scan_forever())
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._scan_forever())]
+        if self.controller is not None:
+            self._tasks.append(loop.create_task(self.controller.run()))
         log.info("registry listening on %s:%d, KV config in %s", self.host, self.port, self.kv.path)
 
     async def stop(self) -> None:
-        if self._scanner is not None:
-            self._scanner.cancel()
-            self._scanner = None
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+        if self.controller is not None:
+            await self.controller.close()
         if self._remoting is not None:
             await self._remoting.stop()
             self._remoting = None

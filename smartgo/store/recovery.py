@@ -69,7 +69,9 @@ def _abnormal_start(cl: CommitLogReader, starts: list[int], checkpoint: Checkpoi
     return starts[0]
 
 
-def recover(config: StoreConfig) -> RecoveredState:
+def recover(config: StoreConfig, cut_at: int | None = None) -> RecoveredState:
+    """cut_at: drop the CommitLog from there (at the record boundary at or below it), as a demoted
+    master must (smartgo.broker.failover)."""
     began = time.perf_counter()
     abnormal = abort_file_exists(config.store_path)
     fs = config.commitlog_file_size
@@ -89,6 +91,12 @@ def recover(config: StoreConfig) -> RecoveredState:
                          else starts[max(0, len(starts) - 3)])
             damages += repair_found(config.root, cl, walk_from, flushed)
             end, last_ts, stopped = _walk(cl, walk_from, config, flushed, damages)
+            if cut_at is not None and cut_at < end:
+                end, last_ts = _cut(cl, cut_at, end)
+                stopped = f"cut at {end}"
+                # what is cut was never acknowledged: its queue offsets are the next master's, not holes
+                flushed = min(flushed, end)
+                checkpoint.physic_offset = min(checkpoint.physic_offset, end)
             log.info("commitlog valid from %d to %d (%s recovery; stopped: %s)", walk_from, end,
                      "abnormal" if abnormal else "normal", stopped)
         cl_min = starts[0] if starts else 0
@@ -163,6 +171,18 @@ def _walk(cl: CommitLogReader, start: int, config: StoreConfig, flushed: int,
             return walk.position, store_timestamp_at(*last) if last is not None else 0, walk.stopped
         damages.append(damage)
         start = walk.position  # a filler now
+
+
+def _cut(cl: CommitLogReader, cut_at: int, end: int) -> tuple[int, int]:
+    """(the record boundary at or below cut_at, the store timestamp of the record before it)."""
+    start = cut_at - cut_at % cl.file_size
+    walk = cl.walk(start, cut_at, verify=True)
+    last = None
+    for _phys, mm, rel, _size in walk:
+        last = (mm, rel)
+    log.warning("commitlog cut from %d to %d: records this node wrote as a master that the master after it "
+                "never had (failover)", end, walk.position)
+    return walk.position, store_timestamp_at(*last) if last is not None else 0
 
 
 def _redispatch(dispatcher: Dispatcher, start: int, end: int, config: StoreConfig, flushed: int,

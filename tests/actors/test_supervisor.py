@@ -113,6 +113,18 @@ def test_sigterm_stops_in_reverse_dependency_order_and_exits_0(start_node, tmp_p
     assert log.index("stopping b") < log.index("stopping a") < log.index("stopping registry")
 
 
+def test_an_actor_that_missed_its_sigterm_stops_through_its_control_pipe(start_node, tmp_path):
+    """A signal sent before an actor has its handler is lost (a node restart can stop an actor
+    spawned a moment earlier): the stop also goes down the control pipe, which keeps it."""
+    ev = tmp_path / "events"
+    node = start_node({"actor": [{"name": "deaf", "cls": RECORDER, "kwargs": {"events": str(ev), "deaf": True}}]})
+    t0 = time.monotonic()
+    assert node.stop(timeout=15) == 0
+    assert time.monotonic() - t0 < 5                     # not shutdown_timeout (10 s)
+    assert events(ev) == [("start", "deaf"), ("stop", "deaf")]
+    assert "still running after shutdown_timeout" not in node.log_text()
+
+
 def test_a_second_signal_stops_at_once(start_node, tmp_path):
     node = start_node({"actor": [{"name": "slow", "cls": RECORDER,
                                   "kwargs": {"events": str(tmp_path / "ev"), "stop_delay": 30.0}}]})

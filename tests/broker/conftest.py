@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from smartgo.actors.testing import Node
-from smartgo.broker.testing import start_broker
+from smartgo.broker.testing import start_broker, start_slave
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.command import RemotingCommand
 
@@ -60,3 +60,20 @@ def broker(tmp_path_factory, request) -> Broker:
     yield b
     b.client.close()
     node.reap()
+
+
+@pytest.fixture
+def slaves(tmp_path):
+    """slaves(master_node, settings) -> a slave node of it; every one (and those put in
+    slaves.made) is reaped afterwards."""
+    made = []
+
+    def start(master, settings=None, name="slave"):
+        node = start_slave(tmp_path / f"{name}{len(made)}", master, settings)
+        made.append(node)
+        return node
+
+    start.made = made            # restarted slaves are added here, to be reaped too
+    yield start
+    for node in made:
+        node.reap()

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from smartgo.broker.testing import (batch_command, committed_total, message_properties, metric_value, parse_metrics,
-                                    restart_broker, scrape_metrics, send_command, start_slave, uniq_key)
+                                    restart_broker, scrape_metrics, send_command, uniq_key)
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.ha_codec import encode_header
@@ -59,21 +59,6 @@ def send_many(broker, topic: str, count: int, size: int, start: int = 0) -> None
     for i in range(start, start + count):
         r = broker.call(send_command(topic, bytes([65 + i % 26]) * size, queue_id=i % 4, keys=f"k{i}"))
         assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
-
-
-@pytest.fixture
-def slaves(tmp_path):
-    made = []
-
-    def start(master, settings=None, name="slave"):
-        node = start_slave(tmp_path / f"{name}{len(made)}", master, settings)
-        made.append(node)
-        return node
-
-    start.made = made            # restarted slaves are added here, to be reaped too
-    yield start
-    for node in made:
-        node.reap()
 
 
 def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, slaves):
@@ -398,3 +383,28 @@ def test_a_taken_ha_port_costs_replication_not_the_broker(tmp_path, slaves):
     finally:
         client.close()
         node.reap()
+
+
+def test_a_slave_started_before_its_master_finds_it_within_seconds(tmp_path, start_node):
+    """Until a slave is connected to its master it registers every second, not every
+    register_interval (30 s), so it learns where to replicate from as soon as the master is up."""
+    from smartgo.actors.testing import launch_node
+    from smartgo.broker.testing import SMALL_NODE
+    from smartgo.testing import steady_disk_usage
+
+    registry = launch_node(tmp_path / "registry", {}, role="registry")
+    slave = None
+    try:
+        reg = f"127.0.0.1:{registry.port}"
+        slave = launch_node(tmp_path / "slave", {**SMALL_NODE, "registry": reg, "ha_port": free_port(),
+                                                 "disk_usage_file": steady_disk_usage(tmp_path / "usage")},
+                            role="slave")
+        assert field(slave, "ha.connected") == 0
+        master = start_node({"topics": "Rep:4", "registry": reg})
+        wait_until(lambda: field(slave, "ha.connected") == 1, timeout=10, message="the slave connected")
+        send_many(master, "Rep", 20, 100)
+        assert_same_log(master.node, slave)
+    finally:
+        if slave is not None:
+            slave.reap()
+        registry.reap()

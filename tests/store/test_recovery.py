@@ -245,3 +245,28 @@ def test_checkpoint_keeps_rocketmq_fields_and_the_flushed_offset(tmp_path):
     cp.close()
     raw = config.checkpoint_path.read_bytes()
     assert struct.unpack_from(">qqq", raw, 0) == (11, 22, 33) and struct.unpack_from(">q", raw, 64)[0] == 44
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_cut_for_failover_drops_the_tail_and_its_queue_offsets(config, crash):
+    """A demoted master's CommitLog is cut where its successor's term began (always a record
+    boundary there; a cut inside a record goes back to its start). Unlike lost flushed data, the
+    offsets of what is cut are not kept as holes: the new master gave them to other messages,
+    whose records replication brings next."""
+    if crash:
+        originals, _, _ = crashed(config, 30)
+    else:
+        with MessageStore(config, clock=Clock()) as s:
+            originals = put_many(s, 30)
+    starts = sorted(originals)
+    cut = starts[17]
+    state = recover(config, cut + 10)
+    assert state.written == cut
+    assert_nothing_after(config, cut)
+    with MessageStore(config, clock=Clock(1_800_000_000_000)) as s2:
+        kept = {p: v for p, v in originals.items() if p < cut}
+        assert served(s2) == kept
+        expect = {q: sum(1 for v in kept.values() if v[1:3] == q) for q in QUEUES}
+        assert {q: s2.max_offset(*q) for q in QUEUES} == expect
+        r = s2.put(Message("TopicB", b"after", queue_id=0))
+        assert r.physical_offset == cut and r.queue_offset == expect[("TopicB", 0)]

@@ -1,0 +1,101 @@
+"""The broker actor's part of automatic failover (smartgo.broker.failover has the role file).
+
+- Registration carries the node's epoch (and, from a master, where its term began), which tells
+  the failover registry an old master from the current one.
+- A failover master is fenced, its sends refused as with brokerPermission read-only, until a
+  failover registry has accepted it as master: an old master that comes back must not take
+  writes that the new master's consumers would never see.
+- A demotion (the registry's answer to an old master) or NOTIFY_BROKER_ROLE_CHANGED (the
+  registry promoting this slave) is written to the role file, and the supervisor restarts the
+  node in its new role; recovery cuts a demoted master's CommitLog first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from smartgo.broker import failover
+from smartgo.broker.failover import NO_OFFSET, RoleState
+from smartgo.broker.recovery import load as recovered
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from smartgo.broker.broker_actor import BrokerActor
+    from smartgo.broker.channel import ClientRef
+
+
+class RoleManager:
+    def __init__(self, broker: BrokerActor) -> None:
+        self.b = broker
+        cfg = broker.config
+        self.enabled = failover.enabled(cfg)
+        self.state = failover.current(cfg)
+        self.fenced = self.enabled and self.state.role == "master"
+        self.changing = False               # a new role is written; the node restarts
+
+    def start(self) -> None:
+        """Record where a new master term began; forget a cut that recovery has made."""
+        s = self.state
+        if not self.enabled:
+            return
+        if s.role == "master" and s.epoch_start == NO_OFFSET:
+            s = dataclasses.replace(s, epoch_start=recovered(self.b.ctx.run_path).written)
+        elif s.role == "slave" and s.truncate_to != NO_OFFSET:
+            s = dataclasses.replace(s, truncate_to=NO_OFFSET)
+        if s != self.state:
+            failover.save(self.b.config.store_path, s)
+            self.state = s
+        if self.fenced:
+            self.b.log.info("failover master of epoch %d: sends wait for a failover registry's confirmation", s.epoch)
+
+    def table(self) -> dict:
+        return {RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.notify_role_changed}
+
+    def register_fields(self) -> dict[str, str]:
+        if not self.enabled:
+            return {}
+        fields = {"failoverEpoch": str(self.state.epoch)}
+        if self.state.role == "master":
+            fields["epochStart"] = str(self.state.epoch_start)
+        return fields
+
+    def on_registered(self, answer: dict[str, str] | None) -> None:
+        """After a registration round: answer is the failover registry's (None: none answered)."""
+        if not self.enabled or self.changing:
+            return
+        if answer is None:
+            if self.fenced:
+                self.b.log.error("no failover registry has confirmed this master: sends stay refused (is "
+                                 "failover_enable set on one of the registries %s?)", self.b.registrar.registries)
+            return
+        if answer.get("demote") == "true":
+            try:
+                state = RoleState("slave", int(answer["brokerId"]), int(answer["failoverEpoch"]),
+                                  truncate_to=int(answer.get("truncateOffset", NO_OFFSET)))
+            except (KeyError, ValueError) as exc:
+                self.b.log.error("unreadable demotion from the failover registry %s: %s", answer, exc)
+                return
+            self._become(state, f"demoted: {answer.get('masterAddr')} is the master at epoch {state.epoch}")
+        elif self.fenced:
+            self.fenced = False
+            self.b.publish_permission()
+            self.b.log.info("failover registry confirmed this master at epoch %d: taking sends", self.state.epoch)
+
+    def notify_role_changed(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """The failover registry promotes this slave (5.x's code; its header fields)."""
+        epoch = request.ext_int("masterEpoch")
+        if not self.enabled:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "failover_enable is off on this broker")
+        if self.state.role != "slave" or epoch <= self.state.epoch or self.changing:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"not a slave of an epoch before {epoch}: "
+                                         f"{self.state.role} at epoch {self.state.epoch}")
+        self._become(RoleState("master", 0, epoch), f"promoted to master at epoch {epoch} by {client.addr}")
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def _become(self, state: RoleState, reason: str) -> None:
+        failover.save(self.b.config.store_path, state)
+        self.changing = True
+        self.b.log.warning("failover: %s; restarting the node as %s %d", reason, state.role, state.broker_id)
+        self.b.ctx.control.send({"op": "restart", "reason": reason})

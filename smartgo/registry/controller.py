@@ -1,0 +1,217 @@
+"""Automatic failover, the registry's side (failover_enable; 5.x's controller, reduced).
+
+A broker with failover_enable says so in every registration (failoverEpoch: the master term of
+its broker name it last served or followed; a master adds epochStart, where its term began in
+its CommitLog). Per broker name this registry keeps the current epoch, its master's address and
+where each term began, in <registry store>/failover.json, so that a restarted registry still
+knows an old master from the new one.
+
+- A master registration of an older epoch, or of the current one from another address, is
+  refused (demote=true) with where to go: the current master, a free brokerId, and the offset
+  to cut the old master's CommitLog to, the start of the term after its own (what it wrote
+  then was never replicated, so never acknowledged under replication=sync).
+- Every second, a broker name whose master has been gone for failover_delay: unless the master
+  still answers at its address (its connection to this registry dropped, or this registry
+  restarted, and it has not registered again yet), of its live failover slaves the one with the
+  largest CommitLog (GET_BROKER_RUNTIME_INFO) is told to become master at the next epoch
+  (NOTIFY_BROKER_ROLE_CHANGED, 5.x's code).
+
+Only one registry of a cluster may decide: two would elect on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from smartgo.net.client import RemotingClient
+from smartgo.net.codes import MASTER_ID, RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.errors import RemotingError
+from smartgo.registry import bodies
+from smartgo.registry.route_info import RouteInfoManager
+
+log = logging.getLogger("smartgo.registry.controller")
+
+STATE_FILE = "failover.json"
+CALL_TIMEOUT = 3.0
+NO_OFFSET = -1
+
+
+@dataclass(slots=True)
+class Term:
+    """A broker name's current master term, and where each term began in the CommitLog."""
+
+    epoch: int = 0
+    master: str = ""
+    starts: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Demotion:
+    master: str
+    epoch: int
+    broker_id: int
+    truncate_to: int
+
+    def ext(self, ha_addr: str | None) -> dict[str, str]:
+        return {"demote": "true", "masterAddr": self.master, "haServerAddr": ha_addr or "",
+                "brokerId": str(self.broker_id), "failoverEpoch": str(self.epoch),
+                "truncateOffset": str(self.truncate_to)}
+
+
+class FailoverController:
+    def __init__(self, routes: RouteInfoManager, store_dir: Path, delay: float, *,
+                 clock: Callable[[], float] = time.monotonic, client: RemotingClient | None = None) -> None:
+        self.routes = routes
+        self.path = Path(store_dir) / STATE_FILE
+        self.delay = delay
+        self.clock = clock
+        self.client = client or RemotingClient()
+        self.terms: dict[str, Term] = {}
+        self.members: dict[str, str] = {}          # failover broker address -> its broker name
+        self._absent: dict[str, float] = {}        # broker name -> when its master was first missed
+        self._answering: set[str] = set()          # broker names whose missing master still answers (logged)
+
+    # -- state file -------------------------------------------------------------------------------
+    def load(self) -> None:
+        try:
+            raw = json.loads(self.path.read_bytes())
+            self.terms = {name: Term(int(t["epoch"]), str(t["master"]),
+                                     {int(e): int(o) for e, o in t["starts"].items()})
+                          for name, t in raw.items()}
+        except FileNotFoundError:
+            return
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.error("failover state %s is corrupt (%s); starting without it: returning masters are judged by "
+                      "their epochs alone", self.path, exc)
+            return
+        log.info("failover state: %s", {n: (t.epoch, t.master) for n, t in self.terms.items()})
+
+    def _save(self) -> None:
+        data = {name: {"epoch": t.epoch, "master": t.master, "starts": {str(e): o for e, o in t.starts.items()}}
+                for name, t in self.terms.items()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    # -- registrations ----------------------------------------------------------------------------
+    def on_register(self, name: str, addr: str, broker_id: int, epoch: int, epoch_start: int) -> Demotion | None:
+        """A failover broker registers: None to go on with the registration, or its demotion."""
+        self.members[addr] = name
+        if broker_id != MASTER_ID:
+            return None
+        term = self.terms.setdefault(name, Term())
+        if epoch > term.epoch or (epoch == term.epoch and term.master in ("", addr)):
+            changed = (term.epoch, term.master) != (epoch, addr)
+            if changed:
+                log.info("%s: master %s at epoch %d (was %s at %d)", name, addr, epoch, term.master or "-", term.epoch)
+            term.epoch, term.master = epoch, addr
+            if epoch_start != NO_OFFSET and epoch not in term.starts:
+                term.starts[epoch] = epoch_start
+                changed = True
+            if changed:
+                self._save()
+            return None
+        broker = self.routes.broker_addr_table.get(name)
+        taken = set(broker.broker_addrs) if broker is not None else set()
+        demotion = Demotion(term.master, term.epoch, next(i for i in range(1, len(taken) + 2) if i not in taken),
+                            term.starts.get(epoch + 1, NO_OFFSET))
+        log.warning("%s: %s registers as master of epoch %d, but %s is master at epoch %d: sent back as slave %d "
+                    "(CommitLog cut to %d)", name, addr, epoch, term.master, term.epoch, demotion.broker_id,
+                    demotion.truncate_to)
+        return demotion
+
+    def epoch(self, name: str) -> int:
+        term = self.terms.get(name)
+        return term.epoch if term else 0
+
+    def ha_addr(self, addr: str) -> str | None:
+        live = self.routes.broker_live_table.get(addr)
+        return live.ha_server_addr if live else None
+
+    # -- elections --------------------------------------------------------------------------------
+    async def run(self, interval: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.check()
+            except Exception:
+                log.exception("failover check failed")
+
+    async def check(self) -> None:
+        """Promote a slave of every broker name whose master has been gone for `delay`."""
+        now = self.clock()
+        live = self.routes.broker_live_table
+        self.members = {addr: name for addr, name in self.members.items() if addr in live}
+        for name in set(self.members.values()):
+            broker = self.routes.broker_addr_table.get(name)
+            if broker is None or MASTER_ID in broker.broker_addrs:
+                self._absent.pop(name, None)
+                continue
+            since = self._absent.setdefault(name, now)
+            if now - since < self.delay:
+                continue
+            slaves = [(bid, addr) for bid, addr in broker.broker_addrs.items() if self.members.get(addr) == name]
+            if slaves and not await self._master_answers(name):
+                await self._elect(name, slaves)
+                self._absent[name] = self.clock()    # give the new master failover_delay to register
+
+    async def _master_answers(self, name: str) -> bool:
+        term = self.terms.get(name)
+        if term is None or not term.master or await self._commitlog_end(term.master, quiet=True) is None:
+            self._answering.discard(name)
+            return False
+        if name not in self._answering:
+            self._answering.add(name)
+            log.warning("%s: master %s is not registered but answers: no failover while it does", name, term.master)
+        return True
+
+    async def _elect(self, name: str, slaves: list[tuple[int, str]]) -> None:
+        ends = await asyncio.gather(*(self._commitlog_end(addr) for _, addr in slaves))
+        ranked = sorted(((end, -bid, addr) for (bid, addr), end in zip(slaves, ends) if end is not None), reverse=True)
+        if not ranked:
+            log.error("%s has no master, and none of its slaves answered", name)
+            return
+        end, _, addr = ranked[0]
+        term = self.terms.setdefault(name, Term())
+        epoch = term.epoch + 1
+        cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields={
+            "masterAddress": addr, "masterEpoch": str(epoch), "masterBrokerId": str(MASTER_ID)})
+        try:
+            response = await self.client.invoke(addr, cmd, CALL_TIMEOUT)
+        except RemotingError as exc:
+            log.error("%s: promoting %s failed: %s", name, addr, exc)
+            return
+        if response.code != ResponseCode.SUCCESS:
+            log.error("%s: %s refused to become master: %s", name, addr, response.remark)
+            return
+        log.warning("%s: master gone for %gs; promoted %s (CommitLog end %d) to master at epoch %d", name,
+                    self.delay, addr, end, epoch)
+        term.epoch, term.master = epoch, addr
+        self._save()
+
+    async def _commitlog_end(self, addr: str, quiet: bool = False) -> int | None:
+        try:
+            response = await self.client.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO),
+                                                CALL_TIMEOUT)
+            if response.code != ResponseCode.SUCCESS:
+                raise RemotingError(f"code {response.code}: {response.remark}")
+            return int(bodies.load_json(response.body_bytes(), "runtime info")["table"]["commitLogMaxOffset"])
+        except (RemotingError, bodies.BodyError, KeyError, TypeError, ValueError) as exc:
+            if not quiet:
+                log.warning("failover: no CommitLog end from %s: %s", addr, exc)
+            return None
+
+    async def close(self) -> None:
+        await self.client.close()

@@ -1,0 +1,171 @@
+"""Automatic failover against real nodes: a failover registry promotes the slave when its master
+dies (kill -9), clients go on at the new master with nothing acknowledged lost, and the old
+master comes back as a slave, its unreplicated tail cut, its CommitLog again the master's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from smartgo.actors.testing import launch_node
+from smartgo.broker.testing import offset_command, restart_broker, send_command
+from smartgo.client import AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
+from smartgo.net import fastjson
+from smartgo.net.client import BlockingRemotingClient
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.testing import async_wait_until, wait_until
+
+from .test_replication import assert_same_log, caught_up, field
+
+pytestmark = pytest.mark.timeout(150)
+
+FAILOVER = {"failover_enable": "true"}
+
+
+@pytest.fixture
+def registry(tmp_path):
+    node = launch_node(tmp_path / "registry", {**FAILOVER, "failover_delay": 1.0}, role="registry")
+    node.addr = f"127.0.0.1:{node.port}"          # type: ignore[attr-defined]
+    yield node
+    node.reap()
+
+
+def brokers(registry_addr: str) -> dict[int, str]:
+    """broker-a's brokerId -> address, as the registry routes it."""
+    client = BlockingRemotingClient()
+    try:
+        r = client.invoke(registry_addr, RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO))
+        table = fastjson.loads(r.body)["brokerAddrTable"].get("broker-a")
+        return {int(k): v for k, v in table["brokerAddrs"].items()} if table else {}
+    finally:
+        client.close()
+
+
+def taking_sends(node) -> bool:
+    report = node.health()
+    return report is not None and report["healthy"] and report["fields"]["flag.read_only"] == 0
+
+
+def max_offset(client, addr: str, queue_id: int) -> int:
+    r = client.invoke(addr, offset_command(RequestCode.GET_MAX_OFFSET, "Fo", queue_id))
+    assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+    return int(r.ext_fields["offset"])
+
+
+def role_file(node) -> dict:
+    return json.loads((node.store / "config" / "role.json").read_text())
+
+
+async def send(registry_addr: str, prefix: str, count: int) -> None:
+    async with AsyncProducer("PG", registry_addr) as p:
+        for i in range(count):
+            assert (await p.send(Message("Fo", f"{prefix}{i}".encode()))).status is SendStatus.SEND_OK
+
+
+async def consume(registry_addr: str, expected: int) -> list[bytes]:
+    got: list[bytes] = []
+    c = AsyncPushConsumer("G", registry_addr, listener=lambda m: got.append(m.body) or ConsumeResult.SUCCESS,
+                          consume_from="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe("Fo", "*")
+    await c.start()
+    try:
+        await async_wait_until(lambda: len(set(got)) >= expected, 30, message=f"{expected} messages")
+    finally:
+        await c.close()
+    return got
+
+
+def test_a_dead_master_is_replaced_by_its_slave_and_nothing_acknowledged_is_lost(registry, start_node, slaves):
+    reg = registry.addr
+    master = start_node({"topics": "Fo:4", "registry": reg, "replication": "sync", **FAILOVER})
+    slave = slaves(master.node, {"registry": reg, **FAILOVER})
+    slave_addr = f"127.0.0.1:{slave.port}"
+    wait_until(lambda: taking_sends(master.node), timeout=10, message="the registry to confirm the master")
+    assert brokers(reg) == {0: master.addr, 1: slave_addr}
+    asyncio.run(send(reg, "a", 200))                 # replication=sync: every SEND_OK is on the slave too
+    caught_up(master.node, slave)
+    master.node.kill()
+
+    wait_until(lambda: brokers(reg) == {0: slave_addr} and taking_sends(slave), timeout=30,
+               message="the slave promoted and taking sends")
+    assert role_file(slave)["role"] == "master" and role_file(slave)["epoch"] == 1
+    assert "promoted to master at epoch 1" in slave.log_text()
+    assert "broker-a: master gone for 1s; promoted" in registry.log_text()
+    asyncio.run(send(reg, "b", 100))
+    got = asyncio.run(consume(reg, 300))
+    assert set(got) == {f"a{i}".encode() for i in range(200)} | {f"b{i}".encode() for i in range(100)}
+
+
+def test_an_old_master_comes_back_as_a_slave_with_its_unreplicated_tail_cut(registry, start_node, slaves):
+    reg = registry.addr
+    master = start_node({"topics": "Fo:4", "registry": reg, "replication": "sync", "sync_flush_timeout": 1.0,
+                         **FAILOVER})
+    slave = slaves(master.node, {"registry": reg, **FAILOVER})
+    wait_until(lambda: taking_sends(master.node), timeout=10, message="the registry to confirm the master")
+    for i in range(50):
+        r = master.call(send_command("Fo", b"x%d" % i, queue_id=i % 4))
+        assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+    replicated = caught_up(master.node, slave)
+    assert slave.stop() == 0
+    for i in range(5):                               # stored on the master alone: never acknowledged as SEND_OK
+        r = master.call(send_command("Fo", b"tail%d" % i, queue_id=0))
+        assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE, (r.code, r.remark)
+    tail_end = field(master.node, "commitlog.written")
+    assert tail_end > replicated
+    master.node.kill()
+
+    slave = restart_broker(slave, role="slave")
+    slaves.made.append(slave)
+    slave_addr = f"127.0.0.1:{slave.port}"
+    wait_until(lambda: brokers(reg) == {0: slave_addr} and taking_sends(slave), timeout=30,
+               message="the slave promoted")
+    assert role_file(slave)["epoch_start"] == replicated
+    for i in range(20):
+        r = master.client.invoke(slave_addr, send_command("Fo", b"y%d" % i, queue_id=i % 4))
+        assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+
+    old = restart_broker(master.node)                # its command line still says master
+    slaves.made.append(old)
+    old_addr = master.addr
+    wait_until(lambda: brokers(reg) == {0: slave_addr, 1: old_addr}, timeout=30,
+               message="the old master registered as a slave")
+    assert role_file(old) == {"role": "slave", "broker_id": 1, "epoch": 1, "epoch_start": -1, "truncate_to": -1}
+    assert f"commitlog cut from {tail_end} to {replicated}" in old.log_text()
+    assert "demoted" in old.log_text()
+    end = assert_same_log(slave, old)                # the tail is gone; the new master's messages replicated
+    assert end > replicated
+    wait_until(lambda: field(old, "commitlog.dispatched") == end, timeout=10, message="the old master's dispatch")
+    queues = [max_offset(master.client, addr, q) for addr in (slave_addr, old_addr) for q in range(4)]
+    assert queues[:4] == queues[4:] == [18, 18, 17, 17]     # 50 + 20 messages; the tail's offsets reused
+    refused = master.client.invoke(old_addr, send_command("Fo", b"no"))
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+def test_a_failover_master_takes_no_sends_until_a_failover_registry_confirms_it(tmp_path, start_node):
+    plain = launch_node(tmp_path / "plain-registry", {}, role="registry")
+    try:
+        master = start_node({"topics": "Fo:4", "registry": f"127.0.0.1:{plain.port}", **FAILOVER})
+        wait_until(lambda: "no failover registry has confirmed this master" in master.node.log_text(), timeout=10,
+                   message="the fence's log line")
+        r = master.call(send_command("Fo", b"fenced"))
+        assert r.code == ResponseCode.NO_PERMISSION, (r.code, r.remark)
+        assert field(master.node, "flag.read_only") == 1
+    finally:
+        plain.reap()
+
+
+def test_a_failover_master_started_before_its_registry_is_confirmed_within_seconds(registry, start_node):
+    """A fenced master registers every second, not every register_interval (30 s)."""
+    assert registry.stop() == 0
+    master = start_node({"topics": "Fo:4", "registry": registry.addr, **FAILOVER})
+    assert field(master.node, "flag.read_only") == 1
+    registry.registry_port = registry.port              # restart_broker's bookkeeping
+    again = restart_broker(registry, role="registry")
+    try:
+        wait_until(lambda: taking_sends(master.node), timeout=10, message="the registry to confirm the master")
+        assert master.call(send_command("Fo", b"confirmed")).code == ResponseCode.SUCCESS
+    finally:
+        again.reap()

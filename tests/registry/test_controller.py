@@ -1,0 +1,152 @@
+"""The failover registry's decisions without the network: which registration is the master,
+who is sent back as a slave and cut where, and which slave an election promotes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from smartgo.net import fastjson
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.errors import RemotingError
+from smartgo.registry.controller import NO_OFFSET, Demotion, FailoverController
+from smartgo.registry.route_info import DataVersion, RegisterBrokerBody, RouteInfoManager
+
+from .conftest import FakeClock
+
+pytestmark = pytest.mark.timeout(30)
+
+BODY = RegisterBrokerBody(DataVersion(), {})
+
+
+class FakeBrokers:
+    """Answers the controller's calls: each address's CommitLog end (None: no answer) and
+    whether it takes a promotion."""
+
+    def __init__(self, ends: dict[str, int | None], refuse: frozenset[str] = frozenset()) -> None:
+        self.ends = ends
+        self.refuse = refuse
+        self.notified: list[tuple[str, dict]] = []
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        if cmd.code == RequestCode.GET_BROKER_RUNTIME_INFO:
+            if self.ends.get(addr) is None:
+                raise RemotingError(f"{addr} refused a connection")
+            return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(
+                {"table": {"commitLogMaxOffset": str(self.ends[addr])}}))
+        assert cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED
+        self.notified.append((addr, dict(cmd.ext_fields)))
+        if addr in self.refuse:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "not a slave")
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    async def close(self) -> None:
+        pass
+
+
+def controller(tmp_path, ends=None, refuse=frozenset()):
+    clock = FakeClock()
+    routes = RouteInfoManager(clock)
+    brokers = FakeBrokers(ends or {}, refuse)
+    return FailoverController(routes, tmp_path, 2.0, clock=clock, client=brokers), routes, clock, brokers
+
+
+def register(c, routes, addr: str, broker_id: int, epoch: int = 0, start: int = NO_OFFSET) -> Demotion | None:
+    demotion = c.on_register("broker-a", addr, broker_id, epoch, start)
+    if demotion is None:
+        routes.register_broker("C", addr, "broker-a", broker_id, addr + "1", BODY, addr)
+    return demotion
+
+
+def test_the_first_master_is_taken_and_an_old_one_is_sent_back_with_its_cut(tmp_path) -> None:
+    c, routes, _, _ = controller(tmp_path)
+    assert register(c, routes, "m:1", 0) is None
+    assert register(c, routes, "s:1", 1) is None
+    assert (c.terms["broker-a"].epoch, c.terms["broker-a"].master) == (0, "m:1")
+    routes.on_channel_destroy("m:1")                              # the master died; s was promoted
+    routes.on_channel_destroy("s:1")
+    assert register(c, routes, "s:1", 0, epoch=1, start=5000) is None
+    assert c.terms["broker-a"].starts == {1: 5000} and c.epoch("broker-a") == 1
+    demotion = register(c, routes, "m:1", 0, epoch=0)             # the old master comes back
+    assert demotion == Demotion("s:1", 1, 1, 5000)
+    assert demotion.ext("s:11")["truncateOffset"] == "5000" and demotion.ext("s:11")["demote"] == "true"
+    assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "s:1"}      # not routed
+    other = register(c, routes, "x:1", 0, epoch=1)                # the same epoch from another address
+    assert other is not None and other.master == "s:1" and other.truncate_to == NO_OFFSET
+    assert register(c, routes, "m:1", 1, epoch=1) is None         # as a slave it is welcome
+    assert register(c, routes, "x:1", 0, epoch=2) is None         # a later epoch wins (a lost state file)
+    assert c.terms["broker-a"].master == "x:1"
+
+
+def test_the_state_survives_a_registry_restart_and_a_corrupt_file_is_survived(tmp_path, caplog) -> None:
+    c, routes, _, _ = controller(tmp_path)
+    register(c, routes, "s:1", 0, epoch=3, start=77)
+    again, _, _, _ = controller(tmp_path)
+    again.load()
+    assert (again.terms["broker-a"].epoch, again.terms["broker-a"].master, again.terms["broker-a"].starts) == \
+        (3, "s:1", {3: 77})
+    (tmp_path / "failover.json").write_text("{not json")
+    broken, _, _, _ = controller(tmp_path)
+    broken.load()
+    assert broken.terms == {} and "failover state" in caplog.text and "is corrupt" in caplog.text
+
+
+def test_an_election_waits_the_delay_and_promotes_the_most_advanced_answering_slave(tmp_path) -> None:
+    c, routes, clock, brokers = controller(tmp_path, {"s1:1": 900, "s2:1": 1200, "s3:1": None})
+    register(c, routes, "m:1", 0)
+    for i, addr in enumerate(("s1:1", "s2:1", "s3:1"), start=1):
+        register(c, routes, addr, i)
+    asyncio.run(c.check())
+    assert brokers.notified == []                                  # the master is there
+    routes.on_channel_destroy("m:1")
+    asyncio.run(c.check())
+    clock.advance(1.9)
+    asyncio.run(c.check())
+    assert brokers.notified == []                                  # not yet failover_delay
+    clock.advance(0.2)
+    asyncio.run(c.check())
+    assert brokers.notified == [("s2:1", {"masterAddress": "s2:1", "masterEpoch": "1", "masterBrokerId": "0"})]
+    assert (c.terms["broker-a"].epoch, c.terms["broker-a"].master) == (1, "s2:1")
+    assert json.loads((tmp_path / "failover.json").read_text())["broker-a"]["epoch"] == 1
+    asyncio.run(c.check())
+    assert len(brokers.notified) == 1                              # the new master gets failover_delay to register
+
+
+def test_a_refused_promotion_changes_nothing_and_is_tried_again(tmp_path) -> None:
+    c, routes, clock, brokers = controller(tmp_path, {"s1:1": 900}, refuse=frozenset({"s1:1"}))
+    register(c, routes, "s1:1", 1)
+    asyncio.run(c.check())
+    clock.advance(2.0)
+    asyncio.run(c.check())
+    assert len(brokers.notified) == 1 and c.epoch("broker-a") == 0
+    clock.advance(2.0)
+    asyncio.run(c.check())
+    assert len(brokers.notified) == 2 and c.epoch("broker-a") == 0
+
+
+def test_brokers_without_failover_are_never_promoted(tmp_path) -> None:
+    c, routes, clock, brokers = controller(tmp_path, {"s1:1": 900})
+    routes.register_broker("C", "s1:1", "broker-a", 1, "s1:11", BODY, "s1:1")      # registered without failover
+    asyncio.run(c.check())
+    clock.advance(5.0)
+    asyncio.run(c.check())
+    assert brokers.notified == [] and c.terms == {}
+
+
+def test_a_master_that_still_answers_is_not_replaced(tmp_path, caplog) -> None:
+    """Its connection to this registry dropped (or the registry restarted) but it lives: it
+    registers again within its register_interval, and no slave takes its place meanwhile."""
+    c, routes, clock, brokers = controller(tmp_path, {"m:1": 700, "s1:1": 700})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s1:1", 1)
+    routes.on_channel_destroy("m:1")
+    for _ in range(3):
+        asyncio.run(c.check())
+        clock.advance(2.0)
+    assert brokers.notified == [] and caplog.text.count("is not registered but answers") == 1
+    brokers.ends["m:1"] = None                                    # now it is gone
+    asyncio.run(c.check())
+    assert [addr for addr, _ in brokers.notified] == ["s1:1"]
