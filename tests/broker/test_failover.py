@@ -10,7 +10,7 @@ import json
 import pytest
 
 from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import offset_command, restart_broker, send_command
+from smartgo.broker.testing import committed_total, offset_command, restart_broker, send_command
 from smartgo.client import AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
@@ -78,25 +78,33 @@ async def consume(registry_addr: str, expected: int) -> list[bytes]:
     return got
 
 
-def test_a_dead_master_is_replaced_by_its_slave_and_nothing_acknowledged_is_lost(registry, start_node, slaves):
+def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_acknowledged_is_lost(
+        registry, start_node, slaves):
     reg = registry.addr
-    master = start_node({"topics": "Fo:4", "registry": reg, "replication": "sync", **FAILOVER})
-    slave = slaves(master.node, {"registry": reg, **FAILOVER})
-    slave_addr = f"127.0.0.1:{slave.port}"
-    wait_until(lambda: taking_sends(master.node), timeout=10, message="the registry to confirm the master")
-    assert brokers(reg) == {0: master.addr, 1: slave_addr}
-    asyncio.run(send(reg, "a", 200))                 # replication=sync: every SEND_OK is on the slave too
-    caught_up(master.node, slave)
+    settings = {"registry": reg, "replication": "sync", **FAILOVER}    # on a slave: the setting of its terms
+    master = start_node({"topics": "Fo:4", **settings})
+    first, second = slaves(master.node, settings), slaves(master.node, {**settings, "broker_id": 2})
+    first_addr, second_addr = f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"
+    wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: first_addr, 2: second_addr},
+               timeout=10, message="a confirmed master and both slaves registered")
+    asyncio.run(send(reg, "a", 200))                 # replication=sync: every SEND_OK is on a slave too
+    assert sorted(asyncio.run(consume(reg, 200))) == sorted(f"a{i}".encode() for i in range(200))
+    for slave in (first, second):
+        caught_up(master.node, slave)
+    wait_until(lambda: all(committed_total(addr, "Fo", "G", 4) == 200 for addr in (first_addr, second_addr)),
+               timeout=15, message="the group's offsets copied to the slaves")
     master.node.kill()
 
-    wait_until(lambda: brokers(reg) == {0: slave_addr} and taking_sends(slave), timeout=30,
-               message="the slave promoted and taking sends")
-    assert role_file(slave)["role"] == "master" and role_file(slave)["epoch"] == 1
-    assert "promoted to master at epoch 1" in slave.log_text()
-    assert "broker-a: master gone for 1s; promoted" in registry.log_text()
-    asyncio.run(send(reg, "b", 100))
-    got = asyncio.run(consume(reg, 300))
-    assert set(got) == {f"a{i}".encode() for i in range(200)} | {f"b{i}".encode() for i in range(100)}
+    wait_until(lambda: brokers(reg) == {0: first_addr, 2: second_addr} and taking_sends(first), timeout=30,
+               message="the first slave promoted and taking sends")
+    assert role_file(first)["role"] == "master" and role_file(first)["epoch"] == 1
+    assert "promoted to master at epoch 1" in first.log_text()
+    assert f"broker-a: master gone for 1s; promoted {first_addr}" in registry.log_text()   # equal ends: lowest id
+    wait_until(lambda: field(first, "ha.slaves") == 1, timeout=10, message="the other slave following the new master")
+    asyncio.run(send(reg, "b", 100))                 # SEND_OK: the other slave has them too
+    got = asyncio.run(consume(reg, 100))
+    assert sorted(got) == sorted(f"b{i}".encode() for i in range(100))      # on from the copied offsets
+    assert_same_log(first, second)
 
 
 def test_an_old_master_comes_back_as_a_slave_with_its_unreplicated_tail_cut(registry, start_node, slaves):
