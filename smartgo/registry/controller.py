@@ -132,6 +132,12 @@ class FailoverController:
                     demotion.truncate_to)
         return demotion
 
+    def rival(self, name: str, addr: str) -> str | None:
+        """The failover master of name when addr, a broker without failover_enable, registers as its
+        master: it must not take the route from the master this registry chose."""
+        term = self.terms.get(name)
+        return term.master if term is not None and term.master not in ("", addr) else None
+
     def epoch(self, name: str) -> int:
         term = self.terms.get(name)
         return term.epoch if term else 0

@@ -84,6 +84,12 @@ class RegistryProcessors:
                                                    legacy=request.version < MQVersion.V3_0_11)
         controller = self.controller
         failover = controller is not None and "failoverEpoch" in (request.ext_fields or {})
+        if controller is not None and not failover and broker_id == 0 \
+                and (rival := controller.rival(broker_name, broker_addr)) is not None:
+            log.error("REGISTER_BROKER of %s as master of %s refused: %s is its master under automatic failover, "
+                      "and this broker has failover_enable off", broker_addr, broker_name, rival)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"failover: {rival} is the master of "
+                                         f"{broker_name}; set failover_enable on this broker to join as its slave")
         if failover:
             demotion = controller.on_register(broker_name, broker_addr, broker_id, request.ext_int("failoverEpoch"),
                                               request.ext_int("epochStart", NO_OFFSET))

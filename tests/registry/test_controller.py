@@ -150,3 +150,27 @@ def test_a_master_that_still_answers_is_not_replaced(tmp_path, caplog) -> None:
     brokers.ends["m:1"] = None                                    # now it is gone
     asyncio.run(c.check())
     assert [addr for addr, _ in brokers.notified] == ["s1:1"]
+
+
+def test_a_master_without_failover_cannot_take_a_failover_broker_names_route(tmp_path) -> None:
+    """Through the processor: a failover master holds broker-a; the old master, restarted without
+    failover_enable, is refused instead of taking brokerId 0 in the route."""
+    from smartgo.registry.kv_config import KVConfigManager
+    from smartgo.registry.processor import RegistryProcessors
+
+    c, routes, _, _ = controller(tmp_path)
+    register(c, routes, "s:1", 0, epoch=1, start=100)
+    processors = RegistryProcessors(routes, KVConfigManager(tmp_path), c)
+    body = fastjson.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {},
+                                                           "dataVersion": {"timestamp": 0, "counter": 0}}})
+
+    def register_plain(addr: str) -> RemotingCommand:
+        request = RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields={
+            "brokerName": "broker-a", "brokerAddr": addr, "clusterName": "C", "brokerId": "0",
+            "haServerAddr": addr + "1"}, body=body)
+        return asyncio.run(processors.register_broker(addr, request))
+
+    refused = register_plain("m:1")
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "s:1 is the master of broker-a" in refused.remark
+    assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "s:1"}
+    assert register_plain("s:1").code == ResponseCode.SUCCESS      # the failover master itself, restarted plain
