@@ -165,7 +165,13 @@ class BrokerMetrics:
                 self.gauge("rocketmq_consumer_group_number", "Subscription groups in the broker's table",
                            len(b.groups.table)),
                 self.gauge("smartgo_disk_full", "1 while sends are refused for a full disk (the 90 % watermark)",
-                           b.view.disk_full.get())]
+                           b.view.disk_full.get()),
+                self.gauge("smartgo_broker_role", "1, labelled with the node's role, brokerId and failover epoch "
+                                                  "(a new series after a failover changed them)", 1,
+                           {"role": b.roles.state.role, "broker_id": str(b.roles.state.broker_id),
+                            "epoch": str(b.roles.state.epoch)}),
+                self.gauge("smartgo_failover_fenced", "1 while a failover master waits for its registry's "
+                                                      "confirmation (sends refused)", int(b.roles.fenced))]
 
     def _storage(self, now_ms: int) -> list[Family]:
         b = self.b

@@ -10,13 +10,14 @@ import json
 import pytest
 
 from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import committed_total, offset_command, restart_broker, send_command
+from smartgo.broker.testing import (committed_total, metric_value, offset_command, parse_metrics, restart_broker,
+                                    scrape_metrics, send_command)
 from smartgo.client import AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import async_wait_until, wait_until
+from smartgo.testing import async_wait_until, free_port, wait_until
 
 from .test_replication import assert_same_log, caught_up, field
 
@@ -55,6 +56,15 @@ def max_offset(client, addr: str, queue_id: int) -> int:
     return int(r.ext_fields["offset"])
 
 
+def role_metric(port: int) -> dict[str, str]:
+    """The labels of the node's smartgo_broker_role sample (and it is not fenced)."""
+    status, _, text = scrape_metrics(port)
+    samples = parse_metrics(text)
+    [labels] = [dict(labels) for name, labels in samples if name == "smartgo_broker_role"]
+    assert status == 200 and metric_value(samples, "smartgo_failover_fenced") == 0
+    return {k: labels[k] for k in ("role", "broker_id", "epoch")}
+
+
 def role_file(node) -> dict:
     return json.loads((node.store / "config" / "role.json").read_text())
 
@@ -83,7 +93,9 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
     reg = registry.addr
     settings = {"registry": reg, "replication": "sync", **FAILOVER}    # on a slave: the setting of its terms
     master = start_node({"topics": "Fo:4", **settings})
-    first, second = slaves(master.node, settings), slaves(master.node, {**settings, "broker_id": 2})
+    metrics = free_port()
+    first = slaves(master.node, {**settings, "metrics_port": metrics, "metrics_host": "127.0.0.1"})
+    second = slaves(master.node, {**settings, "broker_id": 2})
     first_addr, second_addr = f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"
     wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: first_addr, 2: second_addr},
                timeout=10, message="a confirmed master and both slaves registered")
@@ -93,10 +105,12 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
         caught_up(master.node, slave)
     wait_until(lambda: all(committed_total(addr, "Fo", "G", 4) == 200 for addr in (first_addr, second_addr)),
                timeout=15, message="the group's offsets copied to the slaves")
+    assert role_metric(metrics) == {"role": "slave", "broker_id": "1", "epoch": "0"}
     master.node.kill()
 
     wait_until(lambda: brokers(reg) == {0: first_addr, 2: second_addr} and taking_sends(first), timeout=30,
                message="the first slave promoted and taking sends")
+    assert role_metric(metrics) == {"role": "master", "broker_id": "0", "epoch": "1"}
     assert role_file(first)["role"] == "master" and role_file(first)["epoch"] == 1
     assert "promoted to master at epoch 1" in first.log_text()
     assert f"broker-a: master gone for 1s; promoted {first_addr}" in registry.log_text()   # equal ends: lowest id
