@@ -191,20 +191,22 @@ class FailoverController:
             return
         end, _, addr = ranked[0]
         term = self.terms.setdefault(name, Term())
-        epoch = term.epoch + 1
+        before, epoch = (term.epoch, term.master), term.epoch + 1
+        term.epoch, term.master = epoch, addr      # set first: an old master registering meanwhile is sent back
         cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields={
             "masterAddress": addr, "masterEpoch": str(epoch), "masterBrokerId": str(MASTER_ID)})
         try:
             response = await self.client.invoke(addr, cmd, CALL_TIMEOUT)
+            refusal = None if response.code == ResponseCode.SUCCESS else f"refused: {response.remark}"
         except RemotingError as exc:
-            log.error("%s: promoting %s failed: %s", name, addr, exc)
-            return
-        if response.code != ResponseCode.SUCCESS:
-            log.error("%s: %s refused to become master: %s", name, addr, response.remark)
+            refusal = f"failed: {exc}"
+        if refusal is not None:
+            log.error("%s: promoting %s %s", name, addr, refusal)
+            if (term.epoch, term.master) == (epoch, addr):
+                term.epoch, term.master = before
             return
         log.warning("%s: master gone for %gs; promoted %s (CommitLog end %d) to master at epoch %d", name,
                     self.delay, addr, end, epoch)
-        term.epoch, term.master = epoch, addr
         self._save()
 
     async def _commitlog_end(self, addr: str, quiet: bool = False) -> int | None:

@@ -174,3 +174,24 @@ def test_a_master_without_failover_cannot_take_a_failover_broker_names_route(tmp
     assert refused.code == ResponseCode.SYSTEM_ERROR and "s:1 is the master of broker-a" in refused.remark
     assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "s:1"}
     assert register_plain("s:1").code == ResponseCode.SUCCESS      # the failover master itself, restarted plain
+
+
+def test_an_old_master_registering_during_the_promotion_is_sent_back(tmp_path) -> None:
+    """The new term is set before the promotion notice goes out: the old master, back at that very
+    moment, does not get its route back under the old epoch."""
+    c, routes, clock, brokers = controller(tmp_path, {"s1:1": 900})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s1:1", 1)
+    routes.on_channel_destroy("m:1")
+    seen: list[Demotion | None] = []
+    notify = brokers.invoke
+
+    async def old_master_returns(addr, cmd, timeout):
+        if cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
+            seen.append(register(c, routes, "m:1", 0, epoch=0))
+        return await notify(addr, cmd, timeout)
+    brokers.invoke = old_master_returns
+    asyncio.run(c.check())
+    clock.advance(2.0)
+    asyncio.run(c.check())
+    assert seen == [Demotion("s1:1", 1, 2, NO_OFFSET)] and c.terms["broker-a"].master == "s1:1"
