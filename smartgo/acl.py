@@ -17,7 +17,7 @@ topicPerms / defaultTopicPerm:
   UNREGISTER_CLIENT (35)       group of ext "consumerGroup" SUB
   GET_CONSUMER_LIST_BY_GROUP (38)  group of ext "consumerGroup" SUB
   UPDATE_CONSUMER_OFFSET (15)  group of ext "consumerGroup" SUB, ext "topic" SUB
-  any other code               nothing (signature only); ten codes are admin-only (ADMIN_CODES)
+  any other code               nothing (signature only); eleven codes are admin-only (ADMIN_CODES)
 
 A missing ext field adds no resource: 4.x reads the header classes with decodeCommandCustomHeader,
 which logs and skips a missing or unparsable field instead of failing.
@@ -94,6 +94,7 @@ ADMIN_CODES = frozenset({
     RequestCode.GET_BROKER_CLUSTER_ACL_INFO,            # 52
     RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,       # 53
     RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,          # 54
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED,             # 1008: automatic failover's promotion
 })
 
 # AclConstants.ACCESS_KEY_MIN_LENGTH / SECRET_KEY_MIN_LENGTH: a key must be LONGER than this

@@ -119,7 +119,8 @@ class NodeConfig:
     acl_file: str = setting("", "the ACL file, RocketMQ's plain_acl.yml format, read again when it changes; "
                                 "default <store-dir>/plain_acl.yml", metavar="FILE")
     acl_access_key: str = setting("", "slave: the account its copies of an ACL-enabled master's topics, groups "
-                                      "and offsets are signed with (else the master must white-list its address)",
+                                      "and offsets are signed with (else the master must white-list its address); "
+                                      "failover registry: the admin account it asks and promotes brokers with",
                                   metavar="KEY")
     acl_secret_key: str = setting("", "that account's secret key", metavar="SECRET")
     broker_permission: int = setting(6, "what the whole broker allows: READ 4 | WRITE 2 (brokerPermission; "

@@ -191,3 +191,40 @@ def test_a_failover_master_started_before_its_registry_is_confirmed_within_secon
         assert master.call(send_command("Fo", b"confirmed")).code == ResponseCode.SUCCESS
     finally:
         again.reap()
+
+
+def test_with_acl_the_registry_signs_and_a_promotion_needs_an_admin_account(tmp_path, start_node, slaves):
+    """NOTIFY_BROKER_ROLE_CHANGED is admin-only on an ACL broker: unsigned it is refused, so the
+    failover registry signs its calls with its own account (acl_access_key)."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    node = launch_node(tmp_path / "registry", {**FAILOVER, "failover_delay": 1.0, "acl_access_key": "ops-access",
+                                               "acl_secret_key": "ops-secret-1"}, role="registry")
+    try:
+        reg = f"127.0.0.1:{node.port}"
+        guarded = {"registry": reg, "acl_enable": "true", "acl_file": str(acl), **FAILOVER}
+        master = start_node({"topics": "Fo:4", **guarded})
+        slave = slaves(master.node, {**guarded, "acl_access_key": "ops-access", "acl_secret_key": "ops-secret-1"})
+        slave_addr = f"127.0.0.1:{slave.port}"
+        refused = master.client.invoke(slave_addr, RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+                                                                   ext_fields={"masterEpoch": "7"}))
+        assert refused.code != ResponseCode.SUCCESS and role_file_missing(slave)     # unsigned: no promotion
+        wait_until(lambda: taking_sends(master.node), timeout=10, message="the registry to confirm the master")
+        master.node.kill()
+        wait_until(lambda: brokers(reg) == {0: slave_addr} and taking_sends(slave), timeout=30,
+                   message="the slave promoted through its ACL")
+        assert role_file(slave)["epoch"] == 1
+    finally:
+        node.reap()
+
+
+ACL = """
+accounts:
+  - accessKey: ops-access
+    secretKey: ops-secret-1
+    admin: true
+"""
+
+
+def role_file_missing(node) -> bool:
+    return not (node.store / "config" / "role.json").exists()
