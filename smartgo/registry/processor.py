@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import zlib
 
-from smartgo.net.codes import MQVersion, RequestCode, ResponseCode
+from smartgo.net.codes import MASTER_ID, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor, eager
 from smartgo.net.errors import HeaderFieldError
@@ -44,6 +44,7 @@ class RegistryProcessors:
         self.routes = routes
         self.kv = kv
         self.controller = controller          # automatic failover decides here (failover_enable)
+        self._master_epochs: dict[str, int] = {}   # failover masters' epochs, where no controller decides
         # Encoded route answers by topic, valid while neither the tables nor the KV config change:
         # clients ask far more often (every 30 s each) than brokers change anything.
         self._routes_cached: dict[str, bytes] = {}
@@ -82,31 +83,58 @@ class RegistryProcessors:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         parsed = bodies.parse_register_broker_body(body, request.ext_bool("compressed", False),
                                                    legacy=request.version < MQVersion.V3_0_11)
-        controller = self.controller
-        failover = controller is not None and "failoverEpoch" in (request.ext_fields or {})
-        if controller is not None and not failover and broker_id == 0 \
-                and (rival := controller.rival(broker_name, broker_addr)) is not None:
-            log.error("REGISTER_BROKER of %s as master of %s refused: %s is its master under automatic failover, "
-                      "and this broker has failover_enable off", broker_addr, broker_name, rival)
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"failover: {rival} is the master of "
-                                         f"{broker_name}; set failover_enable on this broker to join as its slave")
-        if failover:
-            demotion = controller.on_register(broker_name, broker_addr, broker_id, request.ext_int("failoverEpoch"),
-                                              request.ext_int("epochStart", NO_OFFSET))
-            if demotion is not None:
-                return request.make_response(
-                    ResponseCode.SYSTEM_ERROR, f"failover: {demotion.master} is the master of {broker_name} at "
-                    f"epoch {demotion.epoch}; go on as its slave {demotion.broker_id}",
-                    ext_fields=demotion.ext(controller.ha_addr(demotion.master)))
+        refusal = self._failover_refusal(request, broker_name, broker_addr, broker_id)
+        if refusal is not None:
+            return refusal
         result = self.routes.register_broker(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
                                              parsed, conn)
-        ext = {"failoverEpoch": str(controller.epoch(broker_name))} if failover else {}
+        failover = self.controller is not None and "failoverEpoch" in (request.ext_fields or {})
+        ext = {"failoverEpoch": str(self.controller.epoch(broker_name))} if failover else {}
         if result.master_addr is not None:
             ext["masterAddr"] = result.master_addr
         if result.ha_server_addr is not None:
             ext["haServerAddr"] = result.ha_server_addr
         order = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
         return request.make_response(OK, ext_fields=ext, body=bodies.encode_kv_table(order) if order else None)
+
+    def _failover_refusal(self, request: RemotingCommand, name: str, addr: str,
+                          broker_id: int) -> RemotingCommand | None:
+        """Automatic failover's say on a registration (smartgo.registry.controller); None: go on."""
+        epoch = request.ext_int("failoverEpoch") if "failoverEpoch" in (request.ext_fields or {}) else None
+        controller = self.controller
+        if controller is None:
+            return self._older_master(request, name, addr, broker_id, epoch)
+        if epoch is None:
+            rival = controller.rival(name, addr) if broker_id == MASTER_ID else None
+            if rival is None:
+                return None
+            log.error("REGISTER_BROKER of %s as master of %s refused: %s is its master under automatic failover, "
+                      "and this broker has failover_enable off", addr, name, rival)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"failover: {rival} is the master of {name}; "
+                                         "set failover_enable on this broker to join as its slave")
+        demotion = controller.on_register(name, addr, broker_id, epoch, request.ext_int("epochStart", NO_OFFSET))
+        if demotion is None:
+            return None
+        return request.make_response(ResponseCode.SYSTEM_ERROR, f"failover: {demotion.master} is the master of "
+                                     f"{name} at epoch {demotion.epoch}; go on as its slave {demotion.broker_id}",
+                                     ext_fields=demotion.ext(controller.ha_addr(demotion.master)))
+
+    def _older_master(self, request: RemotingCommand, name: str, addr: str, broker_id: int,
+                      epoch: int | None) -> RemotingCommand | None:
+        """A registry that does not decide still keeps a failover master's route from an older
+        master: a returning old master registers everywhere before the deciding registry demotes it."""
+        if epoch is None or broker_id != MASTER_ID:
+            return None
+        broker = self.routes.broker_addr_table.get(name)
+        current = broker.broker_addrs.get(MASTER_ID) if broker is not None else None
+        newer = self._master_epochs.get(current, -1) if current is not None else -1
+        if current != addr and current in self.routes.broker_live_table and newer > epoch:
+            log.warning("REGISTER_BROKER of %s as master of %s at epoch %d refused: %s is its master at epoch %d",
+                        addr, name, epoch, current, newer)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"failover: {current} is the master of {name} "
+                                         f"at epoch {newer}")
+        self._master_epochs[addr] = epoch
+        return None
 
     @eager
     async def unregister_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

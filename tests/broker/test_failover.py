@@ -121,11 +121,21 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
     assert_same_log(first, second)
 
 
-def test_an_old_master_comes_back_as_a_slave_with_its_unreplicated_tail_cut(registry, start_node, slaves):
+def test_an_old_master_comes_back_as_a_slave_with_its_unreplicated_tail_cut(registry, start_node, slaves, tmp_path):
+    """Two registries, as 4.x deployments run them; only the first decides."""
+    plain = launch_node(tmp_path / "plain-registry", {}, role="registry")
+    try:
+        old_master_returns(registry, f"127.0.0.1:{plain.port}", start_node, slaves)
+    finally:
+        plain.reap()
+
+
+def old_master_returns(registry, plain: str, start_node, slaves) -> None:
     reg = registry.addr
-    master = start_node({"topics": "Fo:4", "registry": reg, "replication": "sync", "sync_flush_timeout": 1.0,
+    both = f"{reg};{plain}"
+    master = start_node({"topics": "Fo:4", "registry": both, "replication": "sync", "sync_flush_timeout": 1.0,
                          **FAILOVER})
-    slave = slaves(master.node, {"registry": reg, **FAILOVER})
+    slave = slaves(master.node, {"registry": both, **FAILOVER})
     wait_until(lambda: taking_sends(master.node), timeout=10, message="the registry to confirm the master")
     for i in range(50):
         r = master.call(send_command("Fo", b"x%d" % i, queue_id=i % 4))
@@ -154,6 +164,7 @@ def test_an_old_master_comes_back_as_a_slave_with_its_unreplicated_tail_cut(regi
     old_addr = master.addr
     wait_until(lambda: brokers(reg) == {0: slave_addr, 1: old_addr}, timeout=30,
                message="the old master registered as a slave")
+    assert brokers(plain) == {0: slave_addr, 1: old_addr}         # never routed there as master again
     assert role_file(old) == {"role": "slave", "broker_id": 1, "epoch": 1, "epoch_start": -1, "truncate_to": -1}
     assert f"commitlog cut from {tail_end} to {replicated}" in old.log_text()
     assert "demoted" in old.log_text()

@@ -13,6 +13,8 @@ from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
 from smartgo.registry.controller import NO_OFFSET, Demotion, FailoverController
+from smartgo.registry.kv_config import KVConfigManager
+from smartgo.registry.processor import RegistryProcessors
 from smartgo.registry.route_info import DataVersion, RegisterBrokerBody, RouteInfoManager
 
 from .conftest import FakeClock
@@ -152,28 +154,43 @@ def test_a_master_that_still_answers_is_not_replaced(tmp_path, caplog) -> None:
     assert [addr for addr, _ in brokers.notified] == ["s1:1"]
 
 
+def registration(processors, addr: str, broker_id: int = 0, **ext: str) -> RemotingCommand:
+    """REGISTER_BROKER of addr (broker-a, no topics) through the registry's processor."""
+    body = fastjson.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {},
+                                                           "dataVersion": {"timestamp": 0, "counter": 0}}})
+    request = RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields={
+        "brokerName": "broker-a", "brokerAddr": addr, "clusterName": "C", "brokerId": str(broker_id),
+        "haServerAddr": addr + "1", **ext}, body=body)
+    return asyncio.run(processors.register_broker(addr, request))
+
+
 def test_a_master_without_failover_cannot_take_a_failover_broker_names_route(tmp_path) -> None:
     """Through the processor: a failover master holds broker-a; the old master, restarted without
     failover_enable, is refused instead of taking brokerId 0 in the route."""
-    from smartgo.registry.kv_config import KVConfigManager
-    from smartgo.registry.processor import RegistryProcessors
-
     c, routes, _, _ = controller(tmp_path)
     register(c, routes, "s:1", 0, epoch=1, start=100)
     processors = RegistryProcessors(routes, KVConfigManager(tmp_path), c)
-    body = fastjson.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {},
-                                                           "dataVersion": {"timestamp": 0, "counter": 0}}})
-
-    def register_plain(addr: str) -> RemotingCommand:
-        request = RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields={
-            "brokerName": "broker-a", "brokerAddr": addr, "clusterName": "C", "brokerId": "0",
-            "haServerAddr": addr + "1"}, body=body)
-        return asyncio.run(processors.register_broker(addr, request))
-
-    refused = register_plain("m:1")
+    refused = registration(processors, "m:1")
     assert refused.code == ResponseCode.SYSTEM_ERROR and "s:1 is the master of broker-a" in refused.remark
     assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "s:1"}
-    assert register_plain("s:1").code == ResponseCode.SUCCESS      # the failover master itself, restarted plain
+    assert registration(processors, "s:1").code == ResponseCode.SUCCESS    # the failover master itself, restarted plain
+
+
+def test_a_registry_that_does_not_decide_keeps_the_route_from_an_older_master(tmp_path) -> None:
+    """A returning old master registers with every registry before the deciding one demotes it:
+    the others must not give it brokerId 0 (and lose the new master's entry when it moves to a
+    slave id)."""
+    routes = RouteInfoManager(FakeClock())
+    processors = RegistryProcessors(routes, KVConfigManager(tmp_path))
+    assert registration(processors, "s:1", failoverEpoch="1").code == ResponseCode.SUCCESS
+    refused = registration(processors, "m:1", failoverEpoch="0")
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "s:1 is the master of broker-a at epoch 1" in refused.remark
+    assert "failoverEpoch" not in (refused.ext_fields or {})     # no demotion from a registry that does not decide
+    assert registration(processors, "m:1", 1, failoverEpoch="1").code == ResponseCode.SUCCESS
+    assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "s:1", 1: "m:1"}
+    assert registration(processors, "x:1", failoverEpoch="2").code == ResponseCode.SUCCESS    # a later term
+    assert registration(processors, "y:1").code == ResponseCode.SUCCESS      # without failover: 4.x's rules
+    assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "y:1", 1: "m:1"}
 
 
 def test_an_old_master_registering_during_the_promotion_is_sent_back(tmp_path) -> None:
