@@ -82,6 +82,28 @@ class RoleManager:
             self.fenced = False
             self.b.publish_permission()
             self.b.log.info("failover registry confirmed this master at epoch %d: taking sends", self.state.epoch)
+        elif self.state.role == "slave":
+            self._follow(answer)
+
+    def _follow(self, answer: dict[str, str]) -> None:
+        """A slave learns of a later term before it replicates from that term's master: it records
+        the epoch, or, holding more than the term's start (it was away at the election), cuts there."""
+        try:
+            epoch, cut = int(answer["failoverEpoch"]), int(answer.get("truncateOffset", NO_OFFSET))
+        except (KeyError, ValueError) as exc:
+            self.b.log.error("unreadable answer from the failover registry %s: %s", answer, exc)
+            return
+        if epoch <= self.state.epoch or cut == NO_OFFSET:
+            return
+        state = RoleState("slave", self.state.broker_id, epoch)
+        # the ha actor may not have published yet: recovery's end is this node life's floor
+        written = max(self.b.board.scalars()["commitlog.written"], recovered(self.b.ctx.run_path).written)
+        if written > cut:
+            self._become(dataclasses.replace(state, truncate_to=cut), f"the term of epoch {epoch} began at {cut}, "
+                         f"and this slave holds the old master's CommitLog up to {written}")
+        else:
+            failover.save(self.b.config.store_path, state)
+            self.state = state
 
     def notify_role_changed(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         """The failover registry promotes this slave (5.x's code; its header fields)."""

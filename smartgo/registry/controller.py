@@ -10,6 +10,8 @@ knows an old master from the new one.
   refused (demote=true) with where to go: the current master, a free brokerId, and the offset
   to cut the old master's CommitLog to, the start of the term after its own (what it wrote
   then was never replicated, so never acknowledged under replication=sync).
+- A slave that followed an earlier term is answered with the start of the term after its own;
+  it records the new epoch, or restarts to cut its CommitLog there if it holds more.
 - Every second, a broker name whose master has been gone for failover_delay: unless the master
   still answers at its address (its connection to this registry dropped, or this registry
   restarted, and it has not registered again yet), of its live failover slaves the one with the
@@ -138,9 +140,22 @@ class FailoverController:
         term = self.terms.get(name)
         return term.master if term is not None and term.master not in ("", addr) else None
 
-    def epoch(self, name: str) -> int:
+    def answer(self, name: str, epoch: int) -> dict[str, str]:
+        """What a failover broker's accepted registration is answered with: the current epoch, and
+        for a slave that last followed an earlier term the offset its CommitLog must not pass, the
+        start of the term after its own (a slave down at the election may hold more than the new
+        master had: that part is the old master's alone). Only once that start is known."""
         term = self.terms.get(name)
-        return term.epoch if term else 0
+        if term is None:
+            return {"failoverEpoch": "0"}
+        fields = {"failoverEpoch": str(term.epoch)}
+        if epoch < term.epoch:
+            cut = term.starts.get(epoch + 1)
+            if cut is None:
+                fields["failoverEpoch"] = str(epoch)     # the new term's start is not known yet: ask again
+            else:
+                fields["truncateOffset"] = str(cut)
+        return fields
 
     def ha_addr(self, addr: str) -> str | None:
         live = self.routes.broker_live_table.get(addr)

@@ -89,7 +89,7 @@ class RegistryProcessors:
         result = self.routes.register_broker(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
                                              parsed, conn)
         failover = self.controller is not None and "failoverEpoch" in (request.ext_fields or {})
-        ext = {"failoverEpoch": str(self.controller.epoch(broker_name))} if failover else {}
+        ext = self.controller.answer(broker_name, request.ext_int("failoverEpoch")) if failover else {}
         if result.master_addr is not None:
             ext["masterAddr"] = result.master_addr
         if result.ha_server_addr is not None:

@@ -65,6 +65,11 @@ def role_metric(port: int) -> dict[str, str]:
     return {k: labels[k] for k in ("role", "broker_id", "epoch")}
 
 
+def role_epoch(node) -> int:
+    path = node.store / "config" / "role.json"
+    return json.loads(path.read_text())["epoch"] if path.exists() else -1
+
+
 def role_file(node) -> dict:
     return json.loads((node.store / "config" / "role.json").read_text())
 
@@ -119,6 +124,7 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
     got = asyncio.run(consume(reg, 100))
     assert sorted(got) == sorted(f"b{i}".encode() for i in range(100))      # on from the copied offsets
     assert_same_log(first, second)
+    wait_until(lambda: role_epoch(second) == 1, timeout=10, message="the other slave to record the new term")
 
 
 def test_an_old_master_comes_back_as_a_slave_with_its_unreplicated_tail_cut(registry, start_node, slaves, tmp_path):
@@ -239,3 +245,43 @@ accounts:
 
 def role_file_missing(node) -> bool:
     return not (node.store / "config" / "role.json").exists()
+
+
+def test_a_slave_away_at_the_election_comes_back_with_what_the_new_master_never_had_cut(registry, start_node,
+                                                                                        slaves):
+    """Async replication: the second slave copied 20 messages the first never had, then stopped;
+    the master died and the first was promoted. The second, back, is told where the new term began,
+    cuts what only the old master and it held, and follows the new master byte for byte."""
+    reg = registry.addr
+    settings = {"registry": reg, **FAILOVER}
+    master = start_node({"topics": "Fo:4", **settings})
+    first, second = slaves(master.node, settings), slaves(master.node, {**settings, "broker_id": 2})
+    wait_until(lambda: taking_sends(master.node), timeout=10, message="the registry to confirm the master")
+    send_raw(master, "x", 50)
+    both = caught_up(master.node, first)
+    caught_up(master.node, second)
+    assert first.stop() == 0
+    send_raw(master, "y", 20)
+    ahead = caught_up(master.node, second)
+    assert second.stop() == 0
+    master.node.kill()
+
+    first = restart_broker(first, role="slave")
+    slaves.made.append(first)
+    first_addr = f"127.0.0.1:{first.port}"
+    wait_until(lambda: brokers(reg).get(0) == first_addr and taking_sends(first), timeout=30,
+               message="the first slave promoted")
+    assert role_file(first)["epoch_start"] == both
+    second = restart_broker(second, role="slave")
+    slaves.made.append(second)
+    wait_until(lambda: role_epoch(second) == 1 and f"commitlog cut from {ahead} to {both}" in second.log_text(),
+               timeout=30, message="the second slave cut back to the new term's start")
+    send_raw(master, "z", 10, first_addr)
+    assert assert_same_log(first, second) > both
+
+
+def send_raw(broker, prefix: str, count: int, addr: str | None = None) -> None:
+    for i in range(count):
+        cmd = send_command("Fo", f"{prefix}{i}".encode(), queue_id=i % 4)
+        r = broker.client.invoke(addr, cmd) if addr else broker.call(cmd)
+        assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)

@@ -32,6 +32,8 @@ class StubBroker:
         self.sent: list[dict] = []
         self.ctx = SimpleNamespace(run_path=config.run_path, control=SimpleNamespace(send=self.sent.append))
         self.registrar = SimpleNamespace(registries=["127.0.0.1:9876"])
+        self.written = 0
+        self.board = SimpleNamespace(scalars=lambda: {"commitlog.written": self.written})
         self.permission_published = 0
 
     def publish_permission(self) -> None:
@@ -104,3 +106,30 @@ def test_a_broker_without_failover_refuses_promotions_and_sends_no_epoch(tmp_pat
     response = roles.notify_role_changed(REGISTRY, notify("1"))
     assert response.code == ResponseCode.SYSTEM_ERROR and "failover_enable is off" in response.remark
     assert roles.register_fields() == {} and not roles.fenced
+
+
+def test_a_slave_learns_a_later_term_and_cuts_only_what_the_new_master_never_had(tmp_path) -> None:
+    cfg = node_config(tmp_path)
+    cfg.run_path.mkdir(parents=True)
+    save_recovered(cfg.run_path, Recovered(0, 0, 0, False))
+    broker = StubBroker(cfg)
+    roles = RoleManager(broker)
+    roles.on_registered({"failoverEpoch": "1"})                             # the term's start not known yet
+    assert failover.load(cfg.store_path) is None and roles.state.epoch == 0
+    broker.written = 4096
+    roles.on_registered({"failoverEpoch": "1", "truncateOffset": "4096"})   # holds no more than the new master
+    assert failover.load(cfg.store_path) == RoleState("slave", 1, 1) and broker.sent == []
+    assert roles.register_fields() == {"failoverEpoch": "1"}
+    broker.written = 9000
+    roles.on_registered({"failoverEpoch": "3", "truncateOffset": "8192"})   # away at an election, ahead of it
+    assert failover.load(cfg.store_path) == RoleState("slave", 1, 3, truncate_to=8192)
+    assert broker.sent[0]["op"] == "restart" and "up to 9000" in broker.sent[0]["reason"]
+
+
+def test_a_slave_whose_replication_has_not_published_yet_judges_by_its_recovered_end(tmp_path) -> None:
+    cfg = node_config(tmp_path)
+    cfg.run_path.mkdir(parents=True)
+    save_recovered(cfg.run_path, Recovered(9000, 0, 0, False))
+    broker = StubBroker(cfg)                                # board: commitlog.written still 0
+    RoleManager(broker).on_registered({"failoverEpoch": "1", "truncateOffset": "8192"})
+    assert failover.load(cfg.store_path) == RoleState("slave", 1, 1, truncate_to=8192)

@@ -71,7 +71,7 @@ def test_the_first_master_is_taken_and_an_old_one_is_sent_back_with_its_cut(tmp_
     routes.on_channel_destroy("m:1")                              # the master died; s was promoted
     routes.on_channel_destroy("s:1")
     assert register(c, routes, "s:1", 0, epoch=1, start=5000) is None
-    assert c.terms["broker-a"].starts == {1: 5000} and c.epoch("broker-a") == 1
+    assert c.terms["broker-a"].starts == {1: 5000} and c.terms["broker-a"].epoch == 1
     demotion = register(c, routes, "m:1", 0, epoch=0)             # the old master comes back
     assert demotion == Demotion("s:1", 1, 1, 5000)
     assert demotion.ext("s:11")["truncateOffset"] == "5000" and demotion.ext("s:11")["demote"] == "true"
@@ -123,10 +123,10 @@ def test_a_refused_promotion_changes_nothing_and_is_tried_again(tmp_path) -> Non
     asyncio.run(c.check())
     clock.advance(2.0)
     asyncio.run(c.check())
-    assert len(brokers.notified) == 1 and c.epoch("broker-a") == 0
+    assert len(brokers.notified) == 1 and c.terms["broker-a"].epoch == 0
     clock.advance(2.0)
     asyncio.run(c.check())
-    assert len(brokers.notified) == 2 and c.epoch("broker-a") == 0
+    assert len(brokers.notified) == 2 and c.terms["broker-a"].epoch == 0
 
 
 def test_brokers_without_failover_are_never_promoted(tmp_path) -> None:
@@ -212,3 +212,15 @@ def test_an_old_master_registering_during_the_promotion_is_sent_back(tmp_path) -
     clock.advance(2.0)
     asyncio.run(c.check())
     assert seen == [Demotion("s1:1", 1, 2, NO_OFFSET)] and c.terms["broker-a"].master == "s1:1"
+
+
+def test_a_slave_of_an_earlier_term_is_told_where_the_new_term_began(tmp_path) -> None:
+    c, routes, _, _ = controller(tmp_path)
+    assert c.answer("broker-a", 0) == {"failoverEpoch": "0"}                 # nothing known yet
+    register(c, routes, "s:1", 0, epoch=2)                                  # the start of term 2 not known
+    assert c.answer("broker-a", 1) == {"failoverEpoch": "1"}                # ask again later
+    register(c, routes, "s:1", 0, epoch=2, start=7000)
+    assert c.answer("broker-a", 1) == {"failoverEpoch": "2", "truncateOffset": "7000"}
+    assert c.answer("broker-a", 2) == {"failoverEpoch": "2"}                # a follower of this term
+    c.terms["broker-a"].starts[1] = 3000
+    assert c.answer("broker-a", 0) == {"failoverEpoch": "2", "truncateOffset": "3000"}   # the earliest divergence
