@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 from smartgo.broker import failover
@@ -20,6 +21,8 @@ from smartgo.broker.failover import NO_OFFSET, RoleState
 from smartgo.broker.recovery import load as recovered
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
+
+FENCE_LOG_EVERY = 60.0          # s between the log lines of a master that no failover registry confirms
 
 if TYPE_CHECKING:
     from smartgo.broker.broker_actor import BrokerActor
@@ -34,6 +37,7 @@ class RoleManager:
         self.state = failover.current(cfg)
         self.fenced = self.enabled and self.state.role == "master"
         self.changing = False               # a new role is written; the node restarts
+        self._fence_logged = -FENCE_LOG_EVERY   # when the unconfirmed fence was last logged (monotonic)
 
     def start(self) -> None:
         """Record where a new master term began; forget a cut that recovery has made."""
@@ -66,7 +70,9 @@ class RoleManager:
         if not self.enabled or self.changing:
             return
         if answer is None:
-            if self.fenced:
+            now = time.monotonic()
+            if self.fenced and now - self._fence_logged >= FENCE_LOG_EVERY:   # it registers every second
+                self._fence_logged = now
                 self.b.log.error("no failover registry has confirmed this master: sends stay refused (is "
                                  "failover_enable set on one of the registries %s?)", self.b.registrar.registries)
             return

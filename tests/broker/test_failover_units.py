@@ -73,7 +73,7 @@ def test_a_promotion_is_written_and_the_node_restarted(tmp_path) -> None:
     assert roles.notify_role_changed(REGISTRY, notify("2")).code == ResponseCode.SYSTEM_ERROR   # already changing
 
 
-def test_a_new_master_records_where_its_term_began_and_is_fenced_until_confirmed(tmp_path) -> None:
+def test_a_new_master_records_where_its_term_began_and_is_fenced_until_confirmed(tmp_path, caplog) -> None:
     cfg = node_config(tmp_path)
     failover.save(cfg.store_path, RoleState("master", 0, 1))
     cfg.run_path.mkdir(parents=True)
@@ -83,8 +83,11 @@ def test_a_new_master_records_where_its_term_began_and_is_fenced_until_confirmed
     roles.start()
     assert roles.fenced and failover.load(cfg.store_path).epoch_start == 8192
     assert roles.register_fields() == {"failoverEpoch": "1", "epochStart": "8192"}
-    roles.on_registered(None)                                  # no failover registry answered
+    with caplog.at_level("ERROR", logger="test.failover"):
+        for _ in range(3):
+            roles.on_registered(None)                          # no failover registry answered
     assert roles.fenced and broker.permission_published == 0
+    assert caplog.text.count("no failover registry has confirmed this master") == 1   # once a minute
     roles.on_registered({"failoverEpoch": "1"})
     assert not roles.fenced and broker.permission_published == 1
 
