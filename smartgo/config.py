@@ -226,6 +226,10 @@ class NodeConfig:
                                    choices=("true", "false"))
     failover_delay: float = setting(10.0, "registry: seconds a broker name may go without a master before one "
                                           "of its slaves is promoted (with failover_enable)")
+    failover_unclean_enable: str = setting("false", "registry: promote the most advanced slave that is up even "
+                                                    "when it lacks messages its SYNC_MASTER acknowledged (another "
+                                                    "slave held them), rather than wait for one that has them "
+                                                    "(5.x's enableElectUncleanMaster)", choices=("true", "false"))
     slave_sync_interval: float = setting(10.0, "slave: seconds between copies of the master's topics, groups "
                                                "and consumer offsets (SlaveSynchronize)")
     # ---- supervision

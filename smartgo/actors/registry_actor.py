@@ -25,7 +25,8 @@ class RegistryActor(Actor):
             failover_delay=cfg.failover_delay if decides else None,
             # it asks brokers for their CommitLog ends and promotes one: signed for ACL, TLS with tls_enable
             failover_client=RemotingClient(request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),
-                                           ssl_context=cfg.outbound_tls()) if decides else None)
+                                           ssl_context=cfg.outbound_tls()) if decides else None,
+            failover_unclean=cfg.failover_unclean_enable == "true")
 
     async def start(self) -> None:
         await self.server.start()

@@ -26,6 +26,7 @@ from smartgo.broker.channel import ClientRef, InvokeError
 from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
 from smartgo.broker.net_view import store_backlog
+from smartgo.broker.settings import is_slave
 from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics, system_topics
 from smartgo.net import fastjson
 from smartgo.net.codes import CURRENT_VERSION, MQVersion, RequestCode, ResponseCode
@@ -308,6 +309,10 @@ class AdminProcessor:
             "putMessageEntireTimeMax": str(int(book.send.max_ms)),
             "getMessageEntireTimeMax": str(int(book.pull.max_ms)),
             "commitLogMinOffset": str(f["commitlog.min"]), "commitLogMaxOffset": str(f["commitlog.written"]),
+            # 4.x's BrokerRole names, and the highest position a slave reported: automatic failover
+            # promotes only a slave that holds everything a SYNC_MASTER acknowledged
+            "brokerRole": "SLAVE" if is_slave(b.config) else f"{b.config.replication.upper()}_MASTER",
+            "slaveAckedOffset": str(f["commitlog.slave_acked"]),
             "commitLogDiskRatio": str(f["disk.used_permille"] / 1000), "consumeQueueDiskRatio":
                 str(f["disk.used_permille"] / 1000), "commitLogDirCapacity": capacity,
             "dispatchBehindBytes": str(dispatch_behind), "remainHowManyDataToFlush": str(flush_behind),

@@ -53,6 +53,7 @@ class Term:
     epoch: int = 0
     master: str = ""
     starts: dict[int, int] = field(default_factory=dict)
+    acked: int = 0          # a live SYNC_MASTER's slave-acknowledged position, polled (memory only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +70,19 @@ class Demotion:
 
 
 class FailoverController:
-    def __init__(self, routes: RouteInfoManager, store_dir: Path, delay: float, *,
+    def __init__(self, routes: RouteInfoManager, store_dir: Path, delay: float, *, unclean: bool = False,
                  clock: Callable[[], float] = time.monotonic, client: RemotingClient | None = None) -> None:
         self.routes = routes
         self.path = Path(store_dir) / STATE_FILE
         self.delay = delay
+        self.unclean = unclean                     # promote a slave that lacks acknowledged messages too
         self.clock = clock
         self.client = client or RemotingClient()
         self.terms: dict[str, Term] = {}
         self.members: dict[str, str] = {}          # failover broker address -> its broker name
         self._absent: dict[str, float] = {}        # broker name -> when its master was first missed
         self._answering: set[str] = set()          # broker names whose missing master still answers (logged)
+        self._short: set[str] = set()              # broker names whose slaves all lack acknowledged data (logged)
 
     # -- state file -------------------------------------------------------------------------------
     def load(self) -> None:
@@ -175,10 +178,13 @@ class FailoverController:
         now = self.clock()
         live = self.routes.broker_live_table
         self.members = {addr: name for addr, name in self.members.items() if addr in live}
-        for name in set(self.members.values()):
+        names = set(self.members.values())
+        await asyncio.gather(*(self._poll_acked(name) for name in names))
+        for name in names:
             broker = self.routes.broker_addr_table.get(name)
             if broker is None or MASTER_ID in broker.broker_addrs:
                 self._absent.pop(name, None)
+                self._short.discard(name)
                 continue
             since = self._absent.setdefault(name, now)
             if now - since < self.delay:
@@ -187,6 +193,20 @@ class FailoverController:
             if slaves and not await self._master_answers(name):
                 await self._elect(name, slaves)
                 self._absent[name] = self.clock()    # give the new master failover_delay to register
+
+    async def _poll_acked(self, name: str) -> None:
+        """What the live failover master of name has had acknowledged by a slave, if it is a
+        SYNC_MASTER: an election must not lose it (5.x elects only from its SyncStateSet)."""
+        term = self.terms.get(name)
+        broker = self.routes.broker_addr_table.get(name)
+        if term is None or broker is None or broker.broker_addrs.get(MASTER_ID) != term.master:
+            return
+        info = await self._runtime(term.master, quiet=True)
+        if info is not None and info.get("brokerRole") == "SYNC_MASTER":
+            try:
+                term.acked = max(term.acked, int(info.get("slaveAckedOffset", "0")))
+            except ValueError:
+                pass
 
     async def _master_answers(self, name: str) -> bool:
         term = self.terms.get(name)
@@ -206,6 +226,13 @@ class FailoverController:
             return
         end, _, addr = ranked[0]
         term = self.terms.setdefault(name, Term())
+        if end < term.acked and not self.unclean:
+            if name not in self._short:
+                self._short.add(name)
+                log.error("%s has no master, and no slave that is up holds all it acknowledged (up to %d; the "
+                          "most advanced, %s, ends at %d): waiting for one to come back (failover_unclean_enable "
+                          "promotes it anyway)", name, term.acked, addr, end)
+            return
         before, epoch = (term.epoch, term.master), term.epoch + 1
         term.epoch, term.master = epoch, addr      # set first: an old master registering meanwhile is sent back
         cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields={
@@ -225,15 +252,27 @@ class FailoverController:
         self._save()
 
     async def _commitlog_end(self, addr: str, quiet: bool = False) -> int | None:
+        info = await self._runtime(addr, quiet)
+        try:
+            return int(info["commitLogMaxOffset"]) if info is not None else None
+        except (KeyError, ValueError) as exc:
+            log.warning("failover: no CommitLog end from %s: %r", addr, exc)
+            return None
+
+    async def _runtime(self, addr: str, quiet: bool = False) -> dict[str, str] | None:
+        """The broker's GET_BROKER_RUNTIME_INFO table, or None (logged unless quiet)."""
         try:
             response = await self.client.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO),
                                                 CALL_TIMEOUT)
             if response.code != ResponseCode.SUCCESS:
                 raise RemotingError(f"code {response.code}: {response.remark}")
-            return int(bodies.load_json(response.body_bytes(), "runtime info")["table"]["commitLogMaxOffset"])
-        except (RemotingError, bodies.BodyError, KeyError, TypeError, ValueError) as exc:
+            table = bodies.load_json(response.body_bytes(), "runtime info")["table"]
+            if not isinstance(table, dict):
+                raise TypeError("runtime info's table is not an object")
+            return table
+        except (RemotingError, bodies.BodyError, KeyError, TypeError) as exc:
             if not quiet:
-                log.warning("failover: no CommitLog end from %s: %s", addr, exc)
+                log.warning("failover: no runtime info from %s: %s", addr, exc)
             return None
 
     async def close(self) -> None:

@@ -33,7 +33,7 @@ class RegistryServer:
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, store_dir: Path = DEFAULT_STORE_DIR, *,
                  clock: Callable[[], float] = time.time, scan_interval: float = 10.0,
                  broker_expiry: float = 120.0, tls: dict | None = None, failover_delay: float | None = None,
-                 failover_client: RemotingClient | None = None) -> None:
+                 failover_client: RemotingClient | None = None, failover_unclean: bool = False) -> None:
         self.host = host
         self.requested_port = port
         self.store_dir = Path(store_dir)
@@ -42,7 +42,8 @@ class RegistryServer:
         self.routes = RouteInfoManager(clock)
         self.kv = KVConfigManager(self.store_dir)
         # failover_delay: this registry decides automatic failover (smartgo.registry.controller)
-        self.controller = (FailoverController(self.routes, self.store_dir, failover_delay, client=failover_client)
+        self.controller = (FailoverController(self.routes, self.store_dir, failover_delay, client=failover_client,
+                                              unclean=failover_unclean)
                            if failover_delay is not None else None)
         self.processors = RegistryProcessors(self.routes, self.kv, self.controller)
         self._remoting: RemotingServer | None = None

@@ -65,6 +65,13 @@ def role_metric(port: int) -> dict[str, str]:
     return {k: labels[k] for k in ("role", "broker_id", "epoch")}
 
 
+def runtime(broker, addr: str | None = None) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO of addr (default: the broker's own)."""
+    r = broker.client.invoke(addr or broker.addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO))
+    assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+    return fastjson.loads(r.body)["table"]
+
+
 def role_epoch(node) -> int:
     path = node.store / "config" / "role.json"
     return json.loads(path.read_text())["epoch"] if path.exists() else -1
@@ -111,6 +118,10 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
     wait_until(lambda: all(committed_total(addr, "Fo", "G", 4) == 200 for addr in (first_addr, second_addr)),
                timeout=15, message="the group's offsets copied to the slaves")
     assert role_metric(metrics) == {"role": "slave", "broker_id": "1", "epoch": "0"}
+    end = field(master.node, "commitlog.written")
+    wait_until(lambda: runtime(master)["slaveAckedOffset"] == str(end), timeout=10,
+               message="the master's runtime info to show what its slaves acknowledged")
+    assert runtime(master)["brokerRole"] == "SYNC_MASTER" and runtime(master, first_addr)["brokerRole"] == "SLAVE"
     master.node.kill()
 
     wait_until(lambda: brokers(reg) == {0: first_addr, 2: second_addr} and taking_sends(first), timeout=30,

@@ -32,13 +32,15 @@ class FakeBrokers:
         self.ends = ends
         self.refuse = refuse
         self.notified: list[tuple[str, dict]] = []
+        self.masters: dict[str, tuple[str, int]] = {}       # address -> (brokerRole, slaveAckedOffset)
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if cmd.code == RequestCode.GET_BROKER_RUNTIME_INFO:
             if self.ends.get(addr) is None:
                 raise RemotingError(f"{addr} refused a connection")
-            return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(
-                {"table": {"commitLogMaxOffset": str(self.ends[addr])}}))
+            role, acked = self.masters.get(addr, ("SLAVE", 0))
+            return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"table": {
+                "commitLogMaxOffset": str(self.ends[addr]), "brokerRole": role, "slaveAckedOffset": str(acked)}}))
         assert cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED
         self.notified.append((addr, dict(cmd.ext_fields)))
         if addr in self.refuse:
@@ -49,11 +51,12 @@ class FakeBrokers:
         pass
 
 
-def controller(tmp_path, ends=None, refuse=frozenset()):
+def controller(tmp_path, ends=None, refuse=frozenset(), unclean=False):
     clock = FakeClock()
     routes = RouteInfoManager(clock)
     brokers = FakeBrokers(ends or {}, refuse)
-    return FailoverController(routes, tmp_path, 2.0, clock=clock, client=brokers), routes, clock, brokers
+    return (FailoverController(routes, tmp_path, 2.0, clock=clock, client=brokers, unclean=unclean), routes, clock,
+            brokers)
 
 
 def register(c, routes, addr: str, broker_id: int, epoch: int = 0, start: int = NO_OFFSET) -> Demotion | None:
@@ -224,3 +227,31 @@ def test_a_slave_of_an_earlier_term_is_told_where_the_new_term_began(tmp_path) -
     assert c.answer("broker-a", 2) == {"failoverEpoch": "2"}                # a follower of this term
     c.terms["broker-a"].starts[1] = 3000
     assert c.answer("broker-a", 0) == {"failoverEpoch": "2", "truncateOffset": "3000"}   # the earliest divergence
+
+
+@pytest.mark.parametrize("role, unclean, promoted", [("SYNC_MASTER", False, ["s2:1"]),
+                                                      ("SYNC_MASTER", True, ["s1:1"]),
+                                                      ("ASYNC_MASTER", False, ["s1:1"])])
+def test_a_slave_lacking_what_a_sync_master_acknowledged_is_not_promoted(tmp_path, caplog, role, unclean,
+                                                                        promoted) -> None:
+    """The sync master had 1,200 bytes acknowledged by s2; s2 is down when the master dies, s1 holds
+    900: the registry waits for s2 (unless told to promote anyway). An async master acknowledged
+    nothing on its slaves' behalf: no wait."""
+    c, routes, clock, brokers = controller(tmp_path, {"m:1": 1200, "s1:1": 900, "s2:1": 1200}, unclean=unclean)
+    brokers.masters["m:1"] = (role, 1200)
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s1:1", 1)
+    register(c, routes, "s2:1", 2)
+    asyncio.run(c.check())                                        # polls the live master
+    routes.on_channel_destroy("s2:1")
+    routes.on_channel_destroy("m:1")
+    brokers.ends["m:1"] = None
+    for _ in range(3):
+        clock.advance(2.0)
+        asyncio.run(c.check())
+    if promoted != ["s1:1"]:
+        assert brokers.notified == [] and caplog.text.count("no slave that is up holds all it acknowledged") == 1
+        register(c, routes, "s2:1", 2)                            # s2 is back
+        clock.advance(2.0)
+        asyncio.run(c.check())
+    assert [addr for addr, _ in brokers.notified] == promoted
