@@ -102,9 +102,11 @@ COMPAT_DELAY_LEVELS = "1s 2s 3s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory, ali_ons: Path) -> Cluster:
     """One master node with its embedded registry (supervisor.py) for the whole folder; tests use
-    their own topics and groups."""
+    their own topics and groups. Every test of it may create its topic through ali-ons
+    (`create_topic`), the C++ client's too: so ali-ons is installed first (a pytest-xdist worker
+    that ran only C++ tests found no node_modules)."""
     node = start_broker(tmp_path_factory.mktemp("compat") / "node", {"message_delay_level": COMPAT_DELAY_LEVELS})
     try:
         c = Cluster(node)
