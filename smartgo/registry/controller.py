@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from smartgo.broker.failover import NO_OFFSET         # "no offset" on both ends of the registration
+from smartgo.broker.persist import PersistedFile
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import MASTER_ID, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -43,7 +44,6 @@ log = logging.getLogger("smartgo.registry.controller")
 
 STATE_FILE = "failover.json"
 CALL_TIMEOUT = 3.0
-NO_OFFSET = -1
 
 
 @dataclass(slots=True)
@@ -69,11 +69,16 @@ class Demotion:
                 "truncateOffset": str(self.truncate_to)}
 
 
+def _parse_terms(raw: bytes) -> dict[str, Term]:
+    return {name: Term(int(t["epoch"]), str(t["master"]), {int(e): int(o) for e, o in t["starts"].items()})
+            for name, t in json.loads(raw).items()}
+
+
 class FailoverController:
     def __init__(self, routes: RouteInfoManager, store_dir: Path, delay: float, *, unclean: bool = False,
                  clock: Callable[[], float] = time.monotonic, client: RemotingClient | None = None) -> None:
         self.routes = routes
-        self.path = Path(store_dir) / STATE_FILE
+        self.file = PersistedFile(Path(store_dir) / STATE_FILE)     # atomic, with a backup
         self.delay = delay
         self.unclean = unclean                     # promote a slave that lacks acknowledged messages too
         self.clock = clock
@@ -86,29 +91,17 @@ class FailoverController:
 
     # -- state file -------------------------------------------------------------------------------
     def load(self) -> None:
-        try:
-            raw = json.loads(self.path.read_bytes())
-            self.terms = {name: Term(int(t["epoch"]), str(t["master"]),
-                                     {int(e): int(o) for e, o in t["starts"].items()})
-                          for name, t in raw.items()}
-        except FileNotFoundError:
-            return
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.error("failover state %s is corrupt (%s); starting without it: returning masters are judged by "
-                      "their epochs alone", self.path, exc)
-            return
-        log.info("failover state: %s", {n: (t.epoch, t.master) for n, t in self.terms.items()})
+        """The saved terms; a corrupt file (and backup) is logged, and returning masters are then
+        judged by their epochs alone."""
+        terms = self.file.load(_parse_terms, "failover state")
+        if terms is not None:
+            self.terms = terms
+            log.info("failover state: %s", {n: (t.epoch, t.master) for n, t in terms.items()})
 
     def _save(self) -> None:
-        data = {name: {"epoch": t.epoch, "master": t.master, "starts": {str(e): o for e, o in t.starts.items()}}
-                for name, t in self.terms.items()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        self.file.save(json.dumps({name: {"epoch": t.epoch, "master": t.master,
+                                          "starts": {str(e): o for e, o in t.starts.items()}}
+                                   for name, t in self.terms.items()}).encode())
 
     # -- registrations ----------------------------------------------------------------------------
     def on_register(self, name: str, addr: str, broker_id: int, epoch: int, epoch_start: int) -> Demotion | None:

@@ -12,9 +12,7 @@ import pytest
 from smartgo.actors.testing import launch_node
 from smartgo.broker.testing import (committed_total, metric_value, offset_command, parse_metrics, restart_broker,
                                     scrape_metrics, send_command)
-from smartgo.client import AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
-from smartgo.net import fastjson
-from smartgo.net.client import BlockingRemotingClient
+from smartgo.client import Admin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.testing import async_wait_until, free_port, wait_until
@@ -36,13 +34,9 @@ def registry(tmp_path):
 
 def brokers(registry_addr: str) -> dict[int, str]:
     """broker-a's brokerId -> address, as the registry routes it."""
-    client = BlockingRemotingClient()
-    try:
-        r = client.invoke(registry_addr, RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO))
-        table = fastjson.loads(r.body)["brokerAddrTable"].get("broker-a")
-        return {int(k): v for k, v in table["brokerAddrs"].items()} if table else {}
-    finally:
-        client.close()
+    with Admin(registry_addr) as admin:
+        broker = admin.cluster_info().brokers.get("broker-a")
+    return dict(broker.broker_addrs) if broker is not None else {}
 
 
 def taking_sends(node) -> bool:
@@ -65,11 +59,9 @@ def role_metric(port: int) -> dict[str, str]:
     return {k: labels[k] for k in ("role", "broker_id", "epoch")}
 
 
-def runtime(broker, addr: str | None = None) -> dict[str, str]:
-    """GET_BROKER_RUNTIME_INFO of addr (default: the broker's own)."""
-    r = broker.client.invoke(addr or broker.addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO))
-    assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
-    return fastjson.loads(r.body)["table"]
+def runtime(registry_addr: str, addr: str) -> dict[str, str]:
+    with Admin(registry_addr) as admin:
+        return admin.broker_runtime_info(addr)
 
 
 def role_epoch(node) -> int:
@@ -119,9 +111,10 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
                timeout=15, message="the group's offsets copied to the slaves")
     assert role_metric(metrics) == {"role": "slave", "broker_id": "1", "epoch": "0"}
     end = field(master.node, "commitlog.written")
-    wait_until(lambda: runtime(master)["slaveAckedOffset"] == str(end), timeout=10,
+    wait_until(lambda: runtime(reg, master.addr)["slaveAckedOffset"] == str(end), timeout=10,
                message="the master's runtime info to show what its slaves acknowledged")
-    assert runtime(master)["brokerRole"] == "SYNC_MASTER" and runtime(master, first_addr)["brokerRole"] == "SLAVE"
+    assert runtime(reg, master.addr)["brokerRole"] == "SYNC_MASTER"
+    assert runtime(reg, first_addr)["brokerRole"] == "SLAVE"
     master.node.kill()
 
     wait_until(lambda: brokers(reg) == {0: first_addr, 2: second_addr} and taking_sends(first), timeout=30,
