@@ -5,7 +5,9 @@ It connects to the master's HA address (ha_master_address, or the haServerAddr t
 answered the slave's registration with, which the broker actor leaves in <run>/ha_master),
 reports its CommitLog position, and appends every frame verbatim at the offset it names. A
 frame that does not continue the log ends the connection; the next one starts again from the
-position reported then.
+position reported then. A frame at the start of a file past the log's end is the master's
+oldest file: an empty slave goes on from there, one that held data starts over
+(smartgo.broker.reseed).
 
 Frames are cut wherever the master's batch limit falls, so the tail may end inside a record.
 The slave publishes commitlog.written only at record ends (walking the record and file-end
@@ -17,16 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from smartgo.broker import recovery
+from smartgo.broker import recovery, reseed
 from smartgo.broker.bells import FlagBell
 from smartgo.net.ha_codec import HAProtocolError, TransferDecoder, encode_report
 from smartgo.store import CommitLogReader, CommitLogWriter, CorruptRecordError, StoreError
 from smartgo.store.mapped_file import segment_name, segment_starts
-from smartgo.store.record import store_timestamp_at
+from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
 
 if TYPE_CHECKING:
     from smartgo.broker.ha_actor import HAActor
@@ -42,6 +45,10 @@ RELEASE_EVERY = 64 << 20         # bytes published between drops of the reader's
 
 def master_file(run_path: Path) -> Path:
     return run_path / MASTER_FILE
+
+
+class StartingOver(Exception):
+    """This slave asked for the node restart that empties its store."""
 
 
 class HAClient:
@@ -92,6 +99,8 @@ class HAClient:
             else:
                 try:
                     await self._replicate(addr)
+                except StartingOver:
+                    return
                 except (OSError, HAProtocolError, StoreError) as exc:
                     log.warning("replication from %s stopped at %d: %s; reconnecting", addr, self.aligned, exc)
             await asyncio.sleep(RECONNECT)
@@ -118,7 +127,7 @@ class HAClient:
                 moved = False
                 for offset, chunk in decoder.feed(data):
                     if chunk:
-                        self._append(offset, chunk)
+                        self._append(offset, chunk, addr)
                         moved = True
                 if moved:
                     self._publish()
@@ -130,19 +139,43 @@ class HAClient:
             self.connected.set(0)
             writer.close()
 
-    def _append(self, offset: int, chunk: bytes) -> None:
+    def _append(self, offset: int, chunk: bytes, master: str) -> None:
         position = self.log_writer.wrote_position
         if offset != position:
-            if self.aligned == 0 and position == 0 and offset % self.store.commitlog_file_size == 0:
-                log.info("empty slave: the master's CommitLog starts at %d (dispatch follows from there)", offset)
-                self.log_writer.close()
-                for start in segment_starts(Path(self.store.commitlog_dir)):     # the empty first file
-                    (Path(self.store.commitlog_dir) / segment_name(start)).unlink()
-                self.log_writer = self._open(offset)
-                self.aligned = offset
-            else:
+            if offset < position or offset % self.store.commitlog_file_size:
                 raise HAProtocolError(f"the master sent data for {offset}, this slave's log ends at {position}")
+            if position or self.aligned:            # its queues hold entries too: only an empty store goes on
+                self._start_over(offset, chunk, master, position)
+            log.info("empty slave: the master's CommitLog starts at %d (dispatch follows from there)", offset)
+            self.log_writer.close()
+            for start in segment_starts(Path(self.store.commitlog_dir)):     # the empty first file
+                (Path(self.store.commitlog_dir) / segment_name(start)).unlink()
+            self.log_writer = self._open(offset)
+            self.aligned = offset
         self.log_writer.append_replica(offset, chunk)
+
+    def _start_over(self, offset: int, chunk: bytes, master: str, position: int) -> None:
+        """The master's oldest file starts past this slave's log: ask for the restart that empties
+        the store, unless the master's oldest record is older than this slave's newest (two logs)."""
+        try:
+            magic = SIZE_MAGIC.unpack_from(chunk, 0)[1]
+            oldest = store_timestamp_at(chunk, 0) if magic == MESSAGE_MAGIC else None
+        except struct.error:
+            oldest = None
+        if oldest is None:
+            raise HAProtocolError(f"the master sent its oldest file at {offset}, past this slave's end at {position}, "
+                                  "in a frame that does not begin with a whole record header")
+        if oldest < self.last_ts:
+            raise HAProtocolError(
+                f"the master's CommitLog starts at {offset}, past this slave's end at {position}, but its oldest record "
+                f"(stored at {oldest}) is older than this slave's newest ({self.last_ts}): not the log this slave "
+                "copied (check ha_master_address); the store is kept, empty it by hand to copy this master")
+        reseed.request(self.store.store_path, reseed.Reseed(master, offset, position))
+        reason = (f"the master {master} deleted what this slave lacks (its oldest file starts at {offset}, this "
+                  f"slave ends at {position}): starting over as its copy")
+        log.warning("%s; restarting the node to empty the store", reason)
+        self.actor.ctx.control.send({"op": "restart", "reason": reason})
+        raise StartingOver(reason)
 
     def _publish(self) -> None:
         """Move commitlog.written to the end of the last whole record that arrived."""

@@ -3,8 +3,9 @@
 Each slave connects to the HA port and reports its CommitLog max offset (smartgo.net.ha_codec).
 From its first report on, the master streams it the CommitLog from that offset - from the
 oldest file still on disk when the slave is empty (4.x starts an empty slave at the newest file;
-a slave that is to serve readers when the master is gone needs the backlog) - in frames of at
-most TRANSFER_BATCH bytes read straight from the mapped files, up to commitlog.written.
+a slave that is to serve readers when the master is gone needs the backlog) or ends before that
+file (it starts over: smartgo.broker.reseed; 4.x stalls) - in frames of at most TRANSFER_BATCH
+bytes read straight from the mapped files, up to commitlog.written.
 
 Every report is an acknowledgement: the highest one over the connected slaves is published as
 commitlog.slave_acked and the number of slaves as ha.slaves. Under --replication sync the net
@@ -162,10 +163,14 @@ class HAService:
 
     async def _transfer(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
         await link.reported.wait()
-        pos = link.acked if link.acked > 0 else self.reader.min_offset()
+        pos, oldest = link.acked, self.reader.min_offset()
         if pos > self.written.get():
             raise HAProtocolError(f"the slave is ahead of this master ({link.acked} > {self.written.get()}): "
                                   "its CommitLog is not a copy of this one")
+        if 0 < pos < oldest:
+            log.warning("slave %s: its CommitLog ends at %d, before this master's oldest file at %d: it must start "
+                        "over from there", link.peer, pos, oldest)
+        pos = max(pos, oldest)
         log.info("slave %s: transfer from %d", link.peer, pos)
         last_sent = time.monotonic()
         while True:

@@ -76,6 +76,12 @@ class PersistedFile:
             return value
         return None
 
+    def delete(self) -> None:
+        """The file and its backup, for good."""
+        self.path.unlink(missing_ok=True)
+        self.bak.unlink(missing_ok=True)
+        _fsync_dir(self.path.parent)
+
 
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)

@@ -1,6 +1,7 @@
 """The broker role's recovery hook: runs in its own process before any broker actor starts.
 
-store lock check -> smartgo.store.recover() (normal or abnormal, by the abort file) -> abort
+store lock check -> a slave's request to start over carried out (smartgo.broker.reseed) ->
+smartgo.store.recover() (normal or abnormal, by the abort file) -> abort
 file created -> the recovered positions written to <run-dir>/recovered.msgpack, where the
 actors' first incarnations of this node life read them (later incarnations follow the board,
 which only grows from there).
@@ -15,10 +16,11 @@ from pathlib import Path
 
 import msgpack
 
-from smartgo.broker import failover
+from smartgo.broker import failover, reseed
 from smartgo.broker.settings import store_config
 from smartgo.config import NodeConfig
 from smartgo.store import StoreLock, mark_running, recover
+from smartgo.store.cleanup import empty_store
 
 log = logging.getLogger("smartgo.broker.recovery")
 
@@ -37,6 +39,12 @@ def recover_broker(config: NodeConfig) -> None:
     """The role's `recover` hook (see smartgo.actors.roles)."""
     cfg = store_config(config)
     with StoreLock(cfg.store_path):        # another broker (with another run dir) on this store: refuse
+        start_over = reseed.pending(cfg.store_path)
+        if start_over is not None:
+            log.warning("starting over as a copy of the master at %s: its oldest CommitLog file starts at %d, "
+                        "past this slave's end at %d", start_over.master, start_over.master_min, start_over.slave_end)
+            empty_store(cfg)
+            reseed.done(cfg.store_path)
         cut = failover.current(config).truncate_to
         state = recover(cfg, cut if cut != failover.NO_OFFSET else None)
         mark_running(cfg.store_path)

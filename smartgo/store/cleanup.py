@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 from smartgo.store.config import StoreConfig
 from smartgo.store.config import CQ_UNIT
 from smartgo.store.consume_queue import ENTRY, list_queues, queue_dir
+from smartgo.store.damage import DAMAGED_DIR, FOUND
 from smartgo.store.index_file import HEADER, list_index_files
 from smartgo.store.mapped_file import MappedFileQueue, segment_name, segment_starts
 
@@ -81,3 +83,20 @@ def delete_index_before(config: StoreConfig, commitlog_min: int) -> list[str]:
         path.unlink(missing_ok=True)
         deleted.append(name)
     return deleted
+
+
+def empty_store(config: StoreConfig) -> tuple[int, int]:
+    """Delete the CommitLog, the consume queues, the index, the checkpoint and the scrub's list
+    of damage, as a slave starting over must (smartgo.broker.reseed; config/ stays); returns the
+    (files, bytes) of CommitLog deleted. Only while nothing maps the store."""
+    starts = segment_starts(config.commitlog_dir)
+    size = sum(os.stat(config.commitlog_dir / segment_name(s)).st_size for s in starts)
+    for start in starts:
+        (config.commitlog_dir / segment_name(start)).unlink()
+    for directory in (config.consume_queue_dir, config.index_dir):
+        shutil.rmtree(directory, ignore_errors=True)
+    for path in (config.checkpoint_path, config.root / DAMAGED_DIR / FOUND, config.abort_path):
+        path.unlink(missing_ok=True)
+    log.warning("store emptied: %d CommitLog files (%d bytes), the consume queues and the index deleted",
+                len(starts), size)
+    return len(starts), size
