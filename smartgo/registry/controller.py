@@ -7,7 +7,8 @@ where each term began, in <registry store>/failover.json, so that a restarted re
 knows an old master from the new one.
 
 - A master registration of an older epoch, or of the current one from another address, is
-  refused (demote=true) with where to go: the current master, a free brokerId, and the offset
+  refused (demote=true) with where to go: the current master, a free brokerId (kept for it
+  until it registers as a slave, so two old masters back at once get two), and the offset
   to cut the old master's CommitLog to, the start of the term after its own (what it wrote
   then was never replicated, so never acknowledged under replication=sync).
 - A slave that followed an earlier term is answered with the start of the term after its own;
@@ -88,6 +89,8 @@ class FailoverController:
         self._absent: dict[str, float] = {}        # broker name -> when its master was first missed
         self._answering: set[str] = set()          # broker names whose missing master still answers (logged)
         self._short: set[str] = set()              # broker names whose slaves all lack acknowledged data (logged)
+        self._promised: dict[str, dict[str, int]] = {}   # broker name -> demoted master -> its brokerId, until
+                                                          # it registers as a slave (two at once get two ids)
 
     # -- state file -------------------------------------------------------------------------------
     def load(self) -> None:
@@ -107,7 +110,9 @@ class FailoverController:
     def on_register(self, name: str, addr: str, broker_id: int, epoch: int, epoch_start: int) -> Demotion | None:
         """A failover broker registers: None to go on with the registration, or its demotion."""
         self.members[addr] = name
+        promised = self._promised.setdefault(name, {})
         if broker_id != MASTER_ID:
+            promised.pop(addr, None)
             return None
         term = self.terms.setdefault(name, Term())
         if epoch > term.epoch or (epoch == term.epoch and term.master in ("", addr)):
@@ -121,10 +126,11 @@ class FailoverController:
             if changed:
                 self._save()
             return None
-        broker = self.routes.broker_addr_table.get(name)
-        taken = set(broker.broker_addrs) if broker is not None else set()
-        demotion = Demotion(term.master, term.epoch, next(i for i in range(1, len(taken) + 2) if i not in taken),
-                            term.starts.get(epoch + 1, NO_OFFSET))
+        if addr not in promised:
+            broker = self.routes.broker_addr_table.get(name)
+            taken = {*(broker.broker_addrs if broker is not None else ()), *promised.values()}
+            promised[addr] = next(i for i in range(1, len(taken) + 2) if i not in taken)
+        demotion = Demotion(term.master, term.epoch, promised[addr], term.starts.get(epoch + 1, NO_OFFSET))
         log.warning("%s: %s registers as master of epoch %d, but %s is master at epoch %d: sent back as slave %d "
                     "(CommitLog cut to %d)", name, addr, epoch, term.master, term.epoch, demotion.broker_id,
                     demotion.truncate_to)

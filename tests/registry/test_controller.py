@@ -255,3 +255,20 @@ def test_a_slave_lacking_what_a_sync_master_acknowledged_is_not_promoted(tmp_pat
         clock.advance(2.0)
         asyncio.run(c.check())
     assert [addr for addr, _ in brokers.notified] == promoted
+
+
+def test_old_masters_back_at_the_same_time_get_different_broker_ids(tmp_path) -> None:
+    c, routes, _, _ = controller(tmp_path)
+    register(c, routes, "a:1", 0)
+    routes.on_channel_destroy("a:1")
+    register(c, routes, "b:1", 0, epoch=1, start=100)             # b took over from a, then c from b
+    routes.on_channel_destroy("b:1")
+    register(c, routes, "c:1", 0, epoch=2, start=200)
+    first, second = register(c, routes, "a:1", 0), register(c, routes, "b:1", 0, epoch=1)
+    assert (first.broker_id, first.truncate_to) == (1, 100)       # neither has registered as a slave yet
+    assert (second.broker_id, second.truncate_to) == (2, 200)
+    assert register(c, routes, "a:1", 0).broker_id == 1          # a's next registration before it restarts
+    assert register(c, routes, "a:1", 1, epoch=2) is None          # back as slave 1: its promise is kept
+    assert register(c, routes, "d:1", 0, epoch=1).broker_id == 3    # 1 is a's, 2 still b's
+    assert register(c, routes, "b:1", 2, epoch=2) is None
+    assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "c:1", 1: "a:1", 2: "b:1"}
