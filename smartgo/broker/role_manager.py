@@ -8,6 +8,8 @@
 - A demotion (the registry's answer to an old master) or NOTIFY_BROKER_ROLE_CHANGED (the
   registry promoting this slave) is written to the role file, and the supervisor restarts the
   node in its new role; recovery cuts a demoted master's CommitLog first.
+- The same notice to a master (an operator's switchover) fences it at once; the registry's
+  answers keep the fence while the switchover lasts, and lift it if the switchover fails.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class RoleManager:
                 return
             self._become(state, f"demoted: {answer.get('masterAddr')} is the master at epoch {state.epoch}")
         elif self.fenced:
+            if answer.get("switching") == "true":
+                return
             self.fenced = False
             self.b.publish_permission()
             self.b.log.info("failover registry confirmed this master at epoch %d: taking sends", self.state.epoch)
@@ -112,10 +116,18 @@ class RoleManager:
             self.state = state
 
     def notify_role_changed(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        """The failover registry promotes this slave (5.x's code; its header fields)."""
+        """The failover registry promotes this slave, or hands this master's role to another broker
+        (5.x's code; its header fields)."""
         epoch = request.ext_int("masterEpoch")
         if not self.enabled:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "failover_enable is off on this broker")
+        if self.state.role == "master" and epoch > self.state.epoch and not self.changing:
+            if not self.fenced:
+                self.fenced = True
+                self.b.publish_permission()
+            self.b.log.warning("failover: %s hands the master role to %s at epoch %d: taking no more sends",
+                               client.addr, request.ext_str("masterAddress"), epoch)
+            return request.make_response(ResponseCode.SUCCESS)
         if self.state.role != "slave" or epoch <= self.state.epoch or self.changing:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"not a slave of an epoch before {epoch}: "
                                          f"{self.state.role} at epoch {self.state.epoch}")

@@ -32,6 +32,7 @@ from smartgo.store.record import MessageExt, parse_offset_msg_id
 LONG_MAX = (1 << 63) - 1
 #: Requests a broker relays to a consumer (it waits 10 s for it); DefaultMQAdminExt allows 3 x 5 s.
 RELAY_TIMEOUT = 15.0
+ELECT_TIMEOUT = 30.0        # s: a switchover waits up to 10 s for the slave, then a node restart
 T = TypeVar("T")
 DLQ_RESEND_GROUP = "TOOLS_DLQ_RESEND"
 #: Properties a DLQ message carries that a resent copy must not: the SDK's own and the broker's.
@@ -130,6 +131,22 @@ class AsyncAdmin:
         if not addrs:
             raise ClientError(f"no broker {'' if slaves else 'master '}is registered with the registry")
         return addrs
+
+    async def elect_master(self, broker_name: str, broker_addr: str | None = None,
+                           broker_id: int | None = None) -> dict[str, str]:
+        """CONTROLLER_ELECT_MASTER (5.x's electMaster) at the registry that decides failover: hand
+        broker_name's master role to its slave at broker_addr (or with broker_id). The master takes
+        no more sends until the slave holds all it wrote, then the slave is promoted and the old
+        master follows it. Returns the answer's fields (masterAddress, masterEpoch)."""
+        cmd = api.command(RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": broker_name, "brokerAddress": broker_addr,
+                                                                "brokerId": broker_id})
+        refusals = []
+        for registry in self.config.registry:       # only one decides; the others say so
+            resp = await self.instance.invoke(registry, cmd, ELECT_TIMEOUT)
+            if resp.code == R.SUCCESS:
+                return dict(resp.ext_fields or {})
+            refusals.append(f"{registry}: {resp.remark}")
+        raise ClientError(f"no registry made the switchover of {broker_name}: " + "; ".join(refusals))
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: the broker's KVTable of runtime figures."""

@@ -281,6 +281,6 @@ for _name in ("cluster_info", "broker_runtime_info", "broker_config", "create_to
               "broker_health", "dlq_messages", "dlq_resend", "client_offsets", "producer_connections", "broker_stats",
               "traffic", "broker_consume_stats", "consume_time_span", "query_consume_queue", "clone_group_offset",
               "system_topics", "update_acl_account", "delete_acl_account", "update_global_white_addrs",
-              "acl_versions", "acl_config", "given_up_halves", "resume_half", "message_trace"):
+              "acl_versions", "acl_config", "given_up_halves", "resume_half", "message_trace", "elect_master"):
     setattr(Admin, _name, _blocking(_name, AsyncAdmin))
 del _name

@@ -89,7 +89,9 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
-    # 5.x controller mode; SmartGo's failover registry sends it to the slave it promotes
+    # 5.x controller mode: an operator asks the failover registry to hand a broker name's master
+    # role to one of its slaves; the registry tells the brokers with NOTIFY_BROKER_ROLE_CHANGED
+    CONTROLLER_ELECT_MASTER = 1002
     NOTIFY_BROKER_ROLE_CHANGED = 1008
 
 

@@ -18,6 +18,12 @@ knows an old master from the new one.
   restarted, and it has not registered again yet), of its live failover slaves the one with the
   largest CommitLog (GET_BROKER_RUNTIME_INFO) is told to become master at the next epoch
   (NOTIFY_BROKER_ROLE_CHANGED, 5.x's code).
+- An operator's switchover (CONTROLLER_ELECT_MASTER, 5.x's electMaster): the live master is told
+  to take no more sends (the same notice, naming its successor), the chosen slave is waited for
+  until it holds the master's whole CommitLog, and is then promoted; the old master, refused at
+  its next registration, comes back as a slave with nothing to cut. Nothing is lost, even under
+  async replication. Should the slave not catch up in time, the master's next registration lifts
+  its fence. With its master gone, the chosen slave is promoted as an election would.
 
 Only one registry of a cluster may decide: two would elect on their own.
 """
@@ -45,6 +51,13 @@ log = logging.getLogger("smartgo.registry.controller")
 
 STATE_FILE = "failover.json"
 CALL_TIMEOUT = 3.0
+SWITCH_POLL = 0.05              # s between looks at a switchover's master and slave
+SWITCH_STEADY = 3               # looks in a row at the same master end: sends that passed the fence have landed
+SWITCH_TIMEOUT = 10.0           # s for the chosen slave to hold all the fenced master wrote
+
+
+class SwitchoverError(Exception):
+    """A switchover that was refused or did not complete (nothing changed)."""
 
 
 @dataclass(slots=True)
@@ -91,6 +104,7 @@ class FailoverController:
         self._short: set[str] = set()              # broker names whose slaves all lack acknowledged data (logged)
         self._promised: dict[str, dict[str, int]] = {}   # broker name -> demoted master -> its brokerId, until
                                                           # it registers as a slave (two at once get two ids)
+        self._switching: set[str] = set()          # broker names in a switchover: their master stays fenced
 
     # -- state file -------------------------------------------------------------------------------
     def load(self) -> None:
@@ -151,6 +165,8 @@ class FailoverController:
         if term is None:
             return {"failoverEpoch": "0"}
         fields = {"failoverEpoch": str(term.epoch)}
+        if name in self._switching:
+            fields["switching"] = "true"            # the master keeps its fence
         if epoch < term.epoch:
             cut = term.starts.get(epoch + 1)
             if cut is None:
@@ -217,12 +233,13 @@ class FailoverController:
             log.warning("%s: master %s is not registered but answers: no failover while it does", name, term.master)
         return True
 
-    async def _elect(self, name: str, slaves: list[tuple[int, str]]) -> None:
+    async def _elect(self, name: str, slaves: list[tuple[int, str]]) -> str | None:
+        """Promote the most advanced of slaves; None, or why none was."""
         ends = await asyncio.gather(*(self._commitlog_end(addr) for _, addr in slaves))
         ranked = sorted(((end, -bid, addr) for (bid, addr), end in zip(slaves, ends) if end is not None), reverse=True)
         if not ranked:
             log.error("%s has no master, and none of its slaves answered", name)
-            return
+            return "no slave answered"
         end, _, addr = ranked[0]
         term = self.terms.setdefault(name, Term())
         if end < term.acked and not self.unclean:
@@ -231,24 +248,84 @@ class FailoverController:
                 log.error("%s has no master, and no slave that is up holds all it acknowledged (up to %d; the "
                           "most advanced, %s, ends at %d): waiting for one to come back (failover_unclean_enable "
                           "promotes it anyway)", name, term.acked, addr, end)
-            return
+            return f"{addr} lacks what the master acknowledged (it ends at {end}, a slave had {term.acked})"
+        return await self._promote(name, addr, f"master gone for {self.delay:g}s; promoted {addr} (CommitLog end "
+                                   f"{end}) to master")
+
+    async def _promote(self, name: str, addr: str, why: str, start: int = NO_OFFSET) -> str | None:
+        """Make addr master of name at the next epoch (start: where that term begins, if known
+        before the new master says); None, or why it refused."""
+        term = self.terms.setdefault(name, Term())
         before, epoch = (term.epoch, term.master), term.epoch + 1
         term.epoch, term.master = epoch, addr      # set first: an old master registering meanwhile is sent back
-        cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields={
-            "masterAddress": addr, "masterEpoch": str(epoch), "masterBrokerId": str(MASTER_ID)})
-        try:
-            response = await self.client.invoke(addr, cmd, CALL_TIMEOUT)
-            refusal = None if response.code == ResponseCode.SUCCESS else f"refused: {response.remark}"
-        except RemotingError as exc:
-            refusal = f"failed: {exc}"
+        refusal = await self._notify(addr, addr, epoch)
         if refusal is not None:
             log.error("%s: promoting %s %s", name, addr, refusal)
             if (term.epoch, term.master) == (epoch, addr):
                 term.epoch, term.master = before
-            return
-        log.warning("%s: master gone for %gs; promoted %s (CommitLog end %d) to master at epoch %d", name,
-                    self.delay, addr, end, epoch)
+            return refusal
+        if start != NO_OFFSET:
+            term.starts[epoch] = start
+        log.warning("%s: %s at epoch %d", name, why, epoch)
         self._save()
+        return None
+
+    async def _notify(self, to: str, master: str, epoch: int) -> str | None:
+        """NOTIFY_BROKER_ROLE_CHANGED to `to`: master is the master of epoch; None, or why it failed."""
+        cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields={
+            "masterAddress": master, "masterEpoch": str(epoch), "masterBrokerId": str(MASTER_ID)})
+        try:
+            response = await self.client.invoke(to, cmd, CALL_TIMEOUT)
+        except RemotingError as exc:
+            return f"failed: {exc}"
+        return None if response.code == ResponseCode.SUCCESS else f"refused: {response.remark}"
+
+    # -- switchover -------------------------------------------------------------------------------
+    async def switchover(self, name: str, target: str) -> Term:
+        """CONTROLLER_ELECT_MASTER: make target, a live failover slave of name, its master; its term."""
+        broker = self.routes.broker_addr_table.get(name)
+        slave_id = next((bid for bid, a in broker.broker_addrs.items() if a == target), None) if broker else None
+        if slave_id is None or self.members.get(target) != name:
+            raise SwitchoverError(f"{target} is not a live failover broker of {name}")
+        if slave_id == MASTER_ID:
+            raise SwitchoverError(f"{target} is the master of {name} already")
+        if name in self._switching:
+            raise SwitchoverError(f"a switchover of {name} is under way")
+        master = broker.broker_addrs.get(MASTER_ID)
+        self._switching.add(name)
+        try:
+            if master is None:
+                refusal = await self._elect(name, [(slave_id, target)])
+            else:
+                end = await self._drain(name, master, target)
+                refusal = await self._promote(name, target, f"switchover: promoted {target} (CommitLog end {end}, "
+                                              f"all of {master}'s) to master", start=end)
+        finally:
+            self._switching.discard(name)
+        if refusal is not None:
+            raise SwitchoverError(f"promoting {target} {refusal}")
+        return self.terms[name]
+
+    async def _drain(self, name: str, master: str, target: str) -> int:
+        """Fence the master and wait until target holds all of its CommitLog; that end. A send
+        that passed the fence check just before is stored within milliseconds: the end must stay
+        put for SWITCH_STEADY looks (100 ms)."""
+        refusal = await self._notify(master, target, self.terms[name].epoch + 1)
+        if refusal is not None:
+            raise SwitchoverError(f"asking {master} to stop taking sends {refusal}")
+        log.info("%s: switchover to %s: %s takes no more sends", name, target, master)
+        last, steady, ends = None, 0, None
+        for _ in range(round(SWITCH_TIMEOUT / SWITCH_POLL)):
+            ends = await asyncio.gather(self._commitlog_end(master), self._commitlog_end(target))
+            if ends[0] is None:
+                raise SwitchoverError(f"{master} stopped answering")
+            steady = steady + 1 if ends[0] == last else 1
+            if steady >= SWITCH_STEADY and ends[1] is not None and ends[1] >= ends[0]:
+                return ends[1]
+            last = ends[0]
+            await asyncio.sleep(SWITCH_POLL)
+        raise SwitchoverError(f"{target} did not catch up with {master} within {SWITCH_TIMEOUT:g}s (CommitLog "
+                              f"ends {ends[1]} and {ends[0]}); {master} takes sends again")
 
     async def _commitlog_end(self, addr: str, quiet: bool = False) -> int | None:
         info = await self._runtime(addr, quiet)

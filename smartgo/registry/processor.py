@@ -2,7 +2,8 @@
 
 Each reads its custom header through the typed accessors (a missing @CFNotNull field becomes
 SYSTEM_ERROR "the custom field <x> is null"), validates the body fully, and only then touches the
-tables. None of them suspends, so all run eagerly inside the read (smartgo.net.connection.eager).
+tables. All but CONTROLLER_ELECT_MASTER (a switchover takes seconds) run eagerly inside the read
+(smartgo.net.connection.eager).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor, eager
 from smartgo.net.errors import HeaderFieldError
 from smartgo.registry import bodies
-from smartgo.registry.controller import NO_OFFSET, FailoverController
+from smartgo.registry.controller import NO_OFFSET, FailoverController, SwitchoverError
 from smartgo.registry.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from smartgo.registry.route_info import RouteInfoManager
 
@@ -65,6 +66,7 @@ class RegistryProcessors:
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.CONTROLLER_ELECT_MASTER: self.elect_master,
         }
 
     # -- brokers --------------------------------------------------------------------------------
@@ -162,6 +164,29 @@ class RegistryProcessors:
         log.info("wiped write perm of broker %s on %d topics (asked by %s)",
                  request.ext_str("brokerName"), count, conn.remote_address)
         return request.make_response(OK, ext_fields={"wipeTopicCount": str(count)})
+
+    async def elect_master(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """5.x's electMaster: hand a broker name's master role to the slave named by brokerAddress
+        (5.0) or brokerId (5.1 on); a switchover on this registry's FailoverController."""
+        name = _non_empty(request, "brokerName")
+        target = request.ext_str("brokerAddress", "")
+        if not target and request.ext_str("brokerId", ""):
+            broker = self.routes.broker_addr_table.get(name)
+            target = broker.broker_addrs.get(_broker_id(request), "") if broker is not None else ""
+        if self.controller is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "this registry does not decide failover "
+                                         "(failover_enable is off)")
+        if not target:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"name a slave of {name} (brokerAddress or "
+                                         "brokerId)")
+        log.warning("%s asks to make %s the master of %s", conn.remote_address, target, name)
+        try:
+            term = await self.controller.switchover(name, target)
+        except SwitchoverError as exc:
+            log.error("switchover of %s to %s: %s", name, target, exc)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"switchover: {exc}")
+        return request.make_response(OK, ext_fields={"masterAddress": term.master, "newMasterAddress": term.master,
+                                                     "masterBrokerId": str(MASTER_ID), "masterEpoch": str(term.epoch)})
 
     # -- routes ---------------------------------------------------------------------------------
 

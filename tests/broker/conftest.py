@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.actors.testing import Node
+from smartgo.actors.testing import Node, launch_node
 from smartgo.broker.testing import start_broker, start_slave
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.command import RemotingCommand
@@ -77,3 +77,12 @@ def slaves(tmp_path):
     yield start
     for node in made:
         node.reap()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """A registry node that decides failover (after 1 s); `registry.addr` is its address."""
+    node = launch_node(tmp_path / "registry", {"failover_enable": "true", "failover_delay": 1.0}, role="registry")
+    node.addr = f"127.0.0.1:{node.port}"          # type: ignore[attr-defined]
+    yield node
+    node.reap()

@@ -24,14 +24,6 @@ pytestmark = pytest.mark.timeout(150)
 FAILOVER = {"failover_enable": "true"}
 
 
-@pytest.fixture
-def registry(tmp_path):
-    node = launch_node(tmp_path / "registry", {**FAILOVER, "failover_delay": 1.0}, role="registry")
-    node.addr = f"127.0.0.1:{node.port}"          # type: ignore[attr-defined]
-    yield node
-    node.reap()
-
-
 def brokers(registry_addr: str) -> dict[int, str]:
     """broker-a's brokerId -> address, as the registry routes it."""
     with Admin(registry_addr) as admin:

@@ -136,3 +136,20 @@ def test_a_slave_whose_replication_has_not_published_yet_judges_by_its_recovered
     broker = StubBroker(cfg)                                # board: commitlog.written still 0
     RoleManager(broker).on_registered({"failoverEpoch": "1", "truncateOffset": "8192"})
     assert failover.load(cfg.store_path) == RoleState("slave", 1, 1, truncate_to=8192)
+
+
+def test_a_master_handed_over_is_fenced_until_the_switchover_ends(tmp_path) -> None:
+    cfg = node_config(tmp_path, role="master")
+    broker = StubBroker(cfg)
+    roles = RoleManager(broker)
+    roles.on_registered({"failoverEpoch": "0"})               # a confirmed master
+    assert not roles.fenced and broker.permission_published == 1
+    assert roles.notify_role_changed(REGISTRY, notify("0")).code == ResponseCode.SYSTEM_ERROR   # not a later epoch
+    assert not roles.fenced
+    assert roles.notify_role_changed(REGISTRY, notify("1")).code == ResponseCode.SUCCESS
+    assert roles.fenced and broker.permission_published == 2 and broker.sent == []     # no restart: it still serves
+    assert failover.load(cfg.store_path) is None                                         # nor a new role
+    roles.on_registered({"failoverEpoch": "0", "switching": "true"})
+    assert roles.fenced                                        # the registry waits for the slave
+    roles.on_registered({"failoverEpoch": "0"})                # the switchover failed: sends again
+    assert not roles.fenced and broker.permission_published == 3

@@ -12,7 +12,8 @@ from smartgo.net import fastjson
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
-from smartgo.registry.controller import NO_OFFSET, Demotion, FailoverController
+from smartgo.registry import controller as controller_module
+from smartgo.registry.controller import NO_OFFSET, Demotion, FailoverController, SwitchoverError
 from smartgo.registry.kv_config import KVConfigManager
 from smartgo.registry.processor import RegistryProcessors
 from smartgo.registry.route_info import DataVersion, RegisterBrokerBody, RouteInfoManager
@@ -33,6 +34,7 @@ class FakeBrokers:
         self.refuse = refuse
         self.notified: list[tuple[str, dict]] = []
         self.masters: dict[str, tuple[str, int]] = {}       # address -> (brokerRole, slaveAckedOffset)
+        self.on_notify = lambda addr: None
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if cmd.code == RequestCode.GET_BROKER_RUNTIME_INFO:
@@ -43,6 +45,7 @@ class FakeBrokers:
                 "commitLogMaxOffset": str(self.ends[addr]), "brokerRole": role, "slaveAckedOffset": str(acked)}}))
         assert cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED
         self.notified.append((addr, dict(cmd.ext_fields)))
+        self.on_notify(addr)
         if addr in self.refuse:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, "not a slave")
         return cmd.make_response(ResponseCode.SUCCESS)
@@ -272,3 +275,65 @@ def test_old_masters_back_at_the_same_time_get_different_broker_ids(tmp_path) ->
     assert register(c, routes, "d:1", 0, epoch=1).broker_id == 3    # 1 is a's, 2 still b's
     assert register(c, routes, "b:1", 2, epoch=2) is None
     assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "c:1", 1: "a:1", 2: "b:1"}
+
+
+def test_a_switchover_fences_the_master_waits_for_the_slave_and_promotes_it(tmp_path) -> None:
+    c, routes, _, brokers = controller(tmp_path, {"m:1": 400, "s:1": 300})
+    register(c, routes, "m:1", 0, start=0)
+    register(c, routes, "s:1", 1)
+    answers = []
+
+    def notified(addr: str) -> None:
+        answers.append(c.answer("broker-a", 0).get("switching"))
+        brokers.ends["s:1"] = 400                                # the fenced master's last bytes arrive
+
+    brokers.on_notify = notified
+    term = asyncio.run(c.switchover("broker-a", "s:1"))
+    assert (term.epoch, term.master, term.starts) == (1, "s:1", {0: 0, 1: 400})
+    fence, promotion = brokers.notified
+    assert fence == ("m:1", {"masterAddress": "s:1", "masterEpoch": "1", "masterBrokerId": "0"})
+    assert promotion == ("s:1", {"masterAddress": "s:1", "masterEpoch": "1", "masterBrokerId": "0"})
+    assert answers == ["true", "true"]                          # the master's registrations kept it fenced
+    assert "switching" not in c.answer("broker-a", 1)
+    assert json.loads((tmp_path / "failover.json").read_text())["broker-a"]["epoch"] == 1
+    routes.on_channel_destroy("s:1")                             # s restarts as master; m comes back
+    assert register(c, routes, "s:1", 0, epoch=1, start=400) is None
+    assert register(c, routes, "m:1", 0) == Demotion("s:1", 1, 1, 400)    # its cut is its own end: nothing
+
+
+def test_a_switchover_whose_slave_lags_changes_nothing(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(controller_module, "SWITCH_POLL", 0.001)
+    monkeypatch.setattr(controller_module, "SWITCH_TIMEOUT", 0.02)
+    c, routes, _, brokers = controller(tmp_path, {"m:1": 400, "s:1": 300})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s:1", 1)
+    with pytest.raises(SwitchoverError, match=r"s:1 did not catch up with m:1 within 0.02s \(CommitLog ends 300 "):
+        asyncio.run(c.switchover("broker-a", "s:1"))
+    assert [addr for addr, _ in brokers.notified] == ["m:1"]     # fenced, never promoted
+    assert (c.terms["broker-a"].epoch, c.terms["broker-a"].master) == (0, "m:1")
+    assert c.answer("broker-a", 0) == {"failoverEpoch": "0"}    # its next registration lifts the fence
+
+
+def test_a_switchover_is_refused_for_a_broker_that_is_not_a_live_slave(tmp_path) -> None:
+    c, routes, _, brokers = controller(tmp_path, {"m:1": 400, "s:1": 400})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s:1", 1)
+    routes.register_broker("C", "p:1", "broker-a", 2, "p:11", BODY, "p:1")    # failover_enable off
+    for target, why in (("m:1", "is the master of broker-a already"), ("x:1", "is not a live failover broker"),
+                        ("p:1", "is not a live failover broker")):
+        with pytest.raises(SwitchoverError, match=why):
+            asyncio.run(c.switchover("broker-a", target))
+    brokers.refuse = frozenset({"m:1"})
+    with pytest.raises(SwitchoverError, match="asking m:1 to stop taking sends refused: not a slave"):
+        asyncio.run(c.switchover("broker-a", "s:1"))
+    assert brokers.notified[-1][0] == "m:1" and c.terms["broker-a"].master == "m:1"
+
+
+def test_a_switchover_without_a_master_promotes_the_named_slave(tmp_path) -> None:
+    c, routes, _, brokers = controller(tmp_path, {"s:1": 100, "t:1": 300})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s:1", 1)
+    register(c, routes, "t:1", 2)
+    routes.on_channel_destroy("m:1")
+    term = asyncio.run(c.switchover("broker-a", "s:1"))         # not the most advanced: the operator's choice
+    assert (term.epoch, term.master) == (1, "s:1") and [a for a, _ in brokers.notified] == ["s:1"]

@@ -1,0 +1,121 @@
+"""An operator's switchover against real nodes (CONTROLLER_ELECT_MASTER, `smartgo admin
+elect-master`): under async replication and a running producer, the slave becomes the master
+holding everything acknowledged, and the old master follows it with nothing to cut."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
+from smartgo.client.errors import ClientError
+from smartgo.net.errors import RemotingError
+from smartgo.testing import async_wait_until, wait_until
+
+from .test_failover import FAILOVER, brokers, role_file, taking_sends
+from .test_replication import assert_same_log
+
+pytestmark = pytest.mark.timeout(150)
+
+
+async def produce_through(reg: str, switch) -> tuple[set[bytes], dict[str, str], tuple[float, float]]:
+    """Send without pause; after 300 acknowledged, run switch(); stop once 300 more were
+    acknowledged after it. (the acknowledged bodies, switch's answer, (seconds switch took,
+    seconds from its end to the next acknowledgement))."""
+    acked: set[bytes] = set()
+    state: dict = {}
+
+    async def produce() -> None:
+        async with AsyncProducer("PG", reg) as p:
+            i = 0
+            while len(acked) < state.get("until", 1 << 30):
+                i += 1
+                try:
+                    r = await p.send(Message("Fo", b"m%d" % i))
+                except (ClientError, RemotingError):
+                    await asyncio.sleep(0.01)      # refused while the roles change: no hot loop
+                    continue
+                if r.status is SendStatus.SEND_OK:
+                    acked.add(b"m%d" % i)
+                    if "switched" in state and "gap" not in state:
+                        state["gap"] = time.monotonic() - state["switched"]
+
+    task = asyncio.create_task(produce())
+    await async_wait_until(lambda: len(acked) >= 300, 30, message="300 sends before the switchover")
+    began = time.monotonic()
+    answer = await switch()
+    state["switched"] = time.monotonic()
+    state["until"] = len(acked) + 300
+    await asyncio.wait_for(task, 60)
+    return acked, answer, (state["switched"] - began, state["gap"])
+
+
+async def consume_all(reg: str, expected: set[bytes]) -> set[bytes]:
+    got: set[bytes] = set()
+    c = AsyncPushConsumer("G", reg, listener=lambda m: got.add(m.body) or ConsumeResult.SUCCESS,
+                          consume_from="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe("Fo", "*")
+    await c.start()
+    try:
+        await async_wait_until(lambda: expected <= got, 30, message="every acknowledged message")
+    finally:
+        await c.close()
+    return got
+
+
+def test_a_switchover_under_load_loses_nothing_even_with_async_replication(registry, start_node, slaves):
+    reg = registry.addr
+    settings = {"registry": reg, **FAILOVER}            # async replication: a kill -9 would lose the tail
+    master = start_node({"topics": "Fo:4", **settings})
+    slave = slaves(master.node, settings)
+    slave_addr = f"127.0.0.1:{slave.port}"
+    wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: slave_addr},
+               timeout=10, message="a confirmed master and its slave registered")
+
+    async def switch() -> dict[str, str]:
+        async with AsyncAdmin(reg) as admin:
+            return await admin.elect_master("broker-a", broker_addr=slave_addr)
+
+    acked, answer, (took, gap) = asyncio.run(produce_through(reg, switch))
+    print(f"switchover: answered in {took:.3f}s, sends acknowledged again {gap:.3f}s after the answer")
+    assert (answer["masterAddress"], answer["masterEpoch"]) == (slave_addr, "1")
+    wait_until(lambda: brokers(reg) == {0: slave_addr, 1: master.addr}, timeout=20,
+               message="the old master back as slave 1")
+    promoted, demoted = role_file(slave), role_file(master.node)
+    assert (promoted["role"], promoted["broker_id"], promoted["epoch"]) == ("master", 0, 1)
+    assert (demoted["role"], demoted["broker_id"], demoted["epoch"]) == ("slave", 1, 1)
+    assert_same_log(slave, master.node)                 # the old master copies the new one
+    assert "cut at" not in master.node.log_text()        # it had nothing the new master lacked
+    assert "switchover: promoted " + slave_addr in registry.log_text()
+    assert acked <= asyncio.run(consume_all(reg, acked))
+
+
+def test_the_cli_names_a_slave_by_id_and_a_refused_switchover_changes_nothing(registry, start_node, slaves):
+    reg = registry.addr
+    settings = {"registry": reg, **FAILOVER}
+    master = start_node({"topics": "Fo:4", **settings})
+    slave = slaves(master.node, settings)
+    slave_addr = f"127.0.0.1:{slave.port}"
+    wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: slave_addr},
+               timeout=10, message="a confirmed master and its slave registered")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", "elect-master", "-n", reg, "--json",
+                               "--broker-name", "broker-a", *args], capture_output=True, text=True, timeout=60)
+
+    refused = cli("--broker-id", "7")
+    assert refused.returncode != 0 and "name a slave of broker-a" in refused.stderr
+    refused = cli("--broker", master.addr)
+    assert refused.returncode != 0 and f"{master.addr} is the master of broker-a already" in refused.stderr
+    assert taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: slave_addr}
+
+    done = cli("--broker-id", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["masterAddress"] == slave_addr
+    wait_until(lambda: brokers(reg) == {0: slave_addr, 1: master.addr} and taking_sends(slave), timeout=20,
+               message="the roles swapped")
