@@ -1,16 +1,19 @@
 """Time to fail over: kill -9 of a master under a producer's steady sends, until that same
-producer's sends are acknowledged again by the slave promoted in its place.
+producer's sends are acknowledged again by the slave promoted in its place; or, with
+--switchover, an operator's switchover (Admin.elect_master) instead of the kill.
 
-    python benchmarks/bench_failover.py [--runs 3] [--delay 10] [--quick] [--json]
+    python benchmarks/bench_failover.py [--runs 3] [--delay 10] [--switchover] [--quick] [--json]
 
 Per run, on free loopback ports: a registry with failover_enable (failover_delay --delay), a
 master (replication=sync, failover_enable) and its slave (failover_enable). One SDK producer
 (AsyncProducer, one send at a time, 128-byte bodies) sends for 2 s; then every process of the
 master's node is killed at once (kill -9), and the producer goes on until it has 200 SEND_OKs
-from the new master. Per run:
+from the new master. With --switchover the master replicates asynchronously (a kill would lose
+its unreplicated tail; a switchover must not) and elect_master replaces the kill. Per run:
 
   promoted_s    kill -> the registry routes the slave as brokerId 0 (polled every 20 ms)
-  resumed_s     kill -> the producer's first SEND_OK after it
+  resumed_s     kill (or the switchover's answer) -> the producer's first SEND_OK after it
+  switch_s      --switchover: how long elect_master took (fence, catch-up, promotion)
   failed_sends  sends that raised in between (each after the SDK's own two retries)
   lost          acknowledged messages (SEND_OK) the new master cannot serve: must be 0
 
@@ -35,7 +38,7 @@ from pathlib import Path
 from host_probe import HostProbe
 from smartgo.actors.testing import launch_node
 from smartgo.broker.testing import pull_command, start_broker, start_slave
-from smartgo.client import Admin, AsyncProducer, Message, SendStatus
+from smartgo.client import Admin, AsyncAdmin, AsyncProducer, Message, SendStatus
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import ResponseCode
 from smartgo.store.record import decode_records
@@ -68,7 +71,8 @@ def served_bodies(client: BlockingRemotingClient, addr: str) -> set[bytes]:
 
 
 async def produce(registry: str, killed: asyncio.Event, report: dict) -> None:
-    """Send until AFTER acknowledgements came after the kill; note the acknowledged bodies."""
+    """Send until AFTER acknowledgements came after the kill (or switchover); note the
+    acknowledged bodies."""
     acked: list[bytes] = report["acked"]
     async with AsyncProducer("FailoverBench", registry, send_timeout=2.0) as p:
         i = after = 0
@@ -89,14 +93,14 @@ async def produce(registry: str, killed: asyncio.Event, report: dict) -> None:
                     report.setdefault("resumed_at", time.perf_counter())
 
 
-async def one_run(base: Path, delay: float) -> dict:
+async def one_run(base: Path, delay: float, switchover: bool) -> dict:
     registry = launch_node(base / "registry", {**FAILOVER, "failover_delay": delay}, role="registry")
     nodes = [registry]
     client = BlockingRemotingClient()
     try:
         reg = f"127.0.0.1:{registry.port}"
         master = start_broker(base / "master", {"topics": f"{TOPIC}:{QUEUES}", "registry": reg,
-                                                "replication": "sync", **FAILOVER})
+                                                "replication": "async" if switchover else "sync", **FAILOVER})
         nodes.append(master)
         slave = start_slave(base / "slave", master, {"registry": reg, **FAILOVER})
         nodes.append(slave)
@@ -108,14 +112,20 @@ async def one_run(base: Path, delay: float) -> dict:
         sender = asyncio.get_running_loop().create_task(produce(reg, killed, report))
         await asyncio.sleep(2.0)
         t0 = time.perf_counter()
-        master.kill()
+        figures = {}
+        if switchover:
+            async with AsyncAdmin(reg) as admin:
+                await admin.elect_master("broker-a", broker_addr=slave_addr)
+            figures["switch_s"] = round(time.perf_counter() - t0, 3)
+        else:
+            master.kill()
         killed.set()
         await asyncio.to_thread(wait_until, lambda: routed_master(reg) == slave_addr,
                                 timeout=delay + 60, interval=0.02, message="the slave promoted")
         promoted_s = time.perf_counter() - t0
         await asyncio.wait_for(sender, delay + 90)
         lost = set(report["acked"]) - served_bodies(client, slave_addr)
-        return {"promoted_s": round(promoted_s, 3), "resumed_s": round(report["resumed_at"] - t0, 3),
+        return {"promoted_s": round(promoted_s, 3), "resumed_s": round(report["resumed_at"] - t0, 3), **figures,
                 "failed_sends": report["failed_sends"], "acked": len(report["acked"]), "lost": len(lost)}
     finally:
         client.close()
@@ -131,6 +141,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--delay", type=float, default=10.0, help="the registry's failover_delay (default: its default)")
+    ap.add_argument("--switchover", action="store_true", help="an operator's switchover instead of kill -9")
     ap.add_argument("--quick", action="store_true", help="smoke run: one run, failover_delay 1 s")
     ap.add_argument("--json", action="store_true", help="last line: one JSON object with every figure")
     a = ap.parse_args()
@@ -139,15 +150,18 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_failover_") as tmp:
         for i in probe.before_each(runs):
-            r = asyncio.run(one_run(Path(tmp) / f"run{i}", delay))
+            r = asyncio.run(one_run(Path(tmp) / f"run{i}", delay, a.switchover))
             results.append(r)
-            print(f"run {i + 1}: promoted after {r['promoted_s']} s, sends acknowledged again after "
+            print(f"run {i + 1}: {'switchover answered after %s s, ' % r['switch_s'] if a.switchover else ''}"
+                  f"promoted after {r['promoted_s']} s, sends acknowledged again after "
                   f"{r['resumed_s']} s, {r['failed_sends']} failed sends, {r['lost']} of {r['acked']} "
                   f"acknowledged lost", flush=True)
-    summary = {"quick": a.quick, "runs": runs, "failover_delay_s": delay, "host_probe_ms": probe.ms,
-               "loadavg": os.getloadavg(), "promoted_s": median(results, "promoted_s"),
+    summary = {"quick": a.quick, "runs": runs, "switchover": a.switchover, "failover_delay_s": delay,
+               "host_probe_ms": probe.ms, "loadavg": os.getloadavg(), "promoted_s": median(results, "promoted_s"),
                "resumed_s": median(results, "resumed_s"), "failed_sends": median(results, "failed_sends"),
                "acked": sum(r["acked"] for r in results), "lost": sum(r["lost"] for r in results)}
+    if a.switchover:
+        summary["switch_s"] = median(results, "switch_s")
     summary["pass"] = summary["lost"] == 0
     print(json.dumps(summary) if a.json else json.dumps(summary, indent=2))
 
