@@ -118,6 +118,7 @@ class BrokerActor(Actor):
         self.version = board.scalar("broker.topics_version", writer=self.name)
         self.read_only = board.scalar("flag.read_only", writer=self.name)
         self.unreadable = board.scalar("flag.unreadable", writer=self.name)
+        self.fenced = board.scalar("failover.fenced", writer=self.name)
         self.ha_connected = board.scalar("ha.connected")
         self.snapshot = self._load_topics()
         self.version.set(self.snapshot.version)
@@ -321,6 +322,7 @@ class BrokerActor(Actor):
     def publish_permission(self) -> None:
         """brokerPermission, and a failover master's fence (smartgo.broker.role_manager)."""
         perm = self.runtime.config.broker_permission
+        self.fenced.set(int(self.roles.fenced))
         self.read_only.set(0 if perm & PermName.WRITE and not self.roles.fenced else 1)
         self.unreadable.set(0 if perm & PermName.READ else 1)
 
@@ -343,6 +345,8 @@ class BrokerActor(Actor):
         return changed
 
     def check_transactions(self) -> None:
+        if self.roles.fenced:               # its op records and copies would be writes
+            return
         sent = self.transactions.run(_now_ms())
         if sent:
             self.log.info("transaction check-back: %d half messages checked with their producers", sent)

@@ -11,7 +11,9 @@ commit actor - a producer to commit like a net actor, with its own rings:
 Within a level delivery times ascend, so only each level's head matters: the actor sleeps until
 the earliest head is due. A level that has caught up ("idle") has no head; its bit in the board
 word `schedule.idle` (bit level - 1) asks dispatch to ring this actor's doorbell when entries
-arrive in its queue. One batch (every due entry, bounded) is in flight at a time.
+arrive in its queue. One batch (every due entry, bounded) is in flight at a time. Nothing is
+delivered while the disk is full or a failover master is fenced (a write it makes then could be
+cut, and the master that follows would deliver the message again).
 
 Exactly once. A level's offset advances only over entries whose copy the commit actor
 acknowledged (under sync flush: and flushed). delayOffset.json (smartgo.broker.schedule_offsets)
@@ -57,7 +59,7 @@ PERSIST_PAUSE = 0.05           # s between two writes of delayOffset.json
 SAFETY_SLEEP = 1.0             # s: the longest sleep without a look at the queues
 REFRESH_SCAN_BYTES = 1 << 20   # idle: move scanFrom up once the CommitLog grew this much
 STALE_BATCH = 60.0             # s without every completion of a batch: fail (a restart resolves it)
-DISK_FULL_PAUSE = 1.0
+PAUSE = 1.0                    # s between looks while the disk is full or a failover master is fenced
 
 
 def now_ms() -> int:
@@ -120,6 +122,7 @@ class ScheduleActor(Actor):
         self.fault_file = cfg.schedule_fault_file
         self.reader = StoreReader(store)
         self.view = NetView(self.board, cfg.store_path, self.reader)
+        self.fenced = self.board.scalar("failover.fenced")
         used = len(delay_levels(cfg))               # the table's padding up to the timer hops has no entries
         self.levels = [Level(i + 1, ms) for i, ms in enumerate(store.delay_levels_ms)
                        if i < used or i + 1 >= TIMER_FIRST_LEVEL]
@@ -156,8 +159,8 @@ class ScheduleActor(Actor):
     async def _run(self) -> None:
         await self._resume()
         while True:
-            if self.view.disk_full.get():
-                await asyncio.sleep(DISK_FULL_PAUSE)
+            if self.view.disk_full.get() or self.fenced.get():     # no writes: held until they are allowed
+                await asyncio.sleep(PAUSE)
                 continue
             now = now_ms()
             records = self._collect(now)

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
+from smartgo.broker.schedule_testing import delayed_command, max_offset
+from smartgo.broker.testing import send_command
+from smartgo.client import Admin, AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.client.errors import ClientError
+from smartgo.net.codes import ResponseCode
 from smartgo.net.errors import RemotingError
 from smartgo.testing import async_wait_until, wait_until
 
@@ -119,3 +124,48 @@ def test_the_cli_names_a_slave_by_id_and_a_refused_switchover_changes_nothing(re
     assert json.loads(done.stdout.splitlines()[-1])["masterAddress"] == slave_addr
     wait_until(lambda: brokers(reg) == {0: slave_addr, 1: master.addr} and taking_sends(slave), timeout=20,
                message="the roles swapped")
+
+
+def test_a_switchover_to_a_slave_that_cannot_catch_up_fails_and_the_master_holds_every_write_meanwhile(
+        registry, start_node, slaves):
+    """The slave replicates from a port that never answers. For the 10 s the registry waits, the
+    fenced master refuses sends and holds a delayed message that falls due; then it takes sends
+    and delivers again."""
+    reg = registry.addr
+    master = start_node({"topics": "Fo:4;D:1", "message_delay_level": "1s 2s", "registry": reg, **FAILOVER})
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()                                      # connections complete; nothing is ever read or sent
+    try:
+        slave = slaves(master.node, {"registry": reg, **FAILOVER,
+                                     "ha_master_address": "127.0.0.1:%d" % silent.getsockname()[1]})
+        slave_addr = f"127.0.0.1:{slave.port}"
+        wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: slave_addr},
+                   timeout=10, message="a confirmed master and its slave registered")
+        r = master.call(delayed_command("D", b"later", 2))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        stored = time.time()
+        outcome: list[BaseException] = []
+
+        def elect() -> None:
+            try:
+                with Admin(reg) as admin:
+                    admin.elect_master("broker-a", broker_addr=slave_addr)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=elect)
+        thread.start()
+        wait_until(lambda: master.board("failover.fenced") == 1, timeout=5, message="the master fenced")
+        refused = master.call(send_command("Fo", b"x"))
+        assert refused.code == ResponseCode.NO_PERMISSION
+        wait_until(lambda: time.time() > stored + 3.5, timeout=10)           # due at +2 s, and a pause of 1 s
+        assert master.board("failover.fenced") == 1 and max_offset(master.call, "D", 0) == 0   # held
+        thread.join(30)
+        assert len(outcome) == 1 and "did not catch up" in str(outcome[0])
+        wait_until(lambda: master.board("failover.fenced") == 0 and max_offset(master.call, "D", 0) == 1,
+                   timeout=10, message="the fence lifted and the delayed message delivered")
+        assert master.call(send_command("Fo", b"y")).code == ResponseCode.SUCCESS
+        assert brokers(reg) == {0: master.addr, 1: slave_addr}
+    finally:
+        silent.close()
