@@ -9,7 +9,9 @@
   registry promoting this slave) is written to the role file, and the supervisor restarts the
   node in its new role; recovery cuts a demoted master's CommitLog first.
 - The same notice to a master (an operator's switchover) fences it at once; the registry's
-  answers keep the fence while the switchover lasts, and lift it if the switchover fails.
+  answers keep the fence while the switchover lasts, and lift it if the switchover fails. The
+  slave promoted by a switchover first copies the old master's tables once more (consumer and
+  delay offsets as they stand: the old master's schedule actor has been holding still).
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING
 
+from smartgo.acl import signer
 from smartgo.broker import failover
 from smartgo.broker.failover import NO_OFFSET, RoleState
 from smartgo.broker.recovery import load as recovered
+from smartgo.broker.slave_sync import SlaveSyncError, fetch_master_state
+from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 
 FENCE_LOG_EVERY = 60.0          # s between the log lines of a master that no failover registry confirms
+LAST_COPY_TIMEOUT = 3.0         # s per request of the last copy of the old master's tables (a switchover)
 
 if TYPE_CHECKING:
     from smartgo.broker.broker_actor import BrokerActor
@@ -131,8 +137,27 @@ class RoleManager:
         if self.state.role != "slave" or epoch <= self.state.epoch or self.changing:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"not a slave of an epoch before {epoch}: "
                                          f"{self.state.role} at epoch {self.state.epoch}")
-        self._become(RoleState("master", 0, epoch), f"promoted to master at epoch {epoch} by {client.addr}")
+        state, reason = RoleState("master", 0, epoch), f"promoted to master at epoch {epoch} by {client.addr}"
+        handover = request.ext_str("syncFrom", "")
+        if handover:
+            self.changing = True
+            self.b.spawn(self._last_copy(handover, state, reason), "last copy")
+        else:
+            self._become(state, reason)
         return request.make_response(ResponseCode.SUCCESS)
+
+    async def _last_copy(self, master: str, state: RoleState, reason: str) -> None:
+        """A switchover: the old master is alive and fenced, so its tables are final; copy them."""
+        cfg = self.b.config
+        client = RemotingClient(request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),
+                                ssl_context=cfg.outbound_tls())
+        try:
+            self.b.apply_master_state(await fetch_master_state(client, master, LAST_COPY_TIMEOUT))
+        except SlaveSyncError as exc:
+            self.b.log.warning("failover: no last copy of %s's tables (%s): the previous round's stands", master, exc)
+        finally:
+            await client.close()
+        self._become(state, f"{reason}, with the last copy of {master}'s tables")
 
     def _become(self, state: RoleState, reason: str) -> None:
         failover.save(self.b.config.store_path, state)

@@ -252,13 +252,15 @@ class FailoverController:
         return await self._promote(name, addr, f"master gone for {self.delay:g}s; promoted {addr} (CommitLog end "
                                    f"{end}) to master")
 
-    async def _promote(self, name: str, addr: str, why: str, start: int = NO_OFFSET) -> str | None:
+    async def _promote(self, name: str, addr: str, why: str, start: int = NO_OFFSET,
+                       handover: str | None = None) -> str | None:
         """Make addr master of name at the next epoch (start: where that term begins, if known
-        before the new master says); None, or why it refused."""
+        before the new master says; handover: the live old master, whose tables it copies last);
+        None, or why it refused."""
         term = self.terms.setdefault(name, Term())
         before, epoch = (term.epoch, term.master), term.epoch + 1
         term.epoch, term.master = epoch, addr      # set first: an old master registering meanwhile is sent back
-        refusal = await self._notify(addr, addr, epoch)
+        refusal = await self._notify(addr, addr, epoch, handover)
         if refusal is not None:
             log.error("%s: promoting %s %s", name, addr, refusal)
             if (term.epoch, term.master) == (epoch, addr):
@@ -270,10 +272,12 @@ class FailoverController:
         self._save()
         return None
 
-    async def _notify(self, to: str, master: str, epoch: int) -> str | None:
+    async def _notify(self, to: str, master: str, epoch: int, handover: str | None = None) -> str | None:
         """NOTIFY_BROKER_ROLE_CHANGED to `to`: master is the master of epoch; None, or why it failed."""
-        cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields={
-            "masterAddress": master, "masterEpoch": str(epoch), "masterBrokerId": str(MASTER_ID)})
+        fields = {"masterAddress": master, "masterEpoch": str(epoch), "masterBrokerId": str(MASTER_ID)}
+        if handover is not None:
+            fields["syncFrom"] = handover
+        cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=fields)
         try:
             response = await self.client.invoke(to, cmd, CALL_TIMEOUT)
         except RemotingError as exc:
@@ -299,7 +303,7 @@ class FailoverController:
             else:
                 end = await self._drain(name, master, target)
                 refusal = await self._promote(name, target, f"switchover: promoted {target} (CommitLog end {end}, "
-                                              f"all of {master}'s) to master", start=end)
+                                              f"all of {master}'s) to master", start=end, handover=master)
         finally:
             self._switching.discard(name)
         if refusal is not None:

@@ -3,6 +3,7 @@ role manager's answers to promotions and demotions, garbled ones included."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from smartgo.broker.role_manager import RoleManager
 from smartgo.config import NodeConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
+from smartgo.testing import free_port
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,9 +37,16 @@ class StubBroker:
         self.written = 0
         self.board = SimpleNamespace(scalars=lambda: {"commitlog.written": self.written})
         self.permission_published = 0
+        self.tasks: list = []
 
     def publish_permission(self) -> None:
         self.permission_published += 1
+
+    def spawn(self, coro, name: str) -> None:
+        self.tasks.append(coro)
+
+    def apply_master_state(self, state) -> None:
+        raise AssertionError("no master answered: nothing to apply")
 
 
 def notify(epoch: str) -> RemotingCommand:
@@ -153,3 +162,17 @@ def test_a_master_handed_over_is_fenced_until_the_switchover_ends(tmp_path) -> N
     assert roles.fenced                                        # the registry waits for the slave
     roles.on_registered({"failoverEpoch": "0"})                # the switchover failed: sends again
     assert not roles.fenced and broker.permission_published == 3
+
+
+def test_a_slave_promoted_by_a_switchover_copies_the_old_masters_tables_first(tmp_path, caplog) -> None:
+    cfg = node_config(tmp_path)
+    broker = StubBroker(cfg)
+    roles = RoleManager(broker)
+    request = notify("1")
+    request.ext_fields["syncFrom"] = f"127.0.0.1:{free_port()}"      # gone meanwhile: the copy fails
+    assert roles.notify_role_changed(REGISTRY, request).code == ResponseCode.SUCCESS
+    assert broker.sent == [] and len(broker.tasks) == 1          # not before the copy
+    assert roles.notify_role_changed(REGISTRY, notify("2")).code == ResponseCode.SYSTEM_ERROR   # changing
+    asyncio.run(broker.tasks[0])
+    assert "no last copy of" in caplog.text and failover.load(cfg.store_path) == RoleState("master", 0, 1)
+    assert broker.sent[0]["op"] == "restart" and "with the last copy of" in broker.sent[0]["reason"]

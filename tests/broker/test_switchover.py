@@ -15,10 +15,10 @@ import time
 import pytest
 
 from smartgo.broker.schedule_testing import delayed_command, max_offset
-from smartgo.broker.testing import send_command
+from smartgo.broker.testing import group_command, send_command, update_offset_command
 from smartgo.client import Admin, AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.client.errors import ClientError
-from smartgo.net.codes import ResponseCode
+from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.errors import RemotingError
 from smartgo.testing import async_wait_until, wait_until
 
@@ -77,10 +77,13 @@ def test_a_switchover_under_load_loses_nothing_even_with_async_replication(regis
     reg = registry.addr
     settings = {"registry": reg, **FAILOVER}            # async replication: a kill -9 would lose the tail
     master = start_node({"topics": "Fo:4", **settings})
-    slave = slaves(master.node, settings)
+    slave = slaves(master.node, {**settings, "slave_sync_interval": 3600})    # its first copy of the tables only
     slave_addr = f"127.0.0.1:{slave.port}"
     wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: slave_addr},
                timeout=10, message="a confirmed master and its slave registered")
+    wait_until(lambda: (slave.store / "config" / "topics.json").exists(), timeout=10, message="the first copy")
+    r = master.call(update_offset_command("OG", "Fo", 2, 77))      # committed after that copy
+    assert r.code == ResponseCode.SUCCESS, r.remark
 
     async def switch() -> dict[str, str]:
         async with AsyncAdmin(reg) as admin:
@@ -97,6 +100,10 @@ def test_a_switchover_under_load_loses_nothing_even_with_async_replication(regis
     assert_same_log(slave, master.node)                 # the old master copies the new one
     assert "cut at" not in master.node.log_text()        # it had nothing the new master lacked
     assert "switchover: promoted " + slave_addr in registry.log_text()
+    assert f"with the last copy of {master.addr}'s tables" in slave.log_text()
+    offset = master.client.invoke(slave_addr, group_command(RequestCode.QUERY_CONSUMER_OFFSET, "OG", topic="Fo",
+                                                            queueId=2))
+    assert offset.ext_fields["offset"] == "77"           # the new master has the offsets as they stood
     assert acked <= asyncio.run(consume_all(reg, acked))
 
 

@@ -292,7 +292,7 @@ def test_a_switchover_fences_the_master_waits_for_the_slave_and_promotes_it(tmp_
     assert (term.epoch, term.master, term.starts) == (1, "s:1", {0: 0, 1: 400})
     fence, promotion = brokers.notified
     assert fence == ("m:1", {"masterAddress": "s:1", "masterEpoch": "1", "masterBrokerId": "0"})
-    assert promotion == ("s:1", {"masterAddress": "s:1", "masterEpoch": "1", "masterBrokerId": "0"})
+    assert promotion == ("s:1", {"masterAddress": "s:1", "masterEpoch": "1", "masterBrokerId": "0", "syncFrom": "m:1"})
     assert answers == ["true", "true"]                          # the master's registrations kept it fenced
     assert "switching" not in c.answer("broker-a", 1)
     assert json.loads((tmp_path / "failover.json").read_text())["broker-a"]["epoch"] == 1
