@@ -29,9 +29,11 @@ import select
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from smartgo.actors.actor import actor_main, recovery_main
@@ -50,7 +52,29 @@ STOPPED, RESTART, KILLED = "stopped", "restart", "killed"
 
 
 class StartupError(Exception):
-    """The node cannot start at all (store dir locked, unwritable run dir)."""
+    """The node cannot start at all (store dir locked, unwritable run dir, a port another node shares)."""
+
+
+class _Held(Exception):
+    """A lock another process holds; its text is that process's pid."""
+
+
+def _pid_lock(folder: Path, name: str) -> int:
+    """An exclusive flock on folder/name, which then holds this pid (_Held when another has it)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise StartupError(f"cannot use {folder}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise _Held(other) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 @dataclass(eq=False)
@@ -113,6 +137,7 @@ class Arbiter:
         self._failure = ""          # why the node must restart
         self._asked = False         # an actor asked for that restart (a role change): not a failure
         self._lock_fd = -1
+        self._port_fds: list[int] = []
         self._fields: dict[str, Any] = {}
 
     # ---- entry point ------------------------------------------------------------------------------
@@ -121,6 +146,7 @@ class Arbiter:
         handlers = setup_node_logging(self.config)
         try:
             self._lock_store()
+            self._lock_ports()
             raise_open_files_limit()
             self._install_signals()
             if self.config.start_method == "forkserver":
@@ -142,6 +168,8 @@ class Arbiter:
                 self.board.close()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
+            for fd in self._port_fds:
+                os.close(fd)
             remove_handlers(handlers)
 
     def _run_nodes(self) -> int:
@@ -523,21 +551,23 @@ class Arbiter:
                 spawned_ns=int(c.spawned_at * 1e9), last_exit=c.last_exit)
 
     def _lock_store(self) -> None:
-        run = self.config.run_path
         try:
-            run.mkdir(parents=True, exist_ok=True)
-            fd = os.open(run / "supervisor.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise StartupError(f"cannot use run dir {run}: {e.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise StartupError(f"another supervisor (pid {other}) is running on {self.config.store_path}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+            self._lock_fd = _pid_lock(self.config.run_path, "supervisor.lock")
+        except _Held as held:
+            raise StartupError(f"another supervisor (pid {held}) is running on {self.config.store_path}") from None
+
+    def _lock_ports(self) -> None:
+        """One lock file per port the role's actors share through SO_REUSEPORT, under the temp dir
+        per user (the kernel lets only one user share a port): a second node of this user on the
+        same port would otherwise bind it too and take half the connections."""
+        folder = Path(tempfile.gettempdir()) / f"smartgo-{os.getuid()}"
+        for port in self.role.shared_ports(self.config):
+            try:
+                self._port_fds.append(_pid_lock(folder, f"port-{port}.lock"))
+            except _Held as held:
+                raise StartupError(f"port {port}: address already in use by another SmartGo node (supervisor pid "
+                                   f"{held}); its net actors share the port, so this node would take half of its "
+                                   "connections") from None
 
     def _install_signals(self) -> None:
         self._sig_r, self._sig_w = os.pipe()

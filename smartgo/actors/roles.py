@@ -16,7 +16,7 @@ from smartgo.actors.board import FieldSpec
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker import failover
 from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_writer, delay_levels, intent_fields,
-                                    is_slave, net_names)
+                                    is_slave, net_names, vip_port)
 from smartgo.broker.stats import minute_sample_ms, window_seconds
 from smartgo.config import ConfigError, NodeConfig
 
@@ -32,6 +32,9 @@ class Role:
     recover: str | None = None
     # The config of each node life: automatic failover may have changed the role the command line gave.
     configure: Callable[[NodeConfig], NodeConfig] = field(default=lambda config: config)
+    # Ports its actors share through SO_REUSEPORT: the supervisor locks them for its life, since the
+    # kernel would let a second node of the same user bind them too and take half the connections.
+    shared_ports: Callable[[NodeConfig], Sequence[int]] = field(default=lambda config: ())
 
 
 def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
@@ -121,10 +124,16 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
 
 _RECOVER = "smartgo.broker.recovery:recover_broker"
 
+def _net_ports(config: NodeConfig) -> Sequence[int]:
+    return [port for port in (config.listen_port, vip_port(config)) if port]
+
+
 ROLES: dict[str, Role] = {
     "registry": Role("registry", 9876, _registry_actors),
-    "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply),
-    "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply),
+    "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
+                   shared_ports=_net_ports),
+    "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
+                  shared_ports=_net_ports),
 }
 
 
