@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,13 +161,27 @@ class Node:
         wait_gone(left, 5)          # a zombie counts as gone: whoever inherited it reaps it
 
 
-def launch_node(base: Path, settings: dict | None = None, role: str = "registry", launcher: Path = SUPERVISOR,
-                wait: bool = True, fast: bool = True) -> Node:
+def launch_node(base: Path, settings: dict | Callable[[], dict] | None = None, role: str = "registry",
+                launcher: Path = SUPERVISOR, wait: bool = True, fast: bool = True) -> Node:
     """Start `launcher --role role` on a free loopback port with settings in a TOML file.
 
     fast: apply FAST (quick heartbeats and backoff) under `settings`; False keeps the defaults.
-    base becomes the store dir; the config file and the supervisor's stderr go next to it.
+    base becomes the store dir; the config file and the supervisor's stderr go next to it. When a
+    port picked free was taken before the node bound it, it starts again (at most 3 times) on
+    another port, with settings called again if it is a function (it picks ports of its own).
     """
+    attempts = 3
+    while True:         # fresh ports when one picked free was taken before the node bound it
+        try:
+            return _launch(base, settings() if callable(settings) else settings, role, launcher, wait, fast)
+        except NodeStartError as exc:
+            attempts -= 1
+            if not exc.port_taken or not attempts:
+                raise
+            shutil.rmtree(base)
+
+
+def _launch(base: Path, settings: dict | None, role: str, launcher: Path, wait: bool, fast: bool) -> Node:
     base.mkdir(parents=True)
     config = base.with_name(base.name + ".toml")
     config.write_text(toml_dumps({**(FAST if fast else {}), **(settings or {})}))

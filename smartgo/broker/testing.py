@@ -10,7 +10,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from smartgo.actors.testing import ROOT, SUPERVISOR, Node, NodeStartError, launch_node
+from smartgo.actors.testing import ROOT, SUPERVISOR, Node, launch_node
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import CURRENT_VERSION, FLAG_ONEWAY, LanguageCode, PullSysFlag, RequestCode, ResponseCode
@@ -225,22 +224,17 @@ def start_broker(base: Path, settings: dict | None = None, wait: bool = True, la
     """A master node with an embedded registry on free ports; `node.port` is the broker's port and
     `node.registry_port` the registry's."""
     usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
-    attempts = 3
-    while True:      # fresh ports when one picked free was taken before the node bound it
-        registry_port, ha_port = free_ports(2)
-        try:
-            node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "embedded_registry_port": registry_port,
-                                      "ha_port": ha_port, **(settings or {})}, role="master", wait=wait,
-                               launcher=launcher)
-        except NodeStartError as exc:
-            attempts -= 1
-            if not exc.port_taken or not attempts:
-                raise
-            shutil.rmtree(base)
-            continue
-        node.registry_port = registry_port       # type: ignore[attr-defined]
-        node.ha_port = ha_port                   # type: ignore[attr-defined]
-        return node
+    picked: dict = {}
+
+    def node_settings() -> dict:                # fresh ports at each attempt
+        picked["embedded_registry_port"], picked["ha_port"] = free_ports(2)
+        return {**SMALL_NODE, "disk_usage_file": usage, **picked, **(settings or {})}
+
+    node = launch_node(base, node_settings, role="master", wait=wait, launcher=launcher)
+    used = {**picked, **(settings or {})}
+    node.registry_port = used["embedded_registry_port"]       # type: ignore[attr-defined]
+    node.ha_port = used["ha_port"]                            # type: ignore[attr-defined]
+    return node
 
 
 def committed_total(addr: str, topic: str, group: str, queues: int) -> int | None:
