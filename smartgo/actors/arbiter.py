@@ -18,6 +18,7 @@ everything at once.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import importlib.util
 import logging
@@ -28,12 +29,12 @@ import resource
 import select
 import shutil
 import signal
+import socket
+import struct
 import sys
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from smartgo.actors.actor import actor_main, recovery_main
@@ -49,32 +50,21 @@ log = logging.getLogger("smartgo.actors.arbiter")
 
 TICK = 0.05           # the loop turns at least this often: heartbeat checks, the node heartbeat
 STOPPED, RESTART, KILLED = "stopped", "restart", "killed"
+_PEERCRED = struct.Struct("3i")      # struct ucred: pid, uid, gid
 
 
 class StartupError(Exception):
     """The node cannot start at all (store dir locked, unwritable run dir, a port another node shares)."""
 
 
-class _Held(Exception):
-    """A lock another process holds; its text is that process's pid."""
-
-
-def _pid_lock(folder: Path, name: str) -> int:
-    """An exclusive flock on folder/name, which then holds this pid (_Held when another has it)."""
+def _holder(name: str) -> str:
+    """The pid of the process listening on the abstract UNIX socket name, or "?"."""
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        raise StartupError(f"cannot use {folder}: {e.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        other = os.read(fd, 32).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise _Held(other) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.connect(name)
+            return str(_PEERCRED.unpack(probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))[0])
+    except OSError:
+        return "?"
 
 
 @dataclass(eq=False)
@@ -137,7 +127,7 @@ class Arbiter:
         self._failure = ""          # why the node must restart
         self._asked = False         # an actor asked for that restart (a role change): not a failure
         self._lock_fd = -1
-        self._port_fds: list[int] = []
+        self._port_claims: list[socket.socket] = []
         self._fields: dict[str, Any] = {}
 
     # ---- entry point ------------------------------------------------------------------------------
@@ -168,8 +158,8 @@ class Arbiter:
                 self.board.close()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
-            for fd in self._port_fds:
-                os.close(fd)
+            for claim in self._port_claims:
+                claim.close()
             remove_handlers(handlers)
 
     def _run_nodes(self) -> int:
@@ -551,23 +541,42 @@ class Arbiter:
                 spawned_ns=int(c.spawned_at * 1e9), last_exit=c.last_exit)
 
     def _lock_store(self) -> None:
+        run = self.config.run_path
         try:
-            self._lock_fd = _pid_lock(self.config.run_path, "supervisor.lock")
-        except _Held as held:
-            raise StartupError(f"another supervisor (pid {held}) is running on {self.config.store_path}") from None
+            run.mkdir(parents=True, exist_ok=True)
+            fd = os.open(run / "supervisor.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise StartupError(f"cannot use run dir {run}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StartupError(f"another supervisor (pid {other}) is running on {self.config.store_path}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
 
     def _lock_ports(self) -> None:
-        """One lock file per port the role's actors share through SO_REUSEPORT, under the temp dir
-        per user (the kernel lets only one user share a port): a second node of this user on the
-        same port would otherwise bind it too and take half the connections."""
-        folder = Path(tempfile.gettempdir()) / f"smartgo-{os.getuid()}"
+        """Claim each port the role's actors share through SO_REUSEPORT: the kernel would let a
+        second node of this user bind it too and take half the connections. The claim is an
+        abstract UNIX socket named after the user and port (no file; it goes with the process, and
+        lives in the network namespace, as the port does), listening so that a contender can ask
+        for the holder's pid (SO_PEERCRED)."""
         for port in self.role.shared_ports(self.config):
+            name = f"\0smartgo-{os.getuid()}-port-{port}"
+            claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                self._port_fds.append(_pid_lock(folder, f"port-{port}.lock"))
-            except _Held as held:
+                claim.bind(name)
+                claim.listen(1)
+            except OSError as e:
+                claim.close()
+                if e.errno != errno.EADDRINUSE:
+                    raise StartupError(f"cannot claim port {port}: {e.strerror}") from None
                 raise StartupError(f"port {port}: address already in use by another SmartGo node (supervisor pid "
-                                   f"{held}); its net actors share the port, so this node would take half of its "
-                                   "connections") from None
+                                   f"{_holder(name)}); its net actors share the port, so this node would take half "
+                                   "of its connections") from None
+            self._port_claims.append(claim)
 
     def _install_signals(self) -> None:
         self._sig_r, self._sig_w = os.pipe()

@@ -314,7 +314,7 @@ class FailoverController:
         """Fence the master and wait until target holds all of its CommitLog; that end. A send
         that passed the fence check just before is stored within milliseconds: the end must stay
         put for SWITCH_STEADY looks (100 ms)."""
-        refusal = await self._notify(master, target, self.terms[name].epoch + 1)
+        refusal = await self._notify(master, target, self.terms.setdefault(name, Term()).epoch + 1)
         if refusal is not None:
             raise SwitchoverError(f"asking {master} to stop taking sends {refusal}")
         log.info("%s: switchover to %s: %s takes no more sends", name, target, master)
