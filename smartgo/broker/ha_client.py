@@ -167,9 +167,9 @@ class HAClient:
                                   "in a frame that does not begin with a whole record header")
         if oldest < self.last_ts:
             raise HAProtocolError(
-                f"the master's CommitLog starts at {offset}, past this slave's end at {position}, but its oldest record "
-                f"(stored at {oldest}) is older than this slave's newest ({self.last_ts}): not the log this slave "
-                "copied (check ha_master_address); the store is kept, empty it by hand to copy this master")
+                f"the master's CommitLog starts at {offset}, past this slave's end at {position}, but its oldest "
+                f"record (stored at {oldest}) is older than this slave's newest ({self.last_ts}): not the log this "
+                "slave copied (check ha_master_address); the store is kept, empty it by hand to copy this master")
         reseed.request(self.store.store_path, reseed.Reseed(master, offset, position))
         reason = (f"the master {master} deleted what this slave lacks (its oldest file starts at {offset}, this "
                   f"slave ends at {position}): starting over as its copy")
