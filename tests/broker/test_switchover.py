@@ -107,7 +107,7 @@ def test_a_switchover_under_load_loses_nothing_even_with_async_replication(regis
     assert acked <= asyncio.run(consume_all(reg, acked))
 
 
-def test_the_cli_names_a_slave_by_id_and_a_refused_switchover_changes_nothing(registry, start_node, slaves):
+def test_the_cli_switches_over_and_back_and_a_refused_switchover_changes_nothing(registry, start_node, slaves):
     reg = registry.addr
     settings = {"registry": reg, **FAILOVER}
     master = start_node({"topics": "Fo:4", **settings})
@@ -131,6 +131,16 @@ def test_the_cli_names_a_slave_by_id_and_a_refused_switchover_changes_nothing(re
     assert json.loads(done.stdout.splitlines()[-1])["masterAddress"] == slave_addr
     wait_until(lambda: brokers(reg) == {0: slave_addr, 1: master.addr} and taking_sends(slave), timeout=20,
                message="the roles swapped")
+    assert master.client.invoke(slave_addr, send_command("Fo", b"at the new master")).code == ResponseCode.SUCCESS
+
+    back = cli("--broker", master.addr)                 # and back again, a term later
+    assert back.returncode == 0, back.stderr
+    assert json.loads(back.stdout.splitlines()[-1])["masterEpoch"] == "2"
+    wait_until(lambda: brokers(reg) == {0: master.addr, 1: slave_addr} and taking_sends(master.node), timeout=20,
+               message="the roles swapped back")
+    assert master.call(send_command("Fo", b"back home")).code == ResponseCode.SUCCESS
+    assert_same_log(master.node, slave)
+    assert (role_file(master.node)["epoch"], role_file(slave)["epoch"]) == (2, 2)
 
 
 def test_a_switchover_to_a_slave_that_cannot_catch_up_fails_and_the_master_holds_every_write_meanwhile(
