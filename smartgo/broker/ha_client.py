@@ -41,6 +41,7 @@ RECONNECT = 1.0                  # s between connection attempts
 CONNECT_TIMEOUT = 3.0
 READ_SIZE = 256 * 1024
 RELEASE_EVERY = 64 << 20         # bytes published between drops of the reader's pages from RSS
+QUIET_FOR = 60.0                 # s: a failure that repeats at every reconnect is logged once a minute
 
 
 def master_file(run_path: Path) -> Path:
@@ -90,6 +91,7 @@ class HAClient:
 
     async def run(self) -> None:
         waiting_logged = False
+        logged, logged_at, repeats = "", -QUIET_FOR, 0
         while True:
             addr = self.master_address()
             if addr is None:
@@ -102,7 +104,13 @@ class HAClient:
                 except StartingOver:
                     return
                 except (OSError, HAProtocolError, StoreError) as exc:
-                    log.warning("replication from %s stopped at %d: %s; reconnecting", addr, self.aligned, exc)
+                    why, now = f"replication from {addr} stopped at {self.aligned}: {exc}", time.monotonic()
+                    if why != logged or now - logged_at >= QUIET_FOR:
+                        log.warning("%s; reconnecting every %gs%s", why, RECONNECT,
+                                    f" ({repeats} times the same since the last line)" if repeats else "")
+                        logged, logged_at, repeats = why, now, 0
+                    else:
+                        repeats += 1
             await asyncio.sleep(RECONNECT)
 
     async def _replicate(self, addr: str) -> None:

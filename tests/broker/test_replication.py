@@ -171,8 +171,9 @@ def test_garbage_on_the_ha_port_costs_that_connection_only(start_node, slaves):
 
 
 def test_a_slave_fed_garbage_drops_the_connection_and_keeps_its_log(tmp_path, start_node, slaves):
-    """A 'master' that answers with data for the wrong offset, then with a frame that is not one:
-    the slave logs it, reconnects, and publishes nothing from it."""
+    """A 'master' that answers with data for the wrong offset, then with frames that are not ones:
+    the slave logs it, reconnects, and publishes nothing from it; the failure that repeats at
+    every reconnect is logged once a minute, not every second."""
     master = start_node({"topics": "Rep:4"})
     fake_port = free_port()
     frames = [encode_header(4096, 3) + b"abc", b"\xff" * 12]
@@ -203,6 +204,8 @@ def test_a_slave_fed_garbage_drops_the_connection_and_keeps_its_log(tmp_path, st
         assert "the master sent data for 4096, this slave's log ends at 0" in slave.log_text()
         assert field(slave, "commitlog.written") == 0
         assert slave.health()["healthy"]
+        wait_until(lambda: len(served) >= 5, timeout=15, message="three more reconnects")
+        assert slave.log_text().count("not an HA frame") == 1
     finally:
         loop.call_soon_threadsafe(stop.set)
         t.join(10)
