@@ -313,6 +313,7 @@ class AdminProcessor:
             # promotes only a slave that holds everything a SYNC_MASTER acknowledged
             "brokerRole": "SLAVE" if is_slave(b.config) else f"{b.config.replication.upper()}_MASTER",
             "slaveAckedOffset": str(f["commitlog.slave_acked"]),
+            **b.roles.runtime_fields(),
             "commitLogDiskRatio": str(f["disk.used_permille"] / 1000), "consumeQueueDiskRatio":
                 str(f["disk.used_permille"] / 1000), "commitLogDirCapacity": capacity,
             "dispatchBehindBytes": str(dispatch_behind), "remainHowManyDataToFlush": str(flush_behind),

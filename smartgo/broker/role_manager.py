@@ -65,6 +65,12 @@ class RoleManager:
     def table(self) -> dict:
         return {RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.notify_role_changed}
 
+    def runtime_fields(self) -> dict[str, str]:
+        """For GET_BROKER_RUNTIME_INFO (`smartgo admin cluster-list`): the term and the fence."""
+        if not self.enabled:
+            return {}
+        return {"failoverEpoch": str(self.state.epoch), "failoverFenced": str(self.fenced).lower()}
+
     def register_fields(self) -> dict[str, str]:
         if not self.enabled:
             return {}

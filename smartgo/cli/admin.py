@@ -173,9 +173,11 @@ async def _cluster_list(admin: AsyncAdmin, args: argparse.Namespace) -> None:
             for bid, addr in sorted(addrs.items()):
                 rt = runtime.get(addr, {})
                 rows.append((cluster, name, bid, addr, rt.get("brokerVersionDesc", rt.get("version", "-")),
-                             rt.get("putTps", "-"), rt.get("getTransferedTps", rt.get("getTps", "-")),
+                             rt.get("failoverEpoch", "-"), rt.get("putTps", "-"),
+                             rt.get("getTransferedTps", rt.get("getTps", "-")),
                              _behind(bid, master_end, rt.get("commitLogMaxOffset"))))
-    print(table(rows, ("CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "PUT TPS", "GET TPS", "SLAVE BEHIND")))
+    print(table(rows, ("CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "EPOCH", "PUT TPS", "GET TPS",
+                       "SLAVE BEHIND")))
 
 
 def _behind(broker_id: int, master_end: str | None, end: str | None) -> str:

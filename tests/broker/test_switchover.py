@@ -141,6 +141,11 @@ def test_the_cli_switches_over_and_back_and_a_refused_switchover_changes_nothing
     assert master.call(send_command("Fo", b"back home")).code == ResponseCode.SUCCESS
     assert_same_log(master.node, slave)
     assert (role_file(master.node)["epoch"], role_file(slave)["epoch"]) == (2, 2)
+    listed = subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", "cluster-list", "-n", reg],
+                            capture_output=True, text=True, timeout=30)
+    header, *lines = listed.stdout.splitlines()
+    epochs = {line.split()[2]: line.split()[header.split().index("EPOCH")] for line in lines}
+    assert epochs == {"0": "2", "1": "2"}, listed.stdout
 
 
 def test_a_switchover_to_a_slave_that_cannot_catch_up_fails_and_the_master_holds_every_write_meanwhile(
