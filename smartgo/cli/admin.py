@@ -13,7 +13,7 @@
     smartgo admin query-key --topic T --key K | query-id --id ID [--topic T]
     smartgo admin query-offset --topic T --queue N --offset N [--broker-name B]
     smartgo admin broker-runtime --broker ADDR | broker-config --broker ADDR
-    smartgo admin elect-master --broker-name B (--broker ADDR | --broker-id ID)
+    smartgo admin elect-master --broker-name B [--broker ADDR | --broker-id ID]
     smartgo admin dlq-list --group G [--max 32] [--offset 0]
     smartgo admin dlq-resend --group G (--id ID [--id ID ...] | --all) [--topic T]
     smartgo admin tx-given-up [--max 32] [--offset 0] | tx-resume --id ID [--topic T]
@@ -346,12 +346,13 @@ async def _broker_config(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     _key_values(args, await admin.broker_config(args.broker))
 
 
-@command("elect-master", "hand a broker name's master role to one of its slaves (failover registry; 5.x electMaster)",
+@command("elect-master", "hand a broker name's master role to one of its slaves, the named one or the most advanced "
+         "(failover registry; 5.x electMaster)",
          options((("--broker-name",), {"required": True}), (("--broker", "-b"), {"metavar": "HOST:PORT"}),
                  (("--broker-id",), {"type": int})))
 async def _elect_master(admin: AsyncAdmin, args: argparse.Namespace) -> None:
-    if (args.broker is None) == (args.broker_id is None):
-        raise ClientError("name the slave with --broker HOST:PORT or --broker-id ID")
+    if args.broker is not None and args.broker_id is not None:
+        raise ClientError("name the slave with --broker HOST:PORT or --broker-id ID, not both")
     _key_values(args, await admin.elect_master(args.broker_name, args.broker, args.broker_id))
 
 

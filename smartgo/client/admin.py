@@ -135,9 +135,10 @@ class AsyncAdmin:
     async def elect_master(self, broker_name: str, broker_addr: str | None = None,
                            broker_id: int | None = None) -> dict[str, str]:
         """CONTROLLER_ELECT_MASTER (5.x's electMaster) at the registry that decides failover: hand
-        broker_name's master role to its slave at broker_addr (or with broker_id). The master takes
-        no more sends until the slave holds all it wrote, then the slave is promoted and the old
-        master follows it. Returns the answer's fields (masterAddress, masterEpoch)."""
+        broker_name's master role to its slave at broker_addr (or with broker_id; neither: the most
+        advanced one). The master takes no more sends until the slave holds all it wrote, then the
+        slave is promoted and the old master follows it. Returns the answer's fields
+        (masterAddress, masterEpoch)."""
         cmd = api.command(RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": broker_name, "brokerAddress": broker_addr,
                                                                 "brokerId": broker_id})
         refusals = []

@@ -233,10 +233,15 @@ class FailoverController:
             log.warning("%s: master %s is not registered but answers: no failover while it does", name, term.master)
         return True
 
+    async def _ranked(self, slaves: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
+        """(CommitLog end, -brokerId, address) of the slaves that answer, the most advanced first
+        (equal ends: the lowest brokerId)."""
+        ends = await asyncio.gather(*(self._commitlog_end(addr) for _, addr in slaves))
+        return sorted(((end, -bid, addr) for (bid, addr), end in zip(slaves, ends) if end is not None), reverse=True)
+
     async def _elect(self, name: str, slaves: list[tuple[int, str]]) -> str | None:
         """Promote the most advanced of slaves; None, or why none was."""
-        ends = await asyncio.gather(*(self._commitlog_end(addr) for _, addr in slaves))
-        ranked = sorted(((end, -bid, addr) for (bid, addr), end in zip(slaves, ends) if end is not None), reverse=True)
+        ranked = await self._ranked(slaves)
         if not ranked:
             log.error("%s has no master, and none of its slaves answered", name)
             return "no slave answered"
@@ -285,9 +290,17 @@ class FailoverController:
         return None if response.code == ResponseCode.SUCCESS else f"refused: {response.remark}"
 
     # -- switchover -------------------------------------------------------------------------------
-    async def switchover(self, name: str, target: str) -> Term:
-        """CONTROLLER_ELECT_MASTER: make target, a live failover slave of name, its master; its term."""
+    async def switchover(self, name: str, target: str | None) -> Term:
+        """CONTROLLER_ELECT_MASTER: make target, a live failover slave of name (None: the most
+        advanced one), its master; its term."""
         broker = self.routes.broker_addr_table.get(name)
+        if target is None:
+            slaves = [(bid, a) for bid, a in (broker.broker_addrs.items() if broker else ())
+                      if bid != MASTER_ID and self.members.get(a) == name]
+            ranked = await self._ranked(slaves)
+            if not ranked:
+                raise SwitchoverError(f"{name} has no live failover slave that answers")
+            target = ranked[0][2]
         slave_id = next((bid for bid, a in broker.broker_addrs.items() if a == target), None) if broker else None
         if slave_id is None or self.members.get(target) != name:
             raise SwitchoverError(f"{target} is not a live failover broker of {name}")

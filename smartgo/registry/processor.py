@@ -167,19 +167,21 @@ class RegistryProcessors:
 
     async def elect_master(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """5.x's electMaster: hand a broker name's master role to the slave named by brokerAddress
-        (5.0) or brokerId (5.1 on); a switchover on this registry's FailoverController."""
+        (5.0) or brokerId (5.1 on), or to its most advanced one (neither given); a switchover on
+        this registry's FailoverController."""
         name = _non_empty(request, "brokerName")
-        target = request.ext_str("brokerAddress", "")
-        if not target and request.ext_str("brokerId", ""):
+        target: str | None = request.ext_str("brokerAddress", "") or None
+        if target is None and request.ext_str("brokerId", ""):
             broker = self.routes.broker_addr_table.get(name)
             target = broker.broker_addrs.get(_broker_id(request), "") if broker is not None else ""
+            if not target:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"{name} has no broker with brokerId "
+                                             f"{request.ext_str('brokerId')}")
         if self.controller is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "this registry does not decide failover "
                                          "(failover_enable is off)")
-        if not target:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"name a slave of {name} (brokerAddress or "
-                                         "brokerId)")
-        log.warning("%s asks to make %s the master of %s", conn.remote_address, target, name)
+        log.warning("%s asks to make %s the master of %s", conn.remote_address, target or "its most advanced slave",
+                    name)
         try:
             term = await self.controller.switchover(name, target)
         except SwitchoverError as exc:

@@ -337,3 +337,18 @@ def test_a_switchover_without_a_master_promotes_the_named_slave(tmp_path) -> Non
     routes.on_channel_destroy("m:1")
     term = asyncio.run(c.switchover("broker-a", "s:1"))         # not the most advanced: the operator's choice
     assert (term.epoch, term.master) == (1, "s:1") and [a for a, _ in brokers.notified] == ["s:1"]
+
+
+def test_a_switchover_without_a_named_slave_takes_the_most_advanced(tmp_path) -> None:
+    c, routes, _, brokers = controller(tmp_path, {"m:1": 400, "s:1": 300, "t:1": 400})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s:1", 1)
+    register(c, routes, "t:1", 2)
+    routes.register_broker("C", "p:1", "broker-a", 3, "p:11", BODY, "p:1")    # not a failover broker
+    brokers.ends["p:1"] = 900
+    term = asyncio.run(c.switchover("broker-a", None))
+    assert term.master == "t:1" and [a for a, _ in brokers.notified] == ["m:1", "t:1"]
+    routes.on_channel_destroy("t:1")
+    routes.on_channel_destroy("s:1")
+    with pytest.raises(SwitchoverError, match="broker-a has no live failover slave that answers"):
+        asyncio.run(c.switchover("broker-a", None))
