@@ -171,6 +171,13 @@ class BrokerLink:
         finally:
             self._waiting.pop(rid, None)
 
+    async def settle(self, timeout: float) -> None:
+        """Wait (at most timeout) for the answers to the requests handed over so far: a request
+        that makes the broker actor restart the node (a role change) is answered on the way out."""
+        if self._waiting:
+            await asyncio.wait(list(self._waiting.values()), timeout=timeout)
+            await asyncio.sleep(0)                  # their processors write the answers
+
     def on_records(self, records: list[memoryview]) -> None:
         for raw in records:
             try:

@@ -65,6 +65,7 @@ from smartgo.store import StoreReader
 log = logging.getLogger("smartgo.broker.net_actor")
 
 DRAIN_TIMEOUT = 5.0        # s a stopping net actor waits for the answers of the sends it handed over
+SETTLE_TIMEOUT = 1.0       # ... and of the requests it forwarded to the broker actor (which may be gone)
 PUSH_TIMEOUT = 3.0
 FORWARD_TIMEOUT = 3.0      # s a forwarded request waits for the broker actor
 STATE_WAIT = 5.0           # s a starting net actor waits for the broker actor's group table
@@ -320,6 +321,7 @@ class NetActor(Actor):
         self.server.stop_listening()
         self.pulls.answer_all()
         await self.sends.drain(DRAIN_TIMEOUT)
+        await self.link.settle(SETTLE_TIMEOUT)
         await self.server.stop()
         self._send_stats(int(time.time() * 1000))          # the last counts, before the broker actor stops
         if self._pump is not None:

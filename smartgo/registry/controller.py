@@ -265,7 +265,14 @@ class FailoverController:
         term = self.terms.setdefault(name, Term())
         before, epoch = (term.epoch, term.master), term.epoch + 1
         term.epoch, term.master = epoch, addr      # set first: an old master registering meanwhile is sent back
-        refusal = await self._notify(addr, addr, epoch, handover)
+        try:
+            refusal = await self._notify(addr, addr, epoch, handover)
+        except RemotingError as exc:
+            # It may have taken the role (its node restart can close the connection first): going
+            # back could leave two masters. If it did not, no master registers, and an election follows.
+            log.warning("%s: no answer from %s to its promotion (%s): epoch %d stays with it", name, addr, exc,
+                        epoch)
+            refusal = None
         if refusal is not None:
             log.error("%s: promoting %s %s", name, addr, refusal)
             if (term.epoch, term.master) == (epoch, addr):
@@ -278,15 +285,13 @@ class FailoverController:
         return None
 
     async def _notify(self, to: str, master: str, epoch: int, handover: str | None = None) -> str | None:
-        """NOTIFY_BROKER_ROLE_CHANGED to `to`: master is the master of epoch; None, or why it failed."""
+        """NOTIFY_BROKER_ROLE_CHANGED to `to`: master is the master of epoch; None, or why it was
+        refused (RemotingError: no answer)."""
         fields = {"masterAddress": master, "masterEpoch": str(epoch), "masterBrokerId": str(MASTER_ID)}
         if handover is not None:
             fields["syncFrom"] = handover
-        cmd = RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=fields)
-        try:
-            response = await self.client.invoke(to, cmd, CALL_TIMEOUT)
-        except RemotingError as exc:
-            return f"failed: {exc}"
+        response = await self.client.invoke(to, RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+                                                                ext_fields=fields), CALL_TIMEOUT)
         return None if response.code == ResponseCode.SUCCESS else f"refused: {response.remark}"
 
     # -- switchover -------------------------------------------------------------------------------
@@ -327,7 +332,10 @@ class FailoverController:
         """Fence the master and wait until target holds all of its CommitLog; that end. A send
         that passed the fence check just before is stored within milliseconds: the end must stay
         put for SWITCH_STEADY looks (100 ms)."""
-        refusal = await self._notify(master, target, self.terms.setdefault(name, Term()).epoch + 1)
+        try:
+            refusal = await self._notify(master, target, self.terms.setdefault(name, Term()).epoch + 1)
+        except RemotingError as exc:
+            refusal = f"failed: {exc}"
         if refusal is not None:
             raise SwitchoverError(f"asking {master} to stop taking sends {refusal}")
         log.info("%s: switchover to %s: %s takes no more sends", name, target, master)

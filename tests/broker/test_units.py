@@ -273,3 +273,34 @@ def test_a_call_nobody_answers_times_out(tmp_path):
         with pytest.raises(ChannelError, match="did not answer create_topic"):
             await link.call("create_topic", timeout=0.1, topic="T")
     asyncio.run(main())
+
+
+def test_a_stopping_link_settles_the_requests_it_forwarded(tmp_path):
+    """The answer to a forwarded request the broker actor is still working on (a role change that
+    restarts the node) goes out before the net actor closes its connections; one that never comes
+    holds the stop at most the timeout."""
+    async def main():
+        link, _, _, tasks, server = await _channel(tmp_path)
+        release = asyncio.Event()
+
+        async def slow(client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+            await release.wait()
+            return request.make_response(ResponseCode.SUCCESS, "changed")
+
+        server.processors[RequestCode.NOTIFY_BROKER_ROLE_CHANGED] = slow
+        try:
+            await link.settle(5)                                 # nothing in flight: at once
+            forwarded = asyncio.get_running_loop().create_task(
+                link.forward(ClientRef("net-0", 7, "a"), RemotingCommand(RequestCode.NOTIFY_BROKER_ROLE_CHANGED)))
+            await asyncio.sleep(0)                               # it is handed over
+            began = time.monotonic()
+            await link.settle(0.1)                               # no answer yet: bounded
+            assert 0.09 <= time.monotonic() - began < 2 and not forwarded.done()
+            asyncio.get_running_loop().call_later(0.05, release.set)
+            await link.settle(5)
+            assert forwarded.done() and forwarded.result()[5] == "changed"
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    asyncio.run(main())

@@ -35,6 +35,7 @@ class FakeBrokers:
         self.notified: list[tuple[str, dict]] = []
         self.masters: dict[str, tuple[str, int]] = {}       # address -> (brokerRole, slaveAckedOffset)
         self.on_notify = lambda addr: None
+        self.silent: set[str] = set()                       # take the notice, close before answering
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if cmd.code == RequestCode.GET_BROKER_RUNTIME_INFO:
@@ -46,6 +47,8 @@ class FakeBrokers:
         assert cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED
         self.notified.append((addr, dict(cmd.ext_fields)))
         self.on_notify(addr)
+        if addr in self.silent:
+            raise RemotingError(f"{addr} closed the connection before the response to code 1008 arrived")
         if addr in self.refuse:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, "not a slave")
         return cmd.make_response(ResponseCode.SUCCESS)
@@ -352,3 +355,16 @@ def test_a_switchover_without_a_named_slave_takes_the_most_advanced(tmp_path) ->
     routes.on_channel_destroy("s:1")
     with pytest.raises(SwitchoverError, match="broker-a has no live failover slave that answers"):
         asyncio.run(c.switchover("broker-a", None))
+
+
+def test_a_promotion_without_an_answer_keeps_the_new_term(tmp_path, caplog) -> None:
+    """The slave's node restart into the role can close the connection before its answer leaves:
+    going back to the old term would let a fenced master take sends beside the new one."""
+    c, routes, _, brokers = controller(tmp_path, {"m:1": 400, "s:1": 400})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s:1", 1)
+    brokers.silent.add("s:1")
+    term = asyncio.run(c.switchover("broker-a", "s:1"))
+    assert (term.epoch, term.master, term.starts.get(1)) == (1, "s:1", 400)
+    assert "no answer from s:1 to its promotion" in caplog.text
+    assert register(c, routes, "m:1", 0).master == "s:1"       # the old master is sent back, not unfenced
