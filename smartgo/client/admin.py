@@ -26,6 +26,7 @@ from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, RETRY_GROUP_TO
                                TRANS_CHECK_MAX_TIME_TOPIC, PermName, RequestCode, dlq_topic, retry_topic)
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
+from smartgo.net.errors import RemotingError
 from smartgo.store.errors import InvalidMessageIdError
 from smartgo.store.record import MessageExt, parse_offset_msg_id
 
@@ -143,7 +144,11 @@ class AsyncAdmin:
                                                                 "brokerId": broker_id})
         refusals = []
         for registry in self.config.registry:       # only one decides; the others say so
-            resp = await self.instance.invoke(registry, cmd, ELECT_TIMEOUT)
+            try:
+                resp = await self.instance.invoke(registry, cmd, ELECT_TIMEOUT)
+            except RemotingError as exc:
+                refusals.append(f"{registry}: {exc}")
+                continue
             if resp.code == R.SUCCESS:
                 return dict(resp.ext_fields or {})
             refusals.append(f"{registry}: {resp.remark}")

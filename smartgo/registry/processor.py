@@ -180,12 +180,12 @@ class RegistryProcessors:
         if self.controller is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "this registry does not decide failover "
                                          "(failover_enable is off)")
-        log.warning("%s asks to make %s the master of %s", conn.remote_address, target or "its most advanced slave",
-                    name)
+        chosen = target or "its most advanced slave"
+        log.warning("%s asks to make %s the master of %s", conn.remote_address, chosen, name)
         try:
             term = await self.controller.switchover(name, target)
         except SwitchoverError as exc:
-            log.error("switchover of %s to %s: %s", name, target, exc)
+            log.error("switchover of %s to %s: %s", name, chosen, exc)
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"switchover: {exc}")
         return request.make_response(OK, ext_fields={"masterAddress": term.master, "newMasterAddress": term.master,
                                                      "masterBrokerId": str(MASTER_ID), "masterEpoch": str(term.epoch)})

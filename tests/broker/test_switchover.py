@@ -20,7 +20,7 @@ from smartgo.client import Admin, AsyncAdmin, AsyncProducer, AsyncPushConsumer, 
 from smartgo.client.errors import ClientError
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.errors import RemotingError
-from smartgo.testing import async_wait_until, wait_until
+from smartgo.testing import async_wait_until, free_port, wait_until
 
 from .test_failover import FAILOVER, brokers, role_file, taking_sends
 from .test_replication import assert_same_log
@@ -116,9 +116,10 @@ def test_the_cli_switches_over_by_id_and_back_to_the_most_advanced_slave_and_ref
     wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: slave_addr},
                timeout=10, message="a confirmed master and its slave registered")
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", "elect-master", "-n", reg, "--json",
-                               "--broker-name", "broker-a", *args], capture_output=True, text=True, timeout=60)
+    def cli(*args: str, registries: str = reg) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", "elect-master", "-n", registries,
+                               "--json", "--broker-name", "broker-a", *args], capture_output=True, text=True,
+                              timeout=60)
 
     refused = cli("--broker-id", "7")
     assert refused.returncode != 0 and "broker-a has no broker with brokerId 7" in refused.stderr
@@ -133,7 +134,8 @@ def test_the_cli_switches_over_by_id_and_back_to_the_most_advanced_slave_and_ref
                message="the roles swapped")
     assert master.client.invoke(slave_addr, send_command("Fo", b"at the new master")).code == ResponseCode.SUCCESS
 
-    back = cli()                                        # and back again, a term later, to its most advanced slave
+    # and back again, a term later, to its most advanced slave; a registry that is down is passed over
+    back = cli(registries=f"127.0.0.1:{free_port()};{reg}")
     assert back.returncode == 0, back.stderr
     assert json.loads(back.stdout.splitlines()[-1])["masterEpoch"] == "2"
     wait_until(lambda: brokers(reg) == {0: master.addr, 1: slave_addr} and taking_sends(master.node), timeout=20,
