@@ -107,7 +107,8 @@ def test_a_switchover_under_load_loses_nothing_even_with_async_replication(regis
     assert acked <= asyncio.run(consume_all(reg, acked))
 
 
-def test_the_cli_switches_over_by_id_and_back_to_the_most_advanced_slave_and_refusals_change_nothing(registry, start_node, slaves):
+def test_the_cli_switches_over_by_id_and_back_to_the_most_advanced_slave_and_refusals_change_nothing(
+        registry, start_node, slaves):
     reg = registry.addr
     settings = {"registry": reg, **FAILOVER}
     master = start_node({"topics": "Fo:4", **settings})
