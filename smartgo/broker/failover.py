@@ -14,12 +14,10 @@ line's role holds, at epoch 0.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from smartgo.broker.persist import PersistedFile
+from smartgo.broker.persist import RecordFile
 from smartgo.config import NodeConfig
 
 ROLE_FILE = "config/role.json"
@@ -39,23 +37,21 @@ def enabled(config: NodeConfig) -> bool:
     return config.failover_enable == "true"
 
 
-def _file(store_path: Path) -> PersistedFile:
-    return PersistedFile(Path(store_path) / ROLE_FILE)
-
-
-def _parse(raw: bytes) -> RoleState:
-    state = RoleState(**json.loads(raw))
+def _check(state: RoleState) -> None:
     if state.role not in ("master", "slave") or (state.broker_id == 0) != (state.role == "master"):
         raise ValueError(f"role {state.role!r} with brokerId {state.broker_id}")
-    return state
+
+
+def _file(store_path: Path) -> RecordFile[RoleState]:
+    return RecordFile(Path(store_path) / ROLE_FILE, RoleState, "failover role", _check)
 
 
 def load(store_path: Path) -> RoleState | None:
-    return _file(store_path).load(_parse, "failover role")
+    return _file(store_path).load()
 
 
 def save(store_path: Path, state: RoleState) -> None:
-    _file(store_path).save(json.dumps(dataclasses.asdict(state)).encode())
+    _file(store_path).save(state)
 
 
 def current(config: NodeConfig) -> RoleState:
@@ -70,5 +66,5 @@ def apply(config: NodeConfig) -> NodeConfig:
     if not enabled(config):
         return config
     state = current(config)
-    return dataclasses.replace(config, role=state.role, broker_id=state.broker_id,
+    return replace(config, role=state.role, broker_id=state.broker_id,
                                replication=config.replication if state.role == "master" else "async")

@@ -8,17 +8,19 @@ leaves the file holding the old or the new content - never a mix, never missing 
 and .bak the previous or the one before.
 
 load(): the file, else <name>.bak when the file is missing or does not parse (a log line says
-so), else None.
+so), else None. RecordFile keeps one dataclass as a JSON object that way (role.json, reseed.json).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("smartgo.broker.persist")
 
@@ -81,6 +83,32 @@ class PersistedFile:
         self.path.unlink(missing_ok=True)
         self.bak.unlink(missing_ok=True)
         _fsync_dir(self.path.parent)
+
+
+class RecordFile(Generic[T]):
+    """One dataclass (its fields) as a JSON object in a PersistedFile; check raises ValueError for
+    a value that parses but makes no sense (the backup is tried then, as for a corrupt file)."""
+
+    def __init__(self, path: Path, cls: Callable[..., T], what: str,
+                 check: Callable[[T], Any] = lambda value: None) -> None:
+        self.file = PersistedFile(path)
+        self.cls = cls
+        self.what = what
+        self.check = check
+
+    def _parse(self, raw: bytes) -> T:
+        value = self.cls(**json.loads(raw))
+        self.check(value)
+        return value
+
+    def load(self) -> T | None:
+        return self.file.load(self._parse, self.what)
+
+    def save(self, value: T) -> None:
+        self.file.save(json.dumps(dataclasses.asdict(value)).encode())  # type: ignore[call-overload]
+
+    def delete(self) -> None:
+        self.file.delete()
 
 
 def _fsync_dir(directory: Path) -> None:

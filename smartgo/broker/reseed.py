@@ -12,12 +12,10 @@ new slave does. A crash in between finds the request again.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from smartgo.broker.persist import PersistedFile
+from smartgo.broker.persist import RecordFile
 
 REQUEST_FILE = "config/reseed.json"
 
@@ -29,16 +27,16 @@ class Reseed:
     slave_end: int          # where this slave's CommitLog ended
 
 
-def _file(store_path: Path) -> PersistedFile:
-    return PersistedFile(Path(store_path) / REQUEST_FILE)
+def _file(store_path: Path) -> RecordFile[Reseed]:
+    return RecordFile(Path(store_path) / REQUEST_FILE, Reseed, "reseed request")
 
 
 def request(store_path: Path, reseed: Reseed) -> None:
-    _file(store_path).save(json.dumps(dataclasses.asdict(reseed)).encode())
+    _file(store_path).save(reseed)
 
 
 def pending(store_path: Path) -> Reseed | None:
-    return _file(store_path).load(lambda raw: Reseed(**json.loads(raw)), "reseed request")
+    return _file(store_path).load()
 
 
 def done(store_path: Path) -> None:
