@@ -12,6 +12,8 @@ import logging
 import logging.handlers
 import os
 import sys
+import time
+from collections.abc import Callable
 
 from smartgo.config import NodeConfig
 
@@ -61,3 +63,24 @@ def emit_forwarded(msg: dict, actor: str, pid: int) -> None:
         "msg": str(msg.get("msg", "")), "created": created, "msecs": (created % 1) * 1000,
         "exc_text": msg.get("exc"), "actor": actor, "actor_pid": pid})
     logging.getLogger(record.name).handle(record)
+
+
+class Repeats:
+    """For a line a loop would write at every turn (a reconnect every second): the same text
+    passes once per `every` seconds. check() is the number held back since it last passed, or
+    None to hold this one back too."""
+
+    def __init__(self, every: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self._text = ""
+        self._at = -every
+        self._held = 0
+
+    def check(self, text: str) -> int | None:
+        now = self.clock()
+        if text != self._text or now - self._at >= self.every:
+            held, self._text, self._at, self._held = self._held, text, now, 0
+            return held
+        self._held += 1
+        return None

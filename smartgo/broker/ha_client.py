@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from smartgo.actors.logs import Repeats
 from smartgo.broker import recovery, reseed
 from smartgo.broker.bells import FlagBell
 from smartgo.net.ha_codec import HAProtocolError, TransferDecoder, encode_report
@@ -91,7 +92,7 @@ class HAClient:
 
     async def run(self) -> None:
         waiting_logged = False
-        logged, logged_at, repeats = "", -QUIET_FOR, 0
+        repeats = Repeats(QUIET_FOR)
         while True:
             addr = self.master_address()
             if addr is None:
@@ -104,13 +105,11 @@ class HAClient:
                 except StartingOver:
                     return
                 except (OSError, HAProtocolError, StoreError) as exc:
-                    why, now = f"replication from {addr} stopped at {self.aligned}: {exc}", time.monotonic()
-                    if why != logged or now - logged_at >= QUIET_FOR:
+                    why = f"replication from {addr} stopped at {self.aligned}: {exc}"
+                    held = repeats.check(why)
+                    if held is not None:
                         log.warning("%s; reconnecting every %gs%s", why, RECONNECT,
-                                    f" ({repeats} times the same since the last line)" if repeats else "")
-                        logged, logged_at, repeats = why, now, 0
-                    else:
-                        repeats += 1
+                                    f" ({held} times the same since the last line)" if held else "")
             await asyncio.sleep(RECONNECT)
 
     async def _replicate(self, addr: str) -> None:

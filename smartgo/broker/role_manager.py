@@ -17,10 +17,10 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import TYPE_CHECKING
 
 from smartgo.acl import signer
+from smartgo.actors.logs import Repeats
 from smartgo.broker import failover
 from smartgo.broker.failover import NO_OFFSET, RoleState
 from smartgo.broker.recovery import load as recovered
@@ -45,7 +45,7 @@ class RoleManager:
         self.state = failover.current(cfg)
         self.fenced = self.enabled and self.state.role == "master"
         self.changing = False               # a new role is written; the node restarts
-        self._fence_logged = -FENCE_LOG_EVERY   # when the unconfirmed fence was last logged (monotonic)
+        self._unconfirmed = Repeats(FENCE_LOG_EVERY)   # it registers every second meanwhile
 
     def start(self) -> None:
         """Record where a new master term began; forget a cut that recovery has made."""
@@ -84,9 +84,7 @@ class RoleManager:
         if not self.enabled or self.changing:
             return
         if answer is None:
-            now = time.monotonic()
-            if self.fenced and now - self._fence_logged >= FENCE_LOG_EVERY:   # it registers every second
-                self._fence_logged = now
+            if self.fenced and self._unconfirmed.check("unconfirmed") is not None:
                 self.b.log.error("no failover registry has confirmed this master: sends stay refused (is "
                                  "failover_enable set on one of the registries %s?)", self.b.registrar.registries)
             return
