@@ -58,6 +58,8 @@ from typing import Any
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.clients import parse_heartbeat
 from smartgo.broker.topics import TRACE_TOPIC
+from smartgo.config import NodeConfig
+from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.command import RemotingCommand
 
@@ -392,6 +394,13 @@ def signer(access_key: str, secret_key: str,
         return None
     return functools.partial(sign_request, access_key=access_key, secret_key=secret_key,
                              security_token=security_token or None)
+
+
+def node_client(config: NodeConfig) -> RemotingClient:
+    """A client for a node's own calls to other nodes (the failover registry's to brokers, a
+    promoted slave's last copy): signed with its acl_access_key account, TLS with tls_enable."""
+    return RemotingClient(request_hook=signer(config.acl_access_key, config.acl_secret_key),
+                          ssl_context=config.outbound_tls())
 
 
 def sign_request(cmd: RemotingCommand, access_key: str, secret_key: str, security_token: str | None = None) -> None:

@@ -7,8 +7,8 @@ so that one command gives a working single node.
 from __future__ import annotations
 
 from smartgo.actors.actor import Actor, ActorContext
-from smartgo.acl import signer
-from smartgo.net.client import RemotingClient
+from smartgo.acl import node_client
+from smartgo.broker import failover
 from smartgo.net.tls import node_server_options
 from smartgo.registry.server import RegistryServer
 
@@ -19,13 +19,11 @@ class RegistryActor(Actor):
         store = self.config.store_path / subdir if subdir else self.config.store_path
         cfg = self.config
         # A broker's embedded registry never decides failover: it goes down with its master.
-        decides = cfg.failover_enable == "true" and cfg.role == "registry"
+        decides = failover.enabled(cfg) and cfg.role == "registry"
         self.server = RegistryServer(
             cfg.listen_host, port or cfg.listen_port, store, tls=node_server_options(cfg.server_tls, "registry"),
             failover_delay=cfg.failover_delay if decides else None,
-            # it asks brokers for their CommitLog ends and promotes one: signed for ACL, TLS with tls_enable
-            failover_client=RemotingClient(request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),
-                                           ssl_context=cfg.outbound_tls()) if decides else None,
+            failover_client=node_client(cfg) if decides else None,
             failover_unclean=cfg.failover_unclean_enable == "true")
 
     async def start(self) -> None:

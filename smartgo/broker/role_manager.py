@@ -19,13 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from smartgo.acl import signer
+from smartgo.acl import node_client
 from smartgo.actors.logs import Repeats
 from smartgo.broker import failover
 from smartgo.broker.failover import NO_OFFSET, RoleState
 from smartgo.broker.recovery import load as recovered
 from smartgo.broker.slave_sync import SlaveSyncError, fetch_master_state
-from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 
@@ -152,9 +151,7 @@ class RoleManager:
 
     async def _last_copy(self, master: str, state: RoleState, reason: str) -> None:
         """A switchover: the old master is alive and fenced, so its tables are final; copy them."""
-        cfg = self.b.config
-        client = RemotingClient(request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),
-                                ssl_context=cfg.outbound_tls())
+        client = node_client(self.b.config)
         try:
             self.b.apply_master_state(await fetch_master_state(client, master, LAST_COPY_TIMEOUT))
         except SlaveSyncError as exc:
