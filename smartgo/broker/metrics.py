@@ -170,8 +170,9 @@ class BrokerMetrics:
                                                   "(a new series after a failover changed them)", 1,
                            {"role": b.roles.state.role, "broker_id": str(b.roles.state.broker_id),
                             "epoch": str(b.roles.state.epoch)}),
-                self.gauge("smartgo_failover_fenced", "1 while a failover master waits for its registry's "
-                                                      "confirmation (sends refused)", int(b.roles.fenced))]
+                self.gauge("smartgo_failover_fenced", "1 while a failover master writes nothing: it waits for "
+                                                      "its registry's confirmation, or hands its role over",
+                           int(b.roles.fenced))]
 
     def _storage(self, now_ms: int) -> list[Family]:
         b = self.b

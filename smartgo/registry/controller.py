@@ -204,10 +204,16 @@ class FailoverController:
             since = self._absent.setdefault(name, now)
             if now - since < self.delay:
                 continue
-            slaves = [(bid, addr) for bid, addr in broker.broker_addrs.items() if self.members.get(addr) == name]
+            slaves = self._slaves(name)
             if slaves and not await self._master_answers(name):
                 await self._elect(name, slaves)
                 self._absent[name] = self.clock()    # give the new master failover_delay to register
+
+    def _slaves(self, name: str) -> list[tuple[int, str]]:
+        """(brokerId, address) of the live failover slaves the route of name lists."""
+        broker = self.routes.broker_addr_table.get(name)
+        return [(bid, addr) for bid, addr in (broker.broker_addrs.items() if broker is not None else ())
+                if bid != MASTER_ID and self.members.get(addr) == name]
 
     async def _poll_acked(self, name: str) -> None:
         """What the live failover master of name has had acknowledged by a slave, if it is a
@@ -300,9 +306,7 @@ class FailoverController:
         advanced one), its master; its term."""
         broker = self.routes.broker_addr_table.get(name)
         if target is None:
-            slaves = [(bid, a) for bid, a in (broker.broker_addrs.items() if broker else ())
-                      if bid != MASTER_ID and self.members.get(a) == name]
-            ranked = await self._ranked(slaves)
+            ranked = await self._ranked(self._slaves(name))
             if not ranked:
                 raise SwitchoverError(f"{name} has no live failover slave that answers")
             target = ranked[0][2]
