@@ -87,9 +87,10 @@ def test_dependents_wait_for_readiness_without_a_busy_supervisor(start_node, tmp
         {"name": "after-slow", "cls": RECORDER, "after": ["slow"], "kwargs": {"events": str(ev)}}]}, wait=False)
     wait_until(lambda: node.health() is not None, message="the board")
     sup = psutil.Process(node.proc.pid)
-    cpu0 = sum(sup.cpu_times()[:2])
-    time.sleep(1.0)                                   # measuring: the supervisor waits on 'slow' meanwhile
-    assert sum(sup.cpu_times()[:2]) - cpu0 < 0.15     # a spinning loop would burn most of that second
+    t0, cpu0 = time.monotonic(), sum(sup.cpu_times()[:2])
+    wait_until(lambda: ("start", "slow") in events(ev), timeout=10, message="'slow' to start")  # the supervisor waits
+    waited = time.monotonic() - t0
+    assert waited > 0.5 and sum(sup.cpu_times()[:2]) - cpu0 < 0.15   # a spinning loop would burn most of it
     node.wait_healthy()
     assert events(ev) == [("start", "slow"), ("start", "after-slow")]
     log = node.log_text()
