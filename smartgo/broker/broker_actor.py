@@ -156,7 +156,7 @@ class BrokerActor(Actor):
         outbound_tls = cfg.outbound_tls()
         self.registrar = Registrar(BrokerIdentity(cfg.cluster_name, cfg.broker_name, broker_addr(cfg), ha_addr(cfg),
                                                   cfg.broker_id), registry_addrs(cfg), outbound_tls)
-        self.registrar.extra = self.roles.register_fields()
+        self.registrar.extra = self.roles.register_fields      # read at each round: a slave's epoch moves
         if is_slave(cfg):                               # topics, groups and offsets follow the master's
             self.spawn(run_slave_sync(self, lambda: self.registrar.master_addr, cfg.slave_sync_interval,
                                       request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import ssl
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from smartgo.broker.topics import TopicSnapshot
@@ -49,7 +50,7 @@ class Registrar:
         self.registered: set[str] = set()      # registries that accepted the latest registration
         self.master_addr: str | None = None     # a slave's master, as the registries last answered
         self.master_ha_addr: str | None = None
-        self.extra: dict[str, str] = {}         # more header fields (automatic failover's)
+        self.extra: Callable[[], dict[str, str]] = dict   # more header fields, as they stand (automatic failover's)
         self.failover: dict[str, str] | None = None  # the failover registry's answer of the latest round
 
     def _header(self) -> dict[str, str]:
@@ -60,7 +61,7 @@ class Registrar:
         """Register with every registry at once; returns how many accepted."""
         body = register_body(snapshot)
         self.failover = None
-        ext = {**self._header(), **self.extra, "haServerAddr": self.identity.ha_addr, "compressed": "false",
+        ext = {**self._header(), **self.extra(), "haServerAddr": self.identity.ha_addr, "compressed": "false",
                "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
         results = await asyncio.gather(*(self._call(addr, RemotingCommand(RequestCode.REGISTER_BROKER,
                                                                             ext_fields=dict(ext), body=body))
