@@ -174,9 +174,11 @@ def _walk(cl: CommitLogReader, start: int, config: StoreConfig, flushed: int,
 
 
 def _cut(cl: CommitLogReader, cut_at: int, end: int) -> tuple[int, int]:
-    """(the record boundary at or below cut_at, the store timestamp of the record before it)."""
-    start = cut_at - cut_at % cl.file_size
-    walk = cl.walk(start, cut_at, verify=True)
+    """(the record boundary at or below cut_at, the store timestamp of the record before it).
+    The walk starts in the file of the byte before cut_at: a cut at a file's start keeps the
+    previous file's last record (its slave check compares against that timestamp)."""
+    start = max(cut_at - 1, cl.files.starts()[0])
+    walk = cl.walk(start - start % cl.file_size, cut_at, verify=True)
     last = None
     for _phys, mm, rel, _size in walk:
         last = (mm, rel)

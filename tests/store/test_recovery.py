@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from smartgo.store import GetStatus, Message, MessageStore, recover
 from smartgo.store.consume_queue import ENTRY, queue_dir
 from smartgo.store.mapped_file import segment_name, segment_starts
-from smartgo.store.record import POS_QUEUEOFFSET, QUEUE_AND_PHYS, check_record, decode_record
+from smartgo.store.record import POS_QUEUEOFFSET, QUEUE_AND_PHYS, check_record, decode_record, store_timestamp_at
 
 from .conftest import Clock, small_config
 
@@ -262,6 +262,7 @@ def test_a_cut_for_failover_drops_the_tail_and_its_queue_offsets(config, crash):
     cut = starts[17]
     state = recover(config, cut + 10)
     assert state.written == cut
+    assert state.last_store_timestamp == store_timestamp_at(originals[starts[16]][0], 0)
     assert_nothing_after(config, cut)
     with MessageStore(config, clock=Clock(1_800_000_000_000)) as s2:
         kept = {p: v for p, v in originals.items() if p < cut}
@@ -270,3 +271,18 @@ def test_a_cut_for_failover_drops_the_tail_and_its_queue_offsets(config, crash):
         assert {q: s2.max_offset(*q) for q in QUEUES} == expect
         r = s2.put(Message("TopicB", b"after", queue_id=0))
         assert r.physical_offset == cut and r.queue_offset == expect[("TopicB", 0)]
+
+
+def test_a_cut_at_a_file_start_keeps_the_last_timestamp_before_it(config):
+    """A cut where a CommitLog file begins (the record before it ends the previous file, or a
+    filler does): the recovered newest store timestamp is that record's, which a demoted master
+    turned slave later compares with its new master's oldest record."""
+    with MessageStore(config, clock=Clock()) as s:
+        originals = put_many(s, 30)
+    fs = config.commitlog_file_size
+    starts = sorted(originals)
+    i = next(i for i, p in enumerate(starts) if i and p % fs == 0)
+    state = recover(config, starts[i])
+    assert state.written == starts[i]
+    assert state.last_store_timestamp == store_timestamp_at(originals[starts[i - 1]][0], 0) > 0
+    assert_nothing_after(config, starts[i])
