@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -68,7 +69,7 @@ def emit_forwarded(msg: dict, actor: str, pid: int) -> None:
 class Repeats:
     """For a line a loop would write at every turn (a reconnect every second): the same text
     passes once per `every` seconds. check() is the number held back since it last passed, or
-    None to hold this one back too."""
+    None to hold this one back too; line() is the text to write, or None."""
 
     def __init__(self, every: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = every
@@ -84,3 +85,18 @@ class Repeats:
             return held
         self._held += 1
         return None
+
+    def line(self, text: str, key: str | None = None) -> str | None:
+        """key: what makes two lines the same (default the text; gist() ignores the numbers)."""
+        held = self.check(text if key is None else key)
+        if held is None:
+            return None
+        return f"{text} ({held} more like the last line held back)" if held else text
+
+
+_NUMBERS = re.compile(r"\d+")
+
+
+def gist(text: str) -> str:
+    """A line with its numbers masked: a refusal whose offsets move is still the same refusal."""
+    return _NUMBERS.sub("#", text)

@@ -106,10 +106,9 @@ class HAClient:
                     return
                 except (OSError, HAProtocolError, StoreError) as exc:
                     why = f"replication from {addr} stopped at {self.aligned}: {exc}"
-                    held = repeats.check(why)
-                    if held is not None:
-                        log.warning("%s; reconnecting every %gs%s", why, RECONNECT,
-                                    f" ({held} times the same since the last line)" if held else "")
+                    line = repeats.line(f"{why}; reconnecting every {RECONNECT:g}s")
+                    if line is not None:
+                        log.warning("%s", line)
             await asyncio.sleep(RECONNECT)
 
     async def _replicate(self, addr: str) -> None:

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from smartgo.actors.logs import Repeats, gist
 from smartgo.broker.bells import FlagBell, sleep_flagged
 from smartgo.net.ha_codec import HAProtocolError, ReportDecoder, encode_header
 from smartgo.store import CommitLogReader, OffsetGoneError
@@ -40,6 +41,7 @@ SAFETY_CHECK = 1.0              # s: the longest sleep without looking at the wr
 BIND_RETRY = 5.0                # s between attempts to listen while the HA port is taken
 PACE = 0.001                    # s between wake-ups while data keeps coming (async replication)
 RELEASE_EVERY = 64 << 20        # bytes sent between drops of the mapped pages from this actor's RSS
+QUIET_FOR = 60.0                # s: a slave refused at each of its reconnects (every second) is logged once a minute
 
 
 @dataclass(eq=False)
@@ -71,6 +73,7 @@ class HAService:
         self._moved: asyncio.Future = asyncio.get_running_loop().create_future()
         self._linked = asyncio.Event()          # set while a slave is connected
         self._unreleased = 0                    # bytes sent since the last release_pages
+        self._quiet: dict[tuple[str, str], Repeats] = {}    # (slave host, which line)
         self.acked.set(0)
         self.slaves.set(0)
         self.server: asyncio.base_events.Server | None = None
@@ -119,7 +122,6 @@ class HAService:
         link = SlaveLink(peer)
         self.links.add(link)
         self._publish_slaves()
-        log.info("slave %s connected", peer)
         push = asyncio.get_running_loop().create_task(self._push(link, writer))
         try:
             decoder = ReportDecoder()
@@ -149,7 +151,16 @@ class HAService:
             writer.close()
             self.links.discard(link)
             self._publish_slaves()
-        log.warning("slave %s dropped: %s (acknowledged up to %d)", peer, link.error, link.acked)
+        self._say(logging.WARNING, "drop", peer, f"slave {peer} dropped: {link.error} (acknowledged up to {link.acked})")
+
+    def _say(self, level: int, kind: str, peer: str, text: str) -> None:
+        """A line about a slave's connection: one that comes back at every reconnect, numbers
+        aside, is written once a minute per slave host."""
+        host = peer.rpartition(":")[0]
+        repeats = self._quiet.setdefault((host, kind), Repeats(QUIET_FOR))
+        line = repeats.line(text, gist(text.replace(peer, host)))
+        if line is not None:
+            log.log(level, "%s", line)
 
     async def _push(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
         try:
@@ -171,7 +182,7 @@ class HAService:
             log.warning("slave %s: its CommitLog ends at %d, before this master's oldest file at %d: it must start "
                         "over from there", link.peer, pos, oldest)
         pos = max(pos, oldest)
-        log.info("slave %s: transfer from %d", link.peer, pos)
+        self._say(logging.INFO, "start", link.peer, f"slave {link.peer}: transfer from {pos}")
         last_sent = time.monotonic()
         while True:
             written = self.written.get()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.actors.logs import Repeats
+from smartgo.actors.logs import Repeats, gist
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -19,3 +19,18 @@ def test_the_same_line_passes_once_per_interval_with_the_count_held_back():
     assert r.check("another") is None
     now[0] += 1.0
     assert r.check("another") == 1                 # a minute on, with what was held back
+
+
+def test_a_line_carries_the_count_and_its_key_can_ignore_the_numbers():
+    now = [0.0]
+    r = Repeats(60.0, clock=lambda: now[0])
+    text = "slave 127.0.0.1:4242 dropped: a slave reported 99, ahead of this master's {}"
+    assert r.line(text.format(100), gist(text.format(100))) == text.format(100)
+    assert r.line(text.format(200), gist(text.format(200))) is None     # the master's end moved: the same line
+    assert r.line(text.format(300)) == text.format(300) + " (1 more like the last line held back)"  # by the text
+    now[0] += 60.0
+    assert r.line("refused") == "refused"
+    assert r.line("other") == "other"
+    assert r.line("other") is None
+    now[0] += 60.0
+    assert r.line("other") == "other (1 more like the last line held back)"

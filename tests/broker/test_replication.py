@@ -170,6 +170,28 @@ def test_garbage_on_the_ha_port_costs_that_connection_only(start_node, slaves):
     assert field(master.node, "ha.slaves") == 1
 
 
+def test_a_slave_refused_at_each_reconnect_is_logged_once_a_minute(start_node):
+    """A slave ahead of its master is refused at each of its reconnects (every second), each
+    time with the master's moving end in the line: it is logged once, then once a minute; a
+    different refusal from the same host passes at once."""
+    master = start_node({"topics": "Rep:4"})
+
+    def refused(report: int) -> None:
+        with socket.create_connection(("127.0.0.1", master.node.ha_port), timeout=5) as s:
+            s.sendall(struct.pack(">q", report))
+            s.settimeout(5)
+            assert s.recv(64) == b""                     # closed on us
+
+    for i in range(4):
+        refused(1 << 40)
+        send_many(master, "Rep", 1, 100, start=i)        # the master's end moves between the refusals
+    refused(-5)
+    wait_until(lambda: "negative offset -5" in master.node.log_text(), timeout=10, message="the other refusal")
+    log_text = master.node.log_text()
+    assert log_text.count(f"a slave reported {1 << 40}, ahead of this master's") == 1
+    assert "negative offset -5 (acknowledged up to -1) (3 more like the last line held back)" in log_text
+
+
 def test_a_slave_fed_garbage_drops_the_connection_and_keeps_its_log(tmp_path, start_node, slaves):
     """A 'master' that answers with data for the wrong offset, then with frames that are not ones:
     the slave logs it, reconnects, and publishes nothing from it; the failure that repeats at
