@@ -17,7 +17,7 @@ topicPerms / defaultTopicPerm:
   UNREGISTER_CLIENT (35)       group of ext "consumerGroup" SUB
   GET_CONSUMER_LIST_BY_GROUP (38)  group of ext "consumerGroup" SUB
   UPDATE_CONSUMER_OFFSET (15)  group of ext "consumerGroup" SUB, ext "topic" SUB
-  any other code               nothing (signature only); eleven codes are admin-only (ADMIN_CODES)
+  any other code               nothing (signature only); sixteen codes are admin-only (ADMIN_CODES)
 
 A missing ext field adds no resource: 4.x reads the header classes with decodeCommandCustomHeader,
 which logs and skips a missing or unparsable field instead of failing.
@@ -97,6 +97,12 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,       # 53
     RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,          # 54
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED,             # 1008: automatic failover's promotion
+    # a registry's writes (smartgo.registry.server, a registry with acl_enable; 4.x's name server has no ACL)
+    RequestCode.PUT_KV_CONFIG,                          # 100
+    RequestCode.DELETE_KV_CONFIG,                       # 102
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER,              # 205
+    RequestCode.DELETE_TOPIC_IN_NAMESRV,                # 216
+    RequestCode.CONTROLLER_ELECT_MASTER,                # 1002: a switchover
 })
 
 # AclConstants.ACCESS_KEY_MIN_LENGTH / SECRET_KEY_MIN_LENGTH: a key must be LONGER than this

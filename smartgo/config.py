@@ -114,13 +114,15 @@ class NodeConfig:
                                        "slave's sync from its master) speak TLS, showing tls_cert_file when "
                                        "asked (tls.enable)", choices=("true", "false"))
     acl_enable: str = setting("false", "check every request against the ACL file: access key, signature and "
-                                       "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable)",
+                                       "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable); on a "
+                                       "registry its writes (admin accounts) and broker registrations",
                               choices=("true", "false"))
     acl_file: str = setting("", "the ACL file, RocketMQ's plain_acl.yml format, read again when it changes; "
                                 "default <store-dir>/plain_acl.yml", metavar="FILE")
-    acl_access_key: str = setting("", "slave: the account its copies of an ACL-enabled master's topics, groups "
-                                      "and offsets are signed with (else the master must white-list its address); "
-                                      "failover registry: the admin account it asks and promotes brokers with",
+    acl_access_key: str = setting("", "the node's own account: a broker signs its registrations with it (an "
+                                      "ACL registry wants them signed), a slave its copies of an ACL-enabled "
+                                      "master's topics, groups and offsets (else the master must white-list its "
+                                      "address); a failover registry asks and promotes brokers with it (admin)",
                                   metavar="KEY")
     acl_secret_key: str = setting("", "that account's secret key", metavar="SECRET")
     broker_permission: int = setting(6, "what the whole broker allows: READ 4 | WRITE 2 (brokerPermission; "

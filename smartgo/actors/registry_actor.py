@@ -1,16 +1,23 @@
 """The registry role's only actor: the name server (smartgo.registry) on the node's port.
 
 A broker node without --registry runs one too (kwargs port and subdir): an embedded registry,
-so that one command gives a working single node.
+so that one command gives a working single node. With acl_enable it checks the node's ACL file;
+an embedded one leaves registrations open when the node has no account of its own
+(acl_access_key) to sign its broker's with.
 """
 
 from __future__ import annotations
 
 from smartgo.actors.actor import Actor, ActorContext
-from smartgo.acl import node_client
+import logging
+
+from smartgo.acl import AclConfigError, node_client
 from smartgo.broker import failover
+from smartgo.broker.acl_guard import AclGuard, acl_path
 from smartgo.net.tls import node_server_options
 from smartgo.registry.server import RegistryServer
+
+log = logging.getLogger("smartgo.actors.registry_actor")
 
 
 class RegistryActor(Actor):
@@ -20,11 +27,19 @@ class RegistryActor(Actor):
         cfg = self.config
         # A broker's embedded registry never decides failover: it goes down with its master.
         decides = failover.enabled(cfg) and cfg.role == "registry"
+        acl = None
+        if cfg.acl_enable == "true":
+            try:
+                acl = AclGuard(acl_path(cfg))
+            except (AclConfigError, OSError) as exc:
+                log.error("acl_enable is on and the ACL file does not load, so the registry does not serve: %s", exc)
+                raise
         self.server = RegistryServer(
             cfg.listen_host, port or cfg.listen_port, store, tls=node_server_options(cfg.server_tls, "registry"),
             failover_delay=cfg.failover_delay if decides else None,
             failover_client=node_client(cfg) if decides else None,
-            failover_unclean=cfg.failover_unclean_enable == "true")
+            failover_unclean=cfg.failover_unclean_enable == "true",
+            acl=acl, guard_registrations=cfg.role == "registry" or bool(cfg.acl_access_key))
 
     async def start(self) -> None:
         await self.server.start()

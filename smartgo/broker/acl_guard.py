@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from smartgo.acl import AclConfigError, AclError, AclValidator, load_acl
@@ -66,9 +67,9 @@ class AclGuard:
             return
         log.info("ACL file %s reloaded", self.path)
 
-    def guard(self, processors: dict[int, Processor]) -> dict[int, Processor]:
-        """The same processors, each behind the ACL check."""
-        return {code: self._guarded(p) for code, p in processors.items()}
+    def guard(self, processors: dict[int, Processor], only: Collection[int] | None = None) -> dict[int, Processor]:
+        """The same processors, each (or each of `only`) behind the ACL check."""
+        return {code: self._guarded(p) if only is None or code in only else p for code, p in processors.items()}
 
     def _guarded(self, processor: Processor) -> Processor:
         async def guarded(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,11 +41,11 @@ def register_body(snapshot: TopicSnapshot) -> bytes:
 
 
 class Registrar:
-    def __init__(self, identity: BrokerIdentity, registries: list[str],
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, identity: BrokerIdentity, registries: list[str], client: RemotingClient) -> None:
+        """client: signed with the node's account (acl.node_client), for registries with an ACL."""
         self.identity = identity
         self.registries = registries
-        self.client = RemotingClient(ssl_context=ssl_context)
+        self.client = client
         self.registered: set[str] = set()      # registries that accepted the latest registration
         self.master_addr: str | None = None     # a slave's master, as the registries last answered
         self.master_ha_addr: str | None = None

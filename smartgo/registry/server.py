@@ -4,6 +4,12 @@ Registries never talk to each other; every broker registers with each of them ev
 broker goes away when its connection closes or when it has not registered for broker_expiry
 seconds (checked every scan_interval seconds). The actor runtime wraps this class; it needs only
 start() and stop().
+
+With an ACL (acl_enable; 4.x's name server has none) the registry checks what changes its tables,
+through the broker's AclGuard: the writes an operator makes (KV config, wiping a broker's write
+permission, deleting a topic, a switchover) need an admin account, and a registration
+(`guard_registrations`) any account's signature; both pass for the global white list. Reads stay
+open: a client without an account must find its routes.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from smartgo.broker.acl_guard import CHECK_INTERVAL, AclGuard
 from smartgo.net.client import RemotingClient
+from smartgo.net.codes import RequestCode
 from smartgo.net.connection import Connection, ConnectionEvent
 from smartgo.net.server import RemotingServer
 from smartgo.registry.controller import FailoverController
@@ -27,13 +35,17 @@ log = logging.getLogger("smartgo.registry.server")
 DEFAULT_PORT = 9876
 DEFAULT_STORE_DIR = Path.home() / "namesrv"
 _GONE = (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT)
+ADMIN_WRITES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+                          RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.CONTROLLER_ELECT_MASTER})  # in ADMIN_CODES
+REGISTRATIONS = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER})
 
 
 class RegistryServer:
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, store_dir: Path = DEFAULT_STORE_DIR, *,
                  clock: Callable[[], float] = time.time, scan_interval: float = 10.0,
                  broker_expiry: float = 120.0, tls: dict | None = None, failover_delay: float | None = None,
-                 failover_client: RemotingClient | None = None, failover_unclean: bool = False) -> None:
+                 failover_client: RemotingClient | None = None, failover_unclean: bool = False,
+                 acl: AclGuard | None = None, guard_registrations: bool = True) -> None:
         self.host = host
         self.requested_port = port
         self.store_dir = Path(store_dir)
@@ -48,6 +60,8 @@ class RegistryServer:
         self.processors = RegistryProcessors(self.routes, self.kv, self.controller)
         self._remoting: RemotingServer | None = None
         self._tls = tls or {}                           # RemotingServer's TLS options (smartgo.net.tls)
+        self.acl = acl
+        self._guarded = ADMIN_WRITES | REGISTRATIONS if guard_registrations else ADMIN_WRITES
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -61,11 +75,16 @@ class RegistryServer:
         self.kv.load()
         if self.controller is not None:
             self.controller.load()
-        self._remoting = RemotingServer(self.host, [self.requested_port], self.processors.table(),
+        processors = self.processors.table()
+        if self.acl is not None:
+            processors = self.acl.guard(processors, self._guarded)
+        self._remoting = RemotingServer(self.host, [self.requested_port], processors,
                                         listeners=[self._on_connection_event], **self._tls)
         await self._remoting.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._scan_forever())]
+        if self.acl is not None:
+            self._tasks.append(loop.create_task(self._follow_acl(self.acl)))
         if self.controller is not None:
             self._tasks.append(loop.create_task(self.controller.run()))
         log.info("registry listening on %s:%d, KV config in %s", self.host, self.port, self.kv.path)
@@ -96,6 +115,12 @@ class RegistryServer:
                 self.scan_not_active_brokers()
             except Exception:
                 log.exception("broker expiry scan failed")
+
+    @staticmethod
+    async def _follow_acl(acl: AclGuard) -> None:
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL)
+            acl.reload_if_changed(time.monotonic())
 
     def _on_connection_event(self, event: ConnectionEvent, conn: Connection, reason: str | None) -> None:
         if event in _GONE:

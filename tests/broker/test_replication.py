@@ -17,6 +17,7 @@ import pytest
 
 from smartgo.broker.testing import (batch_command, committed_total, message_properties, metric_value, parse_metrics,
                                     restart_broker, scrape_metrics, send_command, uniq_key)
+from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.ha_codec import encode_header
@@ -304,7 +305,8 @@ def test_consumers_read_on_from_the_slave_when_the_master_dies(tmp_path, start_n
         snapshot = read_snapshot(master.node.store)
         master.node.kill()
 
-        ghost = Registrar(BrokerIdentity("DefaultCluster", "broker-a", master.addr, "127.0.0.1:1"), [reg])
+        ghost = Registrar(BrokerIdentity("DefaultCluster", "broker-a", master.addr, "127.0.0.1:1"), [reg],
+                          RemotingClient())
         second: list[bytes] = []
         with caplog.at_level("INFO", logger="smartgo.client.instance"):
             asyncio.run(consume(second, 100, 15, ghost))
