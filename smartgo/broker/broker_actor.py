@@ -34,9 +34,10 @@ from datetime import date
 from smartgo.acl import node_client, signer
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.health import CpuSampler
-from smartgo.actors.ring import CONSUMER, PRODUCER
+from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell
 from smartgo.broker.acl_processor import AclProcessor
 from smartgo.broker.admin_processor import AdminProcessor
+from smartgo.broker.bells import bell_path
 from smartgo.broker.role_manager import RoleManager
 from smartgo.broker.broker_config import RuntimeConfig
 from smartgo.broker.channel import ChannelServer
@@ -321,7 +322,13 @@ class BrokerActor(Actor):
     def publish_permission(self) -> None:
         """brokerPermission, and a failover master's fence (smartgo.broker.role_manager)."""
         perm = self.runtime.config.broker_permission
-        self.fenced.set(int(self.roles.fenced))
+        if self.fenced.get() != self.roles.fenced:
+            self.fenced.set(int(self.roles.fenced))
+            commit = Doorbell(bell_path(self.ctx.run_path, "commit"))    # it refuses writes from its next turn
+            try:
+                commit.ring()
+            finally:
+                commit.close()
         self.read_only.set(0 if perm & PermName.WRITE and not self.roles.fenced else 1)
         self.unreadable.set(0 if perm & PermName.READ else 1)
 

@@ -30,6 +30,12 @@ On restart with an intent still up:
 
 Queue offsets after a restart: the board's queue table (max offsets published by dispatch up to
 commitlog.dispatched) plus a walk of the CommitLog from dispatched to written.
+
+A fenced failover master (board word failover.fenced, rung by the broker actor) writes nothing:
+each turn reads the fence before its batch and refuses the whole batch while it is up, and
+publishes commit.fenced once it has seen it. The batches before that turn have landed, so from
+then on commitlog.written is final: a switchover takes it as the master's end
+(smartgo.registry.controller), whatever the net actors' own fence checks let through.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from smartgo.actors.ring import CONSUMER, PRODUCER, RingTimeout, wait_any
 from smartgo.broker import profiling, recovery
 from smartgo.broker.bells import FlagBell
 from smartgo.broker.rings import (COMPLETION, DONE_RING_CAPACITY, SEND, SEND_RING_CAPACITY, STATUS_DISK_FULL,
-                                  STATUS_ILLEGAL, STATUS_OK, parse_send)
+                                  STATUS_FENCED, STATUS_ILLEGAL, STATUS_OK, parse_send)
 from smartgo.broker.settings import store_config
 from smartgo.store import (AppendResult, Block, CommitLogReader, CommitLogWriter, DiskFullError, MessageIllegalError,
                            StoreLock)
@@ -51,6 +57,7 @@ from smartgo.store.record import (END_FILE_MIN_BLANK, FIXED_SIZE, INT32, POS_PHY
                                   TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, peek_head)
 
 NOT_QUEUED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)   # no ConsumeQueue entry, no queue offset
+FENCED = object()       # the result of every block of a batch refused for the fence
 
 
 class CommitActor(Actor):
@@ -74,6 +81,8 @@ class CommitActor(Actor):
         self.intent_bytes = b.scalar("commit.intent_bytes", writer=self.name)
         self.cursors = [b.scalar(f"commit.cursor.{net}", writer=self.name) for net in self.nets]
         self.disk_full = b.scalar("flag.disk_full")
+        self.fence = b.scalar("failover.fenced")
+        self.fence_seen = b.scalar("commit.fenced", writer=self.name)
         rec = recovery.load(self.ctx.run_path)
         written = max(self.written.get(), rec.written)
         self.inputs = [self.ring(f"send.{net}", CONSUMER, SEND_RING_CAPACITY, resume=True) for net in self.nets]
@@ -150,15 +159,19 @@ class CommitActor(Actor):
     # ---- the loop ------------------------------------------------------------------------------------
     async def _run(self) -> None:
         inputs = self.inputs
+        fence, fence_seen = self.fence, self.fence_seen
         while True:
+            fenced = fence.get()
+            if fenced != fence_seen.get():
+                fence_seen.set(fenced)          # every batch before this turn has landed
             batch = [(i, recs) for i, ring in enumerate(inputs) if (recs := ring.read())]
             if batch:
-                self._commit(batch)
+                self._commit(batch, fenced)
                 await asyncio.sleep(0)      # let the heartbeat and control messages in between batches
             else:
                 await wait_any(inputs, self.bell, 1.0)
 
-    def _commit(self, batch: list[tuple[int, list[memoryview]]]) -> None:
+    def _commit(self, batch: list[tuple[int, list[memoryview]]], fenced: int = 0) -> None:
         owners: list[tuple[int, int]] = []
         blocks: list[Block] = []
         total = 0
@@ -184,8 +197,10 @@ class CommitActor(Actor):
         self.intent_bytes.set(total + END_FILE_MIN_BLANK)
         self._seq += 1
         self.intent.set(self._seq)                              # the intent is published
-        if self.disk_full.get():
-            results: list = [DiskFullError("commitlog", total)] * len(blocks)
+        if fenced:
+            results: list = [FENCED] * len(blocks)
+        elif self.disk_full.get():
+            results = [DiskFullError("commitlog", total)] * len(blocks)
         else:
             results = writer.append(blocks)
         after = writer.wrote_position
@@ -213,8 +228,9 @@ class CommitActor(Actor):
             if isinstance(r, AppendResult):
                 per[i].append(pack(req_id, STATUS_OK, r.count, r.physical_offset, r.queue_offset, r.end_offset))
             else:
-                per[i].append(pack(req_id, STATUS_DISK_FULL if isinstance(r, DiskFullError) else STATUS_ILLEGAL,
-                                   0, 0, 0, 0))
+                status = (STATUS_FENCED if r is FENCED else STATUS_DISK_FULL if isinstance(r, DiskFullError)
+                          else STATUS_ILLEGAL)
+                per[i].append(pack(req_id, status, 0, 0, 0, 0))
         for i, parts in per.items():
             record = [b"".join(parts)]
             ring = self.outputs[i]

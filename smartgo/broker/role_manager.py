@@ -65,10 +65,15 @@ class RoleManager:
         return {RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.notify_role_changed}
 
     def runtime_fields(self) -> dict[str, str]:
-        """For GET_BROKER_RUNTIME_INFO (`smartgo admin cluster-list`): the term and the fence."""
+        """For GET_BROKER_RUNTIME_INFO (`smartgo admin cluster-list`, a switchover): the term, the
+        fence, and the CommitLog end once the commit actor refuses writes for it (-1 before): read
+        after its word, it is final, which a switchover's promotion starts from."""
         if not self.enabled:
             return {}
-        return {"failoverEpoch": str(self.state.epoch), "failoverFenced": str(self.fenced).lower()}
+        board = self.b.board
+        end = board.get("commitlog.written") if board.get("commit.fenced") else -1
+        return {"failoverEpoch": str(self.state.epoch), "failoverFenced": str(self.fenced).lower(),
+                "failoverFencedEnd": str(end)}
 
     def register_fields(self) -> dict[str, str]:
         if not self.enabled:

@@ -41,7 +41,7 @@ from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.ring import CONSUMER, PRODUCER, full_fence, wait_any
 from smartgo.broker import profiling
 from smartgo.broker.net_view import NetView
-from smartgo.broker.rings import (DONE_RING_CAPACITY, SEND_RING_CAPACITY, STATUS_DISK_FULL, STATUS_OK,
+from smartgo.broker.rings import (DONE_RING_CAPACITY, SEND_RING_CAPACITY, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK,
                                   iter_completions, send_prefix)
 from smartgo.broker.schedule_message import (ScheduleRecordError, copy_signature, deliver_time, idle_bit,
                                              is_copy_candidate, republish, timer_copies, timer_step)
@@ -286,6 +286,7 @@ class ScheduleActor(Actor):
 
     def _on_completions(self, records: list[memoryview]) -> None:
         failed: dict[Level, int] = {}
+        why = "disk full"
         for mv in records:
             for req_id, status, _count, phys, _qoff, end in iter_completions(mv):
                 item = self._flight.pop(req_id, None)
@@ -295,14 +296,16 @@ class ScheduleActor(Actor):
                 if status == STATUS_OK:
                     lv.beyond[off] = phys
                     self._ends = max(self._ends, end)
-                elif status == STATUS_DISK_FULL:
+                elif status in (STATUS_DISK_FULL, STATUS_FENCED):
                     failed[lv] = min(failed.get(lv, off), off)
+                    if status == STATUS_FENCED:
+                        why = "a fenced failover master writes nothing"
                 else:
                     self.log.error("delay level %d entry %d: the commit actor refused its copy; skipped",
                                    lv.level, off)
                     lv.beyond[off] = -1
         for lv, off in failed.items():
-            self.log.warning("delay level %d: disk full, entries from %d are delivered later", lv.level, off)
+            self.log.warning("delay level %d: %s, entries from %d are delivered later", lv.level, why, off)
             lv.cursor = min(lv.cursor, off)
 
     async def _sleep(self, now: int) -> None:

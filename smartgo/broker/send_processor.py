@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from smartgo.broker.channel import ChannelError
-from smartgo.broker.rings import SEND, STATUS_DISK_FULL, STATUS_OK, Batcher, iter_completions, send_prefix
+from smartgo.broker.rings import (SEND, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK, Batcher, iter_completions,
+                                  send_prefix)
 from smartgo.broker.schedule_message import half_rewrite, schedule_rewrite, timer_rewrite
 from smartgo.broker.settings import delay_levels, is_slave, timer_settings
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
@@ -231,9 +232,12 @@ class SendProcessor:
         if self.slave:
             return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
         if self.view.read_only.get():
-            return request.make_response(ResponseCode.NO_PERMISSION,
-                                         f"the broker[{self.broker_name}] sending message is forbidden")
+            return self._forbidden(request)
         return None
+
+    def _forbidden(self, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.broker_name}] sending message is forbidden")
 
     async def check_created(self, conn: Connection, request: RemotingCommand, h: SendHeader) -> int | RemotingCommand:
         """check() of a topic this broker does not have: created from its default topic (TBW102) first."""
@@ -506,6 +510,8 @@ class SendProcessor:
                 elif status == STATUS_DISK_FULL:
                     self._reply(p, p.request.make_response(
                         ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the broker's disk is full"))
+                elif status == STATUS_FENCED:           # the fence came up after this send's own check
+                    self._reply(p, self._forbidden(p.request))
                 else:
                     self._reply(p, p.request.make_response(
                         ResponseCode.MESSAGE_ILLEGAL, "the message cannot be stored: it does not fit a CommitLog "

@@ -52,7 +52,6 @@ log = logging.getLogger("smartgo.registry.controller")
 STATE_FILE = "failover.json"
 CALL_TIMEOUT = 3.0
 SWITCH_POLL = 0.05              # s between looks at a switchover's master and slave
-SWITCH_STEADY = 3               # looks in a row at the same master end: sends that passed the fence have landed
 SWITCH_TIMEOUT = 10.0           # s for the chosen slave to hold all the fenced master wrote
 
 
@@ -333,9 +332,9 @@ class FailoverController:
         return self.terms[name]
 
     async def _drain(self, name: str, master: str, target: str) -> int:
-        """Fence the master and wait until target holds all of its CommitLog; that end. A send
-        that passed the fence check just before is stored within milliseconds: the end must stay
-        put for SWITCH_STEADY looks (100 ms)."""
+        """Fence the master and wait until target holds all of its CommitLog; that end. The
+        master's end counts once its commit actor refuses writes (failoverFencedEnd): a send that
+        passed a net actor's fence check just before has landed by then, or is refused."""
         try:
             refusal = await self._notify(master, target, self.terms.setdefault(name, Term()).epoch + 1)
         except RemotingError as exc:
@@ -343,18 +342,22 @@ class FailoverController:
         if refusal is not None:
             raise SwitchoverError(f"asking {master} to stop taking sends {refusal}")
         log.info("%s: switchover to %s: %s takes no more sends", name, target, master)
-        last, steady, ends = None, 0, None
+        final = held = None
         for _ in range(round(SWITCH_TIMEOUT / SWITCH_POLL)):
-            ends = await asyncio.gather(self._commitlog_end(master), self._commitlog_end(target))
-            if ends[0] is None:
+            info, held = await asyncio.gather(self._runtime(master), self._commitlog_end(target))
+            if info is None:
                 raise SwitchoverError(f"{master} stopped answering")
-            steady = steady + 1 if ends[0] == last else 1
-            if steady >= SWITCH_STEADY and ends[1] is not None and ends[1] >= ends[0]:
-                return ends[1]
-            last = ends[0]
+            try:
+                final = int(info.get("failoverFencedEnd", -1))
+            except ValueError:
+                raise SwitchoverError(f"{master} answered the CommitLog end {info['failoverFencedEnd']!r}") from None
+            if final >= 0 and held is not None and held >= final:
+                return held
             await asyncio.sleep(SWITCH_POLL)
+        if final is None or final < 0:
+            raise SwitchoverError(f"{master} did not stop writing within {SWITCH_TIMEOUT:g}s; it takes sends again")
         raise SwitchoverError(f"{target} did not catch up with {master} within {SWITCH_TIMEOUT:g}s (CommitLog "
-                              f"ends {ends[1]} and {ends[0]}); {master} takes sends again")
+                              f"ends {held} and {final}); {master} takes sends again")
 
     async def _commitlog_end(self, addr: str, quiet: bool = False) -> int | None:
         info = await self._runtime(addr, quiet)

@@ -23,7 +23,8 @@ from smartgo.actors.roles import ROLES
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker import recovery
 from smartgo.broker.commit_actor import CommitActor
-from smartgo.broker.rings import DONE_RING_CAPACITY, SEND_RING_CAPACITY, STATUS_OK, iter_completions, send_prefix
+from smartgo.broker.rings import (DONE_RING_CAPACITY, SEND_RING_CAPACITY, STATUS_FENCED, STATUS_OK, iter_completions,
+                                  send_prefix)
 from smartgo.broker.settings import store_config
 from smartgo.config import NodeConfig
 from smartgo.store import CommitLogReader, recover
@@ -192,3 +193,41 @@ async def _scenario(tmp_path: Path, inject, net_restarts: bool) -> None:
     by_offset = {m.commit_log_offset: m for m in stored}
     for req_id, ((phys, qoff),) in ((r, tuple(a)) for r, a in h.answers.items() if r in h.sent):
         assert by_offset[phys].uniq_key == h.sent[req_id] and by_offset[phys].queue_offset == qoff
+
+
+def test_a_fenced_master_commits_nothing_and_says_when_its_end_is_final(tmp_path):
+    """failover.fenced up: commit.fenced follows once the turns before have landed, every batch
+    from then on is refused (STATUS_FENCED) and commitlog.written stays; lifted, writes go on."""
+    async def scenario() -> None:
+        h = Harness(tmp_path)
+        actor = await h.commit_actor(run=True)
+        statuses: dict[int, int] = {}
+
+        def answered(count: int) -> bool:
+            for ring in h.done:
+                for mv in ring.read():
+                    statuses.update((req_id, status) for req_id, status, *_ in iter_completions(mv))
+                ring.release()
+            return len(statuses) == count
+
+        h.put(0, 4)
+        await async_wait_until(lambda: answered(4), timeout=10)
+        fence = h.board.scalar("failover.fenced", writer="broker")
+        fence.set(1)
+        actor.bell.ring()                                   # as the broker actor does
+        await async_wait_until(lambda: h.board.get("commit.fenced") == 1, timeout=10, message="commit.fenced")
+        end = h.board.get("commitlog.written")
+        h.put(0, 3)
+        h.put(1, 2, queue_id=1)
+        await async_wait_until(lambda: answered(9), timeout=10)
+        assert [statuses[r] for r in range(5, 10)] == [STATUS_FENCED] * 5
+        assert h.board.get("commitlog.written") == end
+        fence.set(0)
+        actor.bell.ring()
+        await async_wait_until(lambda: h.board.get("commit.fenced") == 0, timeout=10, message="the fence lifted")
+        h.put(1, 1, queue_id=1)
+        await async_wait_until(lambda: answered(10), timeout=10)
+        assert statuses[10] == STATUS_OK and h.board.get("commitlog.written") > end
+        await actor.stop()
+
+    asyncio.run(scenario())

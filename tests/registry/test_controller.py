@@ -36,16 +36,26 @@ class FakeBrokers:
         self.masters: dict[str, tuple[str, int]] = {}       # address -> (brokerRole, slaveAckedOffset)
         self.on_notify = lambda addr: None
         self.silent: set[str] = set()                       # take the notice, close before answering
+        self.fenced: dict[str, int] = {}                    # a fenced master: the looks until it stops writing
+        self.on_look = lambda addr: None
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if cmd.code == RequestCode.GET_BROKER_RUNTIME_INFO:
             if self.ends.get(addr) is None:
                 raise RemotingError(f"{addr} refused a connection")
+            self.on_look(addr)
             role, acked = self.masters.get(addr, ("SLAVE", 0))
+            looks = self.fenced.get(addr)
+            if looks is not None:
+                self.fenced[addr] = looks - 1
+            final = self.ends[addr] if looks is not None and looks <= 0 else -1
             return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"table": {
-                "commitLogMaxOffset": str(self.ends[addr]), "brokerRole": role, "slaveAckedOffset": str(acked)}}))
+                "commitLogMaxOffset": str(self.ends[addr]), "brokerRole": role, "slaveAckedOffset": str(acked),
+                "failoverFencedEnd": str(final)}}))
         assert cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED
         self.notified.append((addr, dict(cmd.ext_fields)))
+        if "syncFrom" not in cmd.ext_fields:
+            self.fenced.setdefault(addr, 0)                 # a switchover's fence: it stops writing at once
         self.on_notify(addr)
         if addr in self.silent:
             raise RemotingError(f"{addr} closed the connection before the response to code 1008 arrived")
@@ -302,6 +312,42 @@ def test_a_switchover_fences_the_master_waits_for_the_slave_and_promotes_it(tmp_
     routes.on_channel_destroy("s:1")                             # s restarts as master; m comes back
     assert register(c, routes, "s:1", 0, epoch=1, start=400) is None
     assert register(c, routes, "m:1", 0) == Demotion("s:1", 1, 1, 400)    # its cut is its own end: nothing
+
+
+def test_a_switchover_takes_the_master_end_only_once_its_commit_actor_refuses_writes(tmp_path, monkeypatch) -> None:
+    """A send that passed a net actor's fence check lands after the fence: the end the slave must
+    hold is the one the master reports once nothing more can land (failoverFencedEnd), however
+    long its end stood still before."""
+    monkeypatch.setattr(controller_module, "SWITCH_POLL", 0.001)
+    c, routes, _, brokers = controller(tmp_path, {"m:1": 400, "s:1": 400})
+    register(c, routes, "m:1", 0, start=0)
+    register(c, routes, "s:1", 1)
+    looks: list[str] = []
+
+    def look(addr: str) -> None:
+        if addr == "m:1":
+            looks.append(addr)
+            if len(looks) == 5:
+                brokers.ends["m:1"] = 500                    # a late send lands, its end still for 4 looks
+            if len(looks) == 6:
+                brokers.ends["s:1"] = 500                    # and is copied
+
+    brokers.on_look = look
+    brokers.fenced["m:1"] = 5                                # its commit actor sees the fence at the 6th look
+    term = asyncio.run(c.switchover("broker-a", "s:1"))
+    assert len(looks) == 6 and term.starts == {0: 0, 1: 500}
+
+
+def test_a_switchover_of_a_master_that_does_not_stop_writing_fails(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(controller_module, "SWITCH_POLL", 0.001)
+    monkeypatch.setattr(controller_module, "SWITCH_TIMEOUT", 0.02)
+    c, routes, _, brokers = controller(tmp_path, {"m:1": 400, "s:1": 400})
+    register(c, routes, "m:1", 0)
+    register(c, routes, "s:1", 1)
+    brokers.fenced["m:1"] = 1 << 30
+    with pytest.raises(SwitchoverError, match=r"m:1 did not stop writing within 0.02s; it takes sends again"):
+        asyncio.run(c.switchover("broker-a", "s:1"))
+    assert [addr for addr, _ in brokers.notified] == ["m:1"]     # fenced, never promoted
 
 
 def test_a_switchover_whose_slave_lags_changes_nothing(tmp_path, monkeypatch) -> None:
