@@ -64,7 +64,8 @@ from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.command import RemotingCommand
 
 __all__ = [
-    "ACCESS_CONFIG_FIELDS", "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "PUB", "SECURITY_TOKEN", "SIGNATURE", "SUB",
+    "ACCESS_CONFIG_FIELDS", "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "FORWARDED_BY", "PUB", "SECURITY_TOKEN",
+    "SIGNATURE", "SUB",
     "UNIQUE_MSG_QUERY_FLAG", "AccessConfig", "Account", "AclConfig", "AclConfigError", "AclError", "AclValidator",
     "AddressStrategy", "address_strategy", "check_permission", "client_ip", "load_acl", "parse_acl",
     "parse_perm", "request_content", "sign", "sign_request", "signer", "split_list",
@@ -76,6 +77,10 @@ SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
 # MixAll.UNIQUE_MSG_QUERY_FLAG: added by queryMessage after the 4.9.3- client signed, so unsigned
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+# SmartGo's: a slave adds it to a client's write it passes on to its master
+# (smartgo.broker.master_forward), after the client signed. The master then judges the request on
+# its signature alone: the slave's address may be white-listed for the slave's own calls.
+FORWARDED_BY = "smartgoForwardedBy"
 
 # Permission's bits
 DENY = 1
@@ -360,11 +365,11 @@ def _java_text(value: object) -> str:
 
 def request_content(ext_fields: Mapping[str, str] | None, body: bytes | None, *,
                     with_unique_key: bool = False) -> bytes:
-    """What is signed: the ext field values, by key in Java order, without Signature and (unless
-    with_unique_key) _UNIQUE_KEY_QUERY, UTF-8, then the body."""
+    """What is signed: the ext field values, by key in Java order, without Signature, FORWARDED_BY
+    and (unless with_unique_key) _UNIQUE_KEY_QUERY, UTF-8, then the body."""
     fields = ext_fields or {}
     text = "".join(_java_text(fields[k]) for k in _java_order(fields)
-                   if k != SIGNATURE and (with_unique_key or k != UNIQUE_MSG_QUERY_FLAG))
+                   if k != SIGNATURE and k != FORWARDED_BY and (with_unique_key or k != UNIQUE_MSG_QUERY_FLAG))
     content = text.encode("utf-8", "surrogatepass")
     return content + body if body else content
 
@@ -791,7 +796,8 @@ class AclValidator:
     def check(self, remote_address: str, code: int, ext_fields: dict[str, str] | None, body: bytes | None) -> None:
         """Raises AclError when the request may not pass."""
         need = self.resources(code, ext_fields, body)
-        ip = self._client_ip(remote_address or "")
+        # a write a slave passed on: its address is the slave's, whose white-listing is not the client's
+        ip = None if ext_fields is not None and FORWARDED_BY in ext_fields else self._client_ip(remote_address or "")
         for strategy in self._global_white:
             if strategy.match(ip):
                 return

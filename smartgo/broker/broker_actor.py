@@ -102,6 +102,7 @@ class BrokerActor(Actor):
         self._register_task: asyncio.Task | None = None
         self._register_waiters: list[asyncio.Future] = []   # wait for the next round to finish
         self._noted_master: str | None = None               # a slave: the HA address in <run>/ha_master
+        self._forwarding_to: str | None = None              # a slave: the master address its net actors have
         self.metrics: MetricsServer | None = None            # the Prometheus endpoint, when metrics_port is set
         self.every(cfg.register_interval, self.register_soon, "register")
         self.every(cfg.offset_persist_interval, self.persist_offsets, "persist offsets")
@@ -288,7 +289,7 @@ class BrokerActor(Actor):
     def _send_config(self, net: str) -> None:
         """The runtime settings net actors apply themselves."""
         self.channel.send(net, "config", auto_create_topic=self.runtime.config.auto_create_topic == "true",
-                          auto_create_groups=self.auto_create_groups)
+                          auto_create_groups=self.auto_create_groups, master=self._forwarding_to or "")
 
     def _on_group_seen(self, net: str, args: dict) -> None:
         """A pull of a group the net actors do not know: create it if groups are auto-created."""
@@ -439,7 +440,12 @@ class BrokerActor(Actor):
 
     def _note_master(self) -> None:
         """A slave's ha actor reads its master's HA address from <run>/ha_master (unless set);
-        written when the registries' answer names another one."""
+        written when the registries' answer names another one. Its net actors pass writes on to
+        the master's broker address (smartgo.broker.master_forward)."""
+        if self.registrar.master_addr != self._forwarding_to:
+            self._forwarding_to = self.registrar.master_addr
+            for net in self.nets:
+                self._send_config(net)
         addr = self.registrar.master_ha_addr
         if addr and addr != self._noted_master:
             path = master_file(self.ctx.run_path)

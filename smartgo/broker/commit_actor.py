@@ -168,8 +168,8 @@ class CommitActor(Actor):
             if batch:
                 self._commit(batch, fenced)
                 await asyncio.sleep(0)      # let the heartbeat and control messages in between batches
-            else:
-                await wait_any(inputs, self.bell, 1.0)
+            else:                               # the broker actor rings when the fence moves
+                await wait_any(inputs, self.bell, 1.0, ready=lambda: fence.get() != fence_seen.get())
 
     def _commit(self, batch: list[tuple[int, list[memoryview]]], fenced: int = 0) -> None:
         owners: list[tuple[int, int]] = []

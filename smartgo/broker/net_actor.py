@@ -34,6 +34,7 @@ from smartgo.actors.ring import CONSUMER, PRODUCER, wait_any
 from smartgo.broker import profiling
 from smartgo.acl import AclConfigError
 from smartgo.broker.acl_guard import AclGuard, acl_path
+from smartgo.broker.master_forward import MasterForward
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.message_filter import CheckClientConfigProcessor, Filters
 from smartgo.broker.admin_processor import CALL_CLIENT_TIMEOUT
@@ -51,7 +52,7 @@ from smartgo.broker.reply_processor import ReplyProcessor
 from smartgo.broker.resume_half_processor import ResumeHalfProcessor
 from smartgo.broker.send_back_processor import SendBackProcessor
 from smartgo.broker.send_processor import SendProcessor
-from smartgo.broker.settings import store_config, vip_port
+from smartgo.broker.settings import broker_addr, store_config, vip_port
 from smartgo.broker.stats import FLUSH_INTERVAL, NetStats
 from smartgo.broker.subscriptions import GroupsView
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
@@ -134,6 +135,10 @@ class NetActor(Actor):
             processors[code] = functools.partial(self._forward, timeout=CALL_CLIENT_TIMEOUT + 2 * INVOKE_MARGIN)
         processors[RequestCode.HEART_BEAT] = self._heart_beat
         processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
+        self.forward = None
+        if self.sends.slave and cfg.slave_forward_writes == "true":
+            self.forward = MasterForward(broker_addr(cfg), cfg.outbound_tls())
+            processors = self.forward.wrap(processors)
         self.acl = None
         if cfg.acl_enable == "true":
             try:
@@ -247,6 +252,8 @@ class NetActor(Actor):
     def _on_config(self, args: dict) -> None:
         self.sends.auto_create = args["auto_create_topic"]
         self.pulls.auto_create_groups = args["auto_create_groups"]
+        if self.forward is not None:
+            self.forward.master = args.get("master") or None
 
     def _on_acl(self, args: dict) -> None:
         if self.acl is not None:                # the broker actor changed the ACL file
@@ -323,6 +330,8 @@ class NetActor(Actor):
         await self.sends.drain(DRAIN_TIMEOUT)
         await self.link.settle(SETTLE_TIMEOUT)
         await self.server.stop()
+        if self.forward is not None:
+            await self.forward.close()
         self._send_stats(int(time.time() * 1000))          # the last counts, before the broker actor stops
         if self._pump is not None:
             self._pump.cancel()

@@ -34,7 +34,7 @@ from smartgo.net.tls import client_context
 
 log = logging.getLogger("smartgo.client.instance")
 
-EARLY_REFRESH_MIN = 1.0     # s between route refreshes that a refused connection triggers
+EARLY_REFRESH_MIN = 1.0     # s between early route refreshes (a refused connection, a broker that takes no sends)
 AVOID_REFUSING = 10.0       # s reads and offset requests go to another address of a broker that refused
 
 
@@ -196,14 +196,19 @@ class ClientInstance:
 
     def _unreachable(self, addr: str) -> None:
         """A broker refused the connection (it died): reads and offset requests of its broker
-        name go to its other addresses (a slave) for a while, and every route is refreshed now
-        rather than at the next poll (30 s), at most once a second - the registries may still
-        list the dead one for a moment."""
+        name go to its other addresses (a slave) for a while, and routes are refreshed early."""
         now = time.monotonic()
         if self._refused.get(addr, 0.0) <= now:
             log.info("%s: %s refused a connection: reads go to its broker's other addresses for %gs",
                      self.client_id, addr, AVOID_REFUSING)
         self._refused[addr] = now + AVOID_REFUSING
+        self.refresh_soon()
+
+    def refresh_soon(self) -> None:
+        """Every route refreshed now rather than at the next poll (30 s), at most once a second:
+        a broker went away, or a send's answer says its route is stale (a slave, or a master
+        handing its role over, at the master's address); the registries may lag for a moment."""
+        now = time.monotonic()
         if self.closed or (self._refresh is not None and not self._refresh.done()) \
                 or now - self._refreshed_at < EARLY_REFRESH_MIN:
             return

@@ -44,6 +44,9 @@ log = logging.getLogger("smartgo.client.producer")
 #: SYSTEM_BUSY: SmartGo answers it while a broker actor restarts, and users ask for it, H.2 #4).
 RETRY_CODES = frozenset({R.TOPIC_NOT_EXIST, R.SERVICE_NOT_AVAILABLE, R.SYSTEM_ERROR, R.NO_PERMISSION,
                          R.NO_BUYER_ID, R.NOT_IN_CURRENT_UNIT, R.SYSTEM_BUSY})
+#: Answers of a broker that takes no sends now (a slave; a master handing its role over or made
+#: read-only): the registries may route another, so routes are refreshed early.
+STALE_ROUTE_CODES = frozenset({R.SERVICE_NOT_AVAILABLE, R.NO_PERMISSION})
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 
 @dataclass(slots=True)
@@ -473,6 +476,8 @@ class _Send:
             result = api.decode_send(resp, mq, self.prep.msg_id, addr)  # type: ignore[arg-type]
         except BrokerError as exc:
             fault.update(broker, latency_ms, isolation=True)
+            if exc.code in STALE_ROUTE_CODES:
+                self.producer.instance.refresh_soon()
             if exc.code in RETRY_CODES:
                 self._failed(broker, exc)
             else:

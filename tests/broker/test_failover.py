@@ -15,6 +15,7 @@ from smartgo.broker.testing import (committed_total, metric_value, offset_comman
 from smartgo.client import Admin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
+from smartgo.store.record import pack_host
 from smartgo.testing import async_wait_until, free_port, wait_until
 
 from .test_replication import assert_same_log, caught_up, field
@@ -175,8 +176,11 @@ def old_master_returns(registry, plain: str, start_node, slaves) -> None:
     wait_until(lambda: field(old, "commitlog.dispatched") == end, timeout=10, message="the old master's dispatch")
     queues = [max_offset(master.client, addr, q) for addr in (slave_addr, old_addr) for q in range(4)]
     assert queues[:4] == queues[4:] == [18, 18, 17, 17]     # 50 + 20 messages; the tail's offsets reused
-    refused = master.client.invoke(old_addr, send_command("Fo", b"no"))
-    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    # a client with the old route: its send reaches the new master through the old one, now its slave
+    passed = master.client.invoke(old_addr, send_command("Fo", b"stale route", queue_id=0))
+    assert passed.code == ResponseCode.SUCCESS, (passed.code, passed.remark)
+    assert passed.ext_fields["msgId"].startswith(pack_host("127.0.0.1", slave.port).hex().upper())
+    assert passed.ext_fields["queueOffset"] == "18"
 
 
 def test_a_failover_master_takes_no_sends_until_a_failover_registry_confirms_it(tmp_path, start_node):

@@ -15,12 +15,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smartgo.broker.testing import (batch_command, committed_total, message_properties, metric_value, parse_metrics,
-                                    restart_broker, scrape_metrics, send_command, uniq_key)
+from smartgo.broker.send_processor import SLAVE_REMARK
+from smartgo.broker.testing import (batch_command, committed_total, message_properties, metric_value, offset_command,
+                                    parse_metrics, restart_broker, scrape_metrics, send_command, uniq_key)
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.ha_codec import encode_header
+from smartgo.store.record import pack_host
 from smartgo.testing import free_port, steady_disk_usage, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,7 +64,10 @@ def send_many(broker, topic: str, count: int, size: int, start: int = 0) -> None
         assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
 
 
-def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, slaves):
+def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(start_node, slaves):
+    """A write that reaches a slave (a client's stale route) is passed on to the master and its
+    answer relayed; one that cannot be (no master known, slave_forward_writes off, a master that
+    does not answer) gets 4.x's SERVICE_NOT_AVAILABLE, and nothing is written on the slave."""
     master = start_node({"topics": "Rep:4"})
     metrics_port = free_port()
     slave = slaves(master.node, {"metrics_port": metrics_port, "metrics_host": "127.0.0.1"})
@@ -88,14 +93,32 @@ def test_a_slave_copies_the_master_byte_for_byte_and_refuses_writes(start_node, 
     assert rows["1"][3] == f"127.0.0.1:{slave.port}" and rows["1"][4] != "-"  # the slave answers runtime info
 
     slave_addr = f"127.0.0.1:{slave.port}"
-    refused = master.client.invoke(slave_addr, send_command("Rep", b"no"))
-    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
-    assert "slave" in refused.remark
-    again = master.client.invoke(slave_addr, send_command("Rep", b"no"))      # the connection is kept
-    assert again.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    queue_end = master.call(offset_command(RequestCode.GET_MAX_OFFSET, "Rep", 2))
+    passed = master.client.invoke(slave_addr, send_command("Rep", b"via the slave", queue_id=2))
+    assert passed.code == ResponseCode.SUCCESS, passed.remark
+    assert passed.ext_fields["msgId"] == f"{pack_host('127.0.0.1', master.node.port).hex().upper()}{end:016X}"
+    assert passed.ext_fields["queueOffset"] == queue_end.ext_fields["offset"]
+    batch = master.client.invoke(slave_addr, batch_command("Rep", [(b"s%d" % i, message_properties(uniq=uniq_key()))
+                                                                   for i in range(3)], queue_id=1))
+    assert batch.code == ResponseCode.SUCCESS and batch.ext_fields["msgId"].count(",") == 2
     resume = RemotingCommand(RequestCode.RESUME_CHECK_HALF_MESSAGE, ext_fields={"msgId": "7F00000100002A9F" + "0" * 16})
     assert master.client.invoke(slave_addr, resume).code == ResponseCode.SERVICE_NOT_AVAILABLE   # no half put back
-    assert field(slave, "commitlog.written") == end
+    assert_same_log(master.node, slave)                 # written by the master, copied as any other
+
+    refusing = slaves(master.node, {"slave_forward_writes": "false", "broker_id": 2})
+    refused = master.client.invoke(f"127.0.0.1:{refusing.port}", send_command("Rep", b"no"))
+    assert (refused.code, refused.remark) == (ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
+    written = field(master.node, "commitlog.written")
+    master.node.kill()
+    failed = master.client.invoke(slave_addr, send_command("Rep", b"no master"))
+    assert failed.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert f"its master 127.0.0.1:{master.node.port} did not take the message" in failed.remark
+    for _ in range(3):                                  # the connection is kept
+        again = master.client.invoke(slave_addr, send_command("Rep", b"no master"))
+        assert again.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert field(slave, "commitlog.written") == written
+    wait_until(lambda: "Connection refused" in slave.log_text(), timeout=10)
+    assert slave.log_text().count("Connection refused") == 1     # the same failure: once a minute
 
 
 def test_a_late_slave_catches_up_across_files_and_resumes_after_restart_and_kill9(start_node, slaves):

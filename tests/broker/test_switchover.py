@@ -20,6 +20,7 @@ from smartgo.client import Admin, AsyncAdmin, AsyncProducer, AsyncPushConsumer, 
 from smartgo.client.errors import ClientError
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.errors import RemotingError
+from smartgo.store.record import pack_host
 from smartgo.testing import async_wait_until, free_port, wait_until
 
 from .test_failover import FAILOVER, brokers, role_file, taking_sends
@@ -134,6 +135,18 @@ def test_the_cli_switches_over_by_id_and_back_to_the_most_advanced_slave_and_ref
     wait_until(lambda: brokers(reg) == {0: slave_addr, 1: master.addr} and taking_sends(slave), timeout=20,
                message="the roles swapped")
     assert master.client.invoke(slave_addr, send_command("Fo", b"at the new master")).code == ResponseCode.SUCCESS
+
+    def through_the_old_master() -> bool:
+        """A client that has not re-read its route (Java's polls every 30 s) sends to the old
+        master's address: now a slave, it passes the send on to the new master."""
+        try:
+            r = master.client.invoke(master.addr, send_command("Fo", b"stale route"))
+        except RemotingError:
+            return False                                # the old master restarting as a slave
+        return r.code == ResponseCode.SUCCESS and r.ext_fields["msgId"].startswith(
+            pack_host("127.0.0.1", slave.port).hex().upper())
+
+    wait_until(through_the_old_master, timeout=10, message="a send at the old master's address passed on")
 
     # and back again, a term later, to its most advanced slave; a registry that is down is passed over
     back = cli(registries=f"127.0.0.1:{free_port()};{reg}")

@@ -280,3 +280,33 @@ def test_heartbeat_shape(tmp):
     assert body["consumerDataSet"] == []
     assert {"groupName": "PG"} in body["producerDataSet"]
     assert unreg and unreg[0].ext_fields == {"clientID": cid, "producerGroup": "PG"}
+
+
+@pytest.mark.parametrize("code", [ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.NO_PERMISSION])
+def test_a_broker_that_takes_no_sends_makes_the_routes_refresh_early(tmp, code):
+    """The route's master became a slave (a switchover) or is handing its role over: its answer
+    makes the producer re-read routes at once rather than at the next poll (30 s)."""
+    async def main():
+        old = FakeBroker("broker-a", {"T": 1})
+        async with fake_cluster(tmp, [old]) as (registry, _):
+            old.handlers[310] = old.send_ok()
+            async with AsyncProducer("PG", registry, retries=0) as p:
+                assert (await p.send(Message("T", b"first"))).queue.broker_name == "broker-a"
+                new = await FakeBroker("broker-a", {"T": 1}).start(registry)     # brokerId 0 moves
+                try:
+                    new.handlers[310] = new.send_ok()
+                    old.handlers[310] = lambda c, cmd: cmd.make_response(code, "this broker takes no sends")
+                    with pytest.raises(BrokerError, match="takes no sends"):
+                        await p.send(Message("T", b"refused"))
+
+                    async def through_the_new_master() -> bool:
+                        try:
+                            await p.send(Message("T", b"again"))
+                        except BrokerError:
+                            return False
+                        return True
+                    await async_wait_until(through_the_new_master, timeout=5, message="a send at the new master")
+                    return len(new.of(310))
+                finally:
+                    await new.stop()
+    assert arun(main()) == 1

@@ -15,6 +15,9 @@ Ops run in order; each result is {"ok": true, "value": ...} or {"ok": false, "er
         consumer is pulling (proved by tag "Probe" messages sent every 0.2 s until one arrives;
         they are not returned), send these: a broadcasting consumer starts at the queues' ends.
     {"op": "pull", "topic", "group", "expression"}       -> [message]
+    {"op": "sendFor", "topic", "group", "seconds", "intervalMs": 50}
+        -> [{at (wall clock s), status, msgId} or {at, error}]: one sync send at a time for that
+        long, a failed one included (what an application sees through a broker's role change)
 """
 
 from __future__ import annotations
@@ -159,7 +162,23 @@ def pull(ns: str, spec: dict) -> list[dict]:
         c.shutdown()
 
 
-OPS = {"send": send, "push": push, "pull": pull}
+def send_for(ns: str, spec: dict) -> list[dict]:
+    out: list[dict] = []
+    with _producer(ns, spec.get("group", "PG_CPP"), spec.get("timeoutMs", 3000)) as p:
+        end = time.monotonic() + spec["seconds"]
+        i = 0
+        while time.monotonic() < end:
+            at = time.time()
+            try:
+                out.append({"at": at, **_result(p.send_sync(_build(spec, i)))})
+            except Exception as exc:                # MQClientException: the send failed after its retries
+                out.append({"at": at, "error": str(exc)[:200]})
+            i += 1
+            time.sleep(spec.get("intervalMs", 50) / 1000)
+    return out
+
+
+OPS = {"send": send, "push": push, "pull": pull, "sendFor": send_for}
 
 
 def main() -> None:

@@ -1,0 +1,87 @@
+"""A slave passes the writes it gets on to its master (slave_forward_writes), in its net actors.
+
+Clients send only to brokerId 0 of a route, so a slave gets writes only from a client whose route
+is stale: after a switchover or a failover, the old master's address now holds a slave, and Java
+and C++ clients keep sending there until their next route poll (30 s). 4.x's slave refuses them
+(SERVICE_NOT_AVAILABLE), and every send of those clients fails for that long. Instead the net
+actor relays each such request to the master the registries name (the broker actor sends its
+address with the net actors' settings) and the master's answer back: its msgId, queue and offset
+are the master's, which is where the message is. What a slave does not know a master for yet,
+and a master that does not answer, get 4.x's refusal.
+
+The request goes on as it came (code, header fields, body, version), so an ACL signature still
+holds at the master, with one field added after the client signed: acl.FORWARDED_BY, which keeps
+the master from white-listing it by the slave's address (that white list is for the slave's own
+calls). The slave's own ACL check, when it has one, came first. Oneway requests (a Java
+END_TRANSACTION) stay oneway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+
+from smartgo.acl import FORWARDED_BY
+from smartgo.actors.logs import Repeats, gist
+from smartgo.net.client import RemotingClient
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
+from smartgo.net.connection import Connection, Processor
+from smartgo.net.errors import RemotingError
+
+log = logging.getLogger("smartgo.broker.master_forward")
+
+# The writes a client addresses to its broker name's master
+FORWARDED = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+             RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION)
+TIMEOUT = 2.5               # s: inside a client's default send timeout (3 s), so that it hears why
+QUIET_FOR = 60.0            # s between log lines of a master that keeps failing
+
+
+class MasterForward:
+    def __init__(self, me: str, ssl_context: ssl.SSLContext | None) -> None:
+        self.me = me                            # this slave's broker address
+        self.master: str | None = None          # the master's broker address, as the registries answer
+        self.client = RemotingClient(ssl_context=ssl_context)   # no signing hook: the client's signature stays
+        self._failures = Repeats(QUIET_FOR)
+
+    def wrap(self, processors: dict[int, Processor]) -> dict[int, Processor]:
+        """The same processors, FORWARDED codes passed on while a master is known."""
+        out = dict(processors)
+        for code in FORWARDED:
+            if code in out:
+                out[code] = self._forwarding(out[code])
+        return out
+
+    def _forwarding(self, refuse: Processor) -> Processor:
+        async def forward(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+            master = self.master
+            if master is None:
+                return await refuse(conn, request)
+            # a task of its own: dialling the master uses asyncio.wait_for, which needs one
+            return await asyncio.ensure_future(self._relay(master, conn, request))
+        return forward
+
+    async def _relay(self, master: str, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        cmd = RemotingCommand(request.code, request.language, request.version, flag=request.flag,
+                              ext_fields={**(request.ext_fields or {}), FORWARDED_BY: self.me},
+                              body=request.body_bytes() if request.body is not None else None)
+        try:
+            if request.is_oneway:
+                await self.client.invoke_oneway(master, cmd)
+                return None
+            answer = await self.client.invoke(master, cmd, TIMEOUT)
+        except RemotingError as exc:
+            why = f"a write of {conn.remote_address} (code {request.code}) not passed on to the master {master}: {exc}"
+            line = self._failures.line(why, gist(why.replace(str(conn.remote_address), "")))
+            if line is not None:
+                log.warning("%s", line)
+            return None if request.is_oneway else request.make_response(
+                ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: this broker is a slave and its "
+                                                    f"master {master} did not take the message: {exc}")
+        return request.make_response(answer.code, answer.remark, answer.ext_fields,
+                                     answer.body_bytes() if answer.body is not None else None)
+
+    async def close(self) -> None:
+        await self.client.close()
