@@ -220,20 +220,33 @@ SMALL_NODE = {
 }
 
 
+# A settings value for metrics_port: a free port picked at each start attempt (node.metrics_port)
+FREE_PORT = -1
+
+
+def _metrics_port(settings: dict, picked: dict) -> dict:
+    """settings with a FREE_PORT metrics_port replaced by a fresh free port (kept in picked)."""
+    if settings.get("metrics_port") != FREE_PORT:
+        return settings
+    picked["metrics_port"] = free_port()
+    return {**settings, "metrics_port": picked["metrics_port"]}
+
+
 def start_broker(base: Path, settings: dict | None = None, wait: bool = True, launcher: Path = SUPERVISOR) -> Node:
-    """A master node with an embedded registry on free ports; `node.port` is the broker's port and
-    `node.registry_port` the registry's."""
+    """A master node with an embedded registry on free ports; `node.port` is the broker's port,
+    `node.registry_port` the registry's and `node.metrics_port` the metrics page's (FREE_PORT)."""
     usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
     picked: dict = {}
 
     def node_settings() -> dict:                # fresh ports at each attempt
         picked["embedded_registry_port"], picked["ha_port"] = free_ports(2)
-        return {**SMALL_NODE, "disk_usage_file": usage, **picked, **(settings or {})}
+        return _metrics_port({**SMALL_NODE, "disk_usage_file": usage, **picked, **(settings or {})}, picked)
 
     node = launch_node(base, node_settings, role="master", wait=wait, launcher=launcher)
-    used = {**picked, **(settings or {})}
+    used = {**(settings or {}), **picked}
     node.registry_port = used["embedded_registry_port"]       # type: ignore[attr-defined]
     node.ha_port = used["ha_port"]                            # type: ignore[attr-defined]
+    node.metrics_port = used.get("metrics_port", 0)           # type: ignore[attr-defined]
     return node
 
 
@@ -257,10 +270,13 @@ def start_slave(base: Path, master: Node, settings: dict | None = None) -> Node:
     """A slave (brokerId 1) of `master`: registers with the master's embedded registry, which
     tells it where to replicate from."""
     usage = steady_disk_usage(base.with_name(base.name + ".disk_usage"))
-    node = launch_node(base, {**SMALL_NODE, "disk_usage_file": usage, "ha_port": free_port(),
-                              "registry": f"127.0.0.1:{master.registry_port}",      # type: ignore[attr-defined]
-                              "slave_sync_interval": 0.5, **(settings or {})}, role="slave")
+    picked: dict = {}
+    node = launch_node(base, lambda: _metrics_port({
+        **SMALL_NODE, "disk_usage_file": usage, "ha_port": free_port(),
+        "registry": f"127.0.0.1:{master.registry_port}",      # type: ignore[attr-defined]
+        "slave_sync_interval": 0.5, **(settings or {})}, picked), role="slave")
     node.registry_port = master.registry_port      # type: ignore[attr-defined]
+    node.metrics_port = picked.get("metrics_port", (settings or {}).get("metrics_port", 0))   # type: ignore
     return node
 
 
@@ -274,6 +290,7 @@ def restart_broker(node: Node, role: str = "master") -> Node:
     again = Node(proc, node.store, node.port, node.stderr)
     again.registry_port = node.registry_port      # type: ignore[attr-defined]
     again.ha_port = getattr(node, "ha_port", 0)    # type: ignore[attr-defined]
+    again.metrics_port = getattr(node, "metrics_port", 0)    # type: ignore[attr-defined]
     try:
         again.wait_healthy()
     except BaseException:

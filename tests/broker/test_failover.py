@@ -10,13 +10,13 @@ import json
 import pytest
 
 from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import (committed_total, metric_value, offset_command, parse_metrics, restart_broker,
+from smartgo.broker.testing import (FREE_PORT, committed_total, metric_value, offset_command, parse_metrics, restart_broker,
                                     scrape_metrics, send_command)
 from smartgo.client import Admin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import pack_host
-from smartgo.testing import async_wait_until, free_port, wait_until
+from smartgo.testing import async_wait_until, wait_until
 
 from .test_replication import assert_same_log, caught_up, field
 
@@ -90,8 +90,7 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
     reg = registry.addr
     settings = {"registry": reg, "replication": "sync", **FAILOVER}    # on a slave: the setting of its terms
     master = start_node({"topics": "Fo:4", **settings})
-    metrics = free_port()
-    first = slaves(master.node, {**settings, "metrics_port": metrics, "metrics_host": "127.0.0.1"})
+    first = slaves(master.node, {**settings, "metrics_port": FREE_PORT, "metrics_host": "127.0.0.1"})
     second = slaves(master.node, {**settings, "broker_id": 2})
     first_addr, second_addr = f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"
     wait_until(lambda: taking_sends(master.node) and brokers(reg) == {0: master.addr, 1: first_addr, 2: second_addr},
@@ -102,7 +101,7 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
         caught_up(master.node, slave)
     wait_until(lambda: all(committed_total(addr, "Fo", "G", 4) == 200 for addr in (first_addr, second_addr)),
                timeout=15, message="the group's offsets copied to the slaves")
-    assert role_metric(metrics) == {"role": "slave", "broker_id": "1", "epoch": "0"}
+    assert role_metric(first.metrics_port) == {"role": "slave", "broker_id": "1", "epoch": "0"}
     end = field(master.node, "commitlog.written")
     wait_until(lambda: runtime(reg, master.addr)["slaveAckedOffset"] == str(end), timeout=10,
                message="the master's runtime info to show what its slaves acknowledged")
@@ -112,7 +111,7 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
 
     wait_until(lambda: brokers(reg) == {0: first_addr, 2: second_addr} and taking_sends(first), timeout=30,
                message="the first slave promoted and taking sends")
-    assert role_metric(metrics) == {"role": "master", "broker_id": "0", "epoch": "1"}
+    assert role_metric(first.metrics_port) == {"role": "master", "broker_id": "0", "epoch": "1"}
     assert role_file(first)["role"] == "master" and role_file(first)["epoch"] == 1
     assert "promoted to master at epoch 1" in first.log_text()
     assert f"broker-a: master gone for 1s; promoted {first_addr}" in registry.log_text()   # equal ends: lowest id

@@ -19,18 +19,17 @@ from smartgo.broker.metrics import BrokerMetrics
 from smartgo.broker.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Request, answer, parse_head
 from smartgo.broker.prometheus import CONTENT_TYPE, Family, render
 from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook, transaction_counts
-from smartgo.broker.testing import (ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
+from smartgo.broker.testing import (FREE_PORT, ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
                                     send_command, stats_records, update_offset_command)
 from smartgo.config import NodeConfig
 from smartgo.net.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import decode_records, parse_offset_msg_id
-from smartgo.testing import free_port, wait_until
+from smartgo.testing import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
-METRICS_PORT = free_port()
-NODE_SETTINGS = {"metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_sample_interval": 1,
+NODE_SETTINGS = {"metrics_port": FREE_PORT, "metrics_host": "127.0.0.1", "stats_sample_interval": 1,
                  "stats_interval": 1}
 TOPIC = "TopicMetrics"
 IDLE_TOPIC = "TopicMetricsIdle"
@@ -192,8 +191,8 @@ def test_a_taken_port_costs_the_metrics_not_the_broker(caplog):
 
 
 # ---- a real node -------------------------------------------------------------------------------------------
-def scrape(path: str = "/metrics") -> tuple[int, str, str]:
-    return scrape_metrics(METRICS_PORT, path)
+def scrape(broker, path: str = "/metrics") -> tuple[int, str, str]:
+    return scrape_metrics(broker.node.metrics_port, path)
 
 
 def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
@@ -218,7 +217,7 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
             assert broker.call(update_offset_command(group, TOPIC, queue_id, offset)).code == ResponseCode.SUCCESS
 
         def page():      # the net actor's stats reach the broker actor each second
-            status, ctype, text = scrape()
+            status, ctype, text = scrape(broker)
             samples = parse_metrics(text)
             done = metric_value(samples, "rocketmq_messages_in_total", topic=TOPIC) == 8 and \
                 metric_value(samples, "rocketmq_messages_out_total", topic=TOPIC, consumer_group=GROUP) == 5
@@ -276,22 +275,22 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
 
 
 def test_a_node_refuses_bad_requests_and_keeps_serving(broker):
-    status, _, text = scrape("/")
+    status, _, text = scrape(broker, "/")
     assert status == 404 and "/metrics" in text
-    with socket.create_connection(("127.0.0.1", METRICS_PORT), timeout=10) as s:
+    with socket.create_connection(("127.0.0.1", broker.node.metrics_port), timeout=10) as s:
         s.sendall(b"\x16\x03\x01 not http at all\r\n\r\n")
         reply = b""
         while chunk := s.recv(4096):
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 400 Bad Request")
     assert broker.call(send_command(TOPIC, b"after")).code == ResponseCode.SUCCESS
-    status, _, text = scrape()
+    status, _, text = scrape(broker)
     assert status == 200 and metric_value(parse_metrics(text), "smartgo_node_healthy") == 1
     assert "metrics: bad request from" in broker.node.log_text()
 
 
 def test_a_node_gzips_its_page_for_prometheus(broker):
-    request = urllib.request.Request(f"http://127.0.0.1:{METRICS_PORT}/metrics", headers={
+    request = urllib.request.Request(f"http://127.0.0.1:{broker.node.metrics_port}/metrics", headers={
         "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.45.0"})
     with urllib.request.urlopen(request, timeout=10) as r:
         encoding, body = r.headers["Content-Encoding"], r.read()
@@ -309,7 +308,7 @@ def test_messages_sent_to_the_dlq_are_counted_by_original_topic_and_group(broker
             "offset": str(offset), "group": group, "delayLevel": str(delay_level), "originMsgId": r.ext_fields["msgId"],
             "originTopic": TOPIC, "unitMode": "false"}))
         assert back.code == ResponseCode.SUCCESS, back.remark
-    samples = parse_metrics(scrape()[2])
+    samples = parse_metrics(scrape(broker)[2])
     assert metric_value(samples, "rocketmq_send_to_dlq_messages_total", topic=TOPIC, consumer_group="CG_DLQ") == 2
     assert metric_value(samples, "rocketmq_send_to_dlq_messages_total", consumer_group="CG_RETRY_ONLY") is None
 

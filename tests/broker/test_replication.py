@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from smartgo.broker.send_processor import SLAVE_REMARK
-from smartgo.broker.testing import (batch_command, committed_total, message_properties, metric_value, offset_command,
+from smartgo.broker.testing import (FREE_PORT, batch_command, committed_total, message_properties, metric_value, offset_command,
                                     parse_metrics, restart_broker, scrape_metrics, send_command, uniq_key)
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -69,8 +69,7 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
     answer relayed; one that cannot be (no master known, slave_forward_writes off, a master that
     does not answer) gets 4.x's SERVICE_NOT_AVAILABLE, and nothing is written on the slave."""
     master = start_node({"topics": "Rep:4"})
-    metrics_port = free_port()
-    slave = slaves(master.node, {"metrics_port": metrics_port, "metrics_host": "127.0.0.1"})
+    slave = slaves(master.node, {"metrics_port": FREE_PORT, "metrics_host": "127.0.0.1"})
     send_many(master, "Rep", 200, 700)                 # frames are cut at 32 KiB, inside records
     r = master.call(batch_command("Rep", [(b"b%d" % i, message_properties(uniq=uniq_key())) for i in range(32)]))
     assert r.code == ResponseCode.SUCCESS
@@ -78,7 +77,7 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
     wait_until(lambda: field(master.node, "commitlog.slave_acked") == end, timeout=10)
     assert field(master.node, "ha.slaves") == 1
     assert field(slave, "commitlog.dispatched") == end           # its own ConsumeQueues follow
-    status, _, page = scrape_metrics(metrics_port)              # a slave's page: its own log and actors
+    status, _, page = scrape_metrics(slave.metrics_port)              # a slave's page: its own log and actors
     samples = parse_metrics(page)
     assert status == 200 and metric_value(samples, "smartgo_commitlog_max_offset") == end
     assert metric_value(samples, "smartgo_node_healthy") == 1
@@ -446,9 +445,9 @@ def test_a_slave_started_before_its_master_finds_it_within_seconds(tmp_path, sta
     slave = None
     try:
         reg = f"127.0.0.1:{registry.port}"
-        slave = launch_node(tmp_path / "slave", {**SMALL_NODE, "registry": reg, "ha_port": free_port(),
-                                                 "disk_usage_file": steady_disk_usage(tmp_path / "usage")},
-                            role="slave")
+        usage = steady_disk_usage(tmp_path / "usage")
+        slave = launch_node(tmp_path / "slave", lambda: {**SMALL_NODE, "registry": reg, "ha_port": free_port(),
+                                                         "disk_usage_file": usage}, role="slave")
         assert field(slave, "ha.connected") == 0
         master = start_node({"topics": "Rep:4", "registry": reg})
         wait_until(lambda: field(slave, "ha.connected") == 1, timeout=10, message="the slave connected")

@@ -12,27 +12,26 @@ import time
 import pytest
 
 from smartgo.broker.schedule_testing import max_offset, pull_all, view
-from smartgo.broker.testing import batch_command, parse_metrics, scrape_metrics, send_command, uniq_key
+from smartgo.broker.testing import FREE_PORT, batch_command, parse_metrics, scrape_metrics, send_command, uniq_key
 from smartgo.client import AsyncProducer, Message
 from smartgo.net.codes import ResponseCode
 from smartgo.net.loop import run
 from smartgo.store.config import TIMER_FIRST_LEVEL
 from smartgo.store.record import SCHEDULE_TOPIC
-from smartgo.testing import free_port, wait_until
+from smartgo.testing import wait_until
 
 PRECISION_MS = 200
-METRICS_PORT = free_port()
 NODE_SETTINGS = {"topics": "Timed:3;Sdk:1;Cli:1;Refused:1", "timer_precision_ms": PRECISION_MS,
-                 "timer_max_delay_sec": 600, "metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1"}
+                 "timer_max_delay_sec": 600, "metrics_port": FREE_PORT, "metrics_host": "127.0.0.1"}
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def timers_waiting() -> int:
+def timers_waiting(broker) -> int:
     """smartgo_schedule_waiting_messages summed over the timer hop levels."""
-    status, _, text = scrape_metrics(METRICS_PORT)
+    status, _, text = scrape_metrics(broker.node.metrics_port)
     assert status == 200
     return sum(v for (name, labels), v in parse_metrics(text).items()
                if name == "smartgo_schedule_waiting_messages" and ("kind", "timer") in labels)
@@ -59,7 +58,7 @@ def test_timer_messages_arrive_at_their_time_never_before_after_their_hops(broke
         """All three wait at the timer levels once dispatch has indexed them (a hop not yet saved in
         delayOffset.json counts twice), and before the first is due (1 s)."""
         assert not any(max_offset(broker.call, "Timed", q) for q in sent), "a timer arrived before it was counted"
-        return timers_waiting() >= 3
+        return timers_waiting(broker) >= 3
     wait_until(counted, timeout=5, interval=0.02, message="three timers counted waiting")
 
     def arrived() -> bool:
@@ -79,7 +78,7 @@ def test_timer_messages_arrive_at_their_time_never_before_after_their_hops(broke
         assert int(copy.properties["TIMER_ROLL_TIMES"]) >= 1       # 1-2.5 s at 200 ms: two hops or more
         assert {k: v for k, v in copy.properties.items() if k != "TIMER_ROLL_TIMES"} == {
             k: v for k, v in first.properties.items() if k != "DELAY"}
-    wait_until(lambda: timers_waiting() == 0, timeout=10, message="no timer waiting on the metrics page")
+    wait_until(lambda: timers_waiting(broker) == 0, timeout=10, message="no timer waiting on the metrics page")
 
 
 def test_a_time_already_past_is_stored_at_once(broker):

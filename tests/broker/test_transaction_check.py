@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
-from smartgo.broker.testing import (end_transaction_command, group_command, heartbeat_body, metric_value,
+from smartgo.broker.testing import (FREE_PORT, end_transaction_command, group_command, heartbeat_body, metric_value,
                                     parse_metrics, pull_command, restart_broker, scrape_metrics, send_command,
                                     stats_records, uniq_key)
 from smartgo.broker.transaction_check import CHECK_GROUP
@@ -20,11 +20,10 @@ from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, RequestCode, ResponseC
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                   TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
-from smartgo.testing import free_port, wait_until
+from smartgo.testing import wait_until
 
-METRICS_PORT = free_port()
 NODE_SETTINGS = {"transaction_timeout": 1.0, "transaction_check_interval": 0.2, "transaction_check_max": 3,
-                 "metrics_port": METRICS_PORT, "metrics_host": "127.0.0.1", "stats_interval": 1}
+                 "metrics_port": FREE_PORT, "metrics_host": "127.0.0.1", "stats_interval": 1}
 
 
 class TransactionalProducer:
@@ -138,7 +137,7 @@ def test_the_metrics_page_counts_commits_rollbacks_and_open_halves(broker, produ
     p.prepare("TxMetricsOpen", b"maybe")
 
     def page_with(*wanted: tuple[str, str]):
-        samples = parse_metrics(scrape_metrics(METRICS_PORT)[2])
+        samples = parse_metrics(scrape_metrics(broker.node.metrics_port)[2])
         return samples if all(metric_value(samples, name, topic=topic) for name, topic in wanted) else None
     samples = wait_until(lambda: page_with(("rocketmq_half_messages", "TxMetricsOpen"),    # the check-back's pass
                                            ("rocketmq_commit_messages_total", "TxMetrics")),  # the net actor's flush
