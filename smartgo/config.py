@@ -234,10 +234,11 @@ class NodeConfig:
                                                     "(5.x's enableElectUncleanMaster)", choices=("true", "false"))
     slave_sync_interval: float = setting(10.0, "slave: seconds between copies of the master's topics, groups "
                                                "and consumer offsets (SlaveSynchronize)")
-    slave_forward_writes: str = setting("true", "slave: pass the sends, send-backs and transaction ends a client "
-                                                "with a stale route addresses to it (after a switchover or a "
-                                                "failover: Java clients re-read routes every 30 s) on to its "
-                                                "master, and relay the answer, rather than refuse them as 4.x",
+    slave_forward_writes: str = setting("true", "slave: pass the sends, send-backs, transaction ends and "
+                                                "offsets a client with a stale route addresses to it (after a "
+                                                "switchover or a failover: Java clients re-read routes every 30 s) "
+                                                "on to its master, and relay the answer, rather than refuse them "
+                                                "as 4.x",
                                         choices=("true", "false"))
     # ---- supervision
     start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "

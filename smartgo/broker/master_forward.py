@@ -7,7 +7,9 @@ and C++ clients keep sending there until their next route poll (30 s). 4.x's sla
 actor relays each such request to the master the registries name (the broker actor sends its
 address with the net actors' settings) and the master's answer back: its msgId, queue and offset
 are the master's, which is where the message is. What a slave does not know a master for yet,
-and a master that does not answer, get 4.x's refusal.
+and a master that does not answer, get 4.x's refusal. A consumer offset a stale route brings
+(UPDATE_CONSUMER_OFFSET) goes to the master too, since the slave's next copy of the master's
+offsets would overwrite it; when the master does not answer the slave keeps it, as 4.x's does.
 
 The request goes on as it came (code, header fields, body, version), so an ACL signature still
 holds at the master, with one field added after the client signed: acl.FORWARDED_BY, which keeps
@@ -34,9 +36,11 @@ log = logging.getLogger("smartgo.broker.master_forward")
 
 # The writes a client addresses to its broker name's master
 FORWARDED = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
-             RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION)
+             RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, RequestCode.UPDATE_CONSUMER_OFFSET)
+KEPT_WHEN_UNSENT = frozenset({RequestCode.UPDATE_CONSUMER_OFFSET})    # the slave's own processor takes it
 TIMEOUT = 2.5               # s: inside a client's default send timeout (3 s), so that it hears why
 QUIET_FOR = 60.0            # s between log lines of a master that keeps failing
+UNSENT = RemotingCommand(-1)    # _relay: the master did not take it, the slave's own processor does
 
 
 class MasterForward:
@@ -54,13 +58,14 @@ class MasterForward:
                 out[code] = self._forwarding(out[code])
         return out
 
-    def _forwarding(self, refuse: Processor) -> Processor:
+    def _forwarding(self, own: Processor) -> Processor:
         async def forward(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
             master = self.master
             if master is None:
-                return await refuse(conn, request)
+                return await own(conn, request)
             # a task of its own: dialling the master uses asyncio.wait_for, which needs one
-            return await asyncio.ensure_future(self._relay(master, conn, request))
+            answer = await asyncio.ensure_future(self._relay(master, conn, request))
+            return await own(conn, request) if answer is UNSENT else answer
         return forward
 
     async def _relay(self, master: str, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
@@ -77,6 +82,8 @@ class MasterForward:
             line = self._failures.line(why, gist(why.replace(str(conn.remote_address), "")))
             if line is not None:
                 log.warning("%s", line)
+            if request.code in KEPT_WHEN_UNSENT:
+                return UNSENT
             return None if request.is_oneway else request.make_response(
                 ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: this broker is a slave and its "
                                                     f"master {master} did not take the message: {exc}")

@@ -43,11 +43,15 @@ async def refuse(conn, request: RemotingCommand) -> RemotingCommand:
     return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, "a slave")
 
 
+async def keep(conn, request: RemotingCommand) -> RemotingCommand:
+    return request.make_response(ResponseCode.SUCCESS, "kept on the slave")
+
+
 def forwarding(master: Master) -> tuple[MasterForward, dict]:
     forward = MasterForward("127.0.0.1:20911", None)
     forward.client = master
     table = forward.wrap({RequestCode.SEND_MESSAGE_V2: refuse, RequestCode.PULL_MESSAGE: refuse,
-                          RequestCode.END_TRANSACTION: refuse})
+                          RequestCode.END_TRANSACTION: refuse, RequestCode.UPDATE_CONSUMER_OFFSET: keep})
     return forward, table
 
 
@@ -90,3 +94,7 @@ def test_without_a_master_or_when_it_fails_the_slave_refuses(caplog):
         assert failed.code == ResponseCode.SERVICE_NOT_AVAILABLE and failed.opaque == 41
         assert "its master 127.0.0.1:10911 did not take the message" in failed.remark
     assert caplog.text.count("not passed on to the master 127.0.0.1:10911") == 1
+    # a consumer offset the master did not take stays on the slave, as 4.x keeps it
+    kept = asyncio.run(table[RequestCode.UPDATE_CONSUMER_OFFSET](CONN, request(RequestCode.UPDATE_CONSUMER_OFFSET)))
+    assert (kept.code, kept.remark) == (ResponseCode.SUCCESS, "kept on the slave")
+    assert [cmd.code for _, cmd, _ in master.sent][-1] == RequestCode.UPDATE_CONSUMER_OFFSET     # tried first

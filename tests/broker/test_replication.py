@@ -16,8 +16,9 @@ import psutil
 import pytest
 
 from smartgo.broker.send_processor import SLAVE_REMARK
-from smartgo.broker.testing import (FREE_PORT, batch_command, committed_total, message_properties, metric_value, offset_command,
-                                    parse_metrics, restart_broker, scrape_metrics, send_command, uniq_key)
+from smartgo.broker.testing import (FREE_PORT, batch_command, committed_total, group_command, message_properties,
+                                    metric_value, offset_command, parse_metrics, restart_broker, scrape_metrics,
+                                    send_command, uniq_key, update_offset_command)
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -100,6 +101,10 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
     batch = master.client.invoke(slave_addr, batch_command("Rep", [(b"s%d" % i, message_properties(uniq=uniq_key()))
                                                                    for i in range(3)], queue_id=1))
     assert batch.code == ResponseCode.SUCCESS and batch.ext_fields["msgId"].count(",") == 2
+    # a consumer offset too: the slave's next copy of the master's offsets would overwrite it
+    assert master.client.invoke(slave_addr, update_offset_command("FG", "Rep", 1, 2)).code == ResponseCode.SUCCESS
+    wait_until(lambda: master.call(group_command(RequestCode.QUERY_CONSUMER_OFFSET, "FG", topic="Rep", queueId=1))
+               .ext_fields.get("offset") == "2", timeout=10, message="the offset committed at the master")
     resume = RemotingCommand(RequestCode.RESUME_CHECK_HALF_MESSAGE, ext_fields={"msgId": "7F00000100002A9F" + "0" * 16})
     assert master.client.invoke(slave_addr, resume).code == ResponseCode.SERVICE_NOT_AVAILABLE   # no half put back
     assert_same_log(master.node, slave)                 # written by the master, copied as any other

@@ -187,7 +187,8 @@ def test_auto_commit_and_a_restarted_consumer_goes_on_from_it(real_cluster):
     topic, group = name("LITEC"), name("LG")
 
     async def main():
-        sent, first = await backlog(real_cluster.registry, topic, group, 50, pull_batch_size=10,
+        # 30 messages, so that nothing is pulled ahead of the last poll (more would be, at any time)
+        sent, first = await backlog(real_cluster.registry, topic, group, 30, pull_batch_size=10,
                                     auto_commit_interval=0, persist_offset_interval=0.2)
         async with first:
             got = await poll_until(first, 30)
@@ -198,6 +199,7 @@ def test_auto_commit_and_a_restarted_consumer_goes_on_from_it(real_cluster):
             assert await first.committed(mq) == 30
             await async_wait_until(lambda: _at(real_cluster.registry, group, topic, 30), 10, 0.1,
                                    "the periodic persistence")
+        sent.update(await send_all(real_cluster.registry, topic, 20))
         # a consumer without auto commit reads from there and commits nothing at close
         second = AsyncLitePullConsumer(group, real_cluster.registry, auto_commit=False, pull_batch_size=10)
         second.subscribe(topic)
