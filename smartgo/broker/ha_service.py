@@ -151,7 +151,8 @@ class HAService:
             writer.close()
             self.links.discard(link)
             self._publish_slaves()
-        self._say(logging.WARNING, "drop", peer, f"slave {peer} dropped: {link.error} (acknowledged up to {link.acked})")
+        self._say(logging.WARNING, "drop", peer,
+                  f"slave {peer} dropped: {link.error} (acknowledged up to {link.acked})")
 
     def _say(self, level: int, kind: str, peer: str, text: str) -> None:
         """A line about a slave's connection: one that comes back at every reconnect, numbers

@@ -243,10 +243,10 @@ def start_broker(base: Path, settings: dict | None = None, wait: bool = True, la
         return _metrics_port({**SMALL_NODE, "disk_usage_file": usage, **picked, **(settings or {})}, picked)
 
     node = launch_node(base, node_settings, role="master", wait=wait, launcher=launcher)
-    used = {**(settings or {}), **picked}
+    used = {**picked, **(settings or {})}
     node.registry_port = used["embedded_registry_port"]       # type: ignore[attr-defined]
     node.ha_port = used["ha_port"]                            # type: ignore[attr-defined]
-    node.metrics_port = used.get("metrics_port", 0)           # type: ignore[attr-defined]
+    node.metrics_port = picked.get("metrics_port", used.get("metrics_port", 0))   # type: ignore[attr-defined]
     return node
 
 

@@ -35,8 +35,9 @@ log = logging.getLogger("smartgo.registry.server")
 DEFAULT_PORT = 9876
 DEFAULT_STORE_DIR = Path.home() / "namesrv"
 _GONE = (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT)
-ADMIN_WRITES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-                          RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.CONTROLLER_ELECT_MASTER})  # in ADMIN_CODES
+ADMIN_WRITES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,   # in acl.ADMIN_CODES
+                          RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                          RequestCode.CONTROLLER_ELECT_MASTER})
 REGISTRATIONS = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER})
 
 

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import (FREE_PORT, committed_total, metric_value, offset_command, parse_metrics, restart_broker,
-                                    scrape_metrics, send_command)
+from smartgo.broker.testing import (FREE_PORT, committed_total, metric_value, offset_command, parse_metrics,
+                                    restart_broker, scrape_metrics, send_command)
 from smartgo.client import Admin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
