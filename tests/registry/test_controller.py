@@ -38,6 +38,7 @@ class FakeBrokers:
         self.silent: set[str] = set()                       # take the notice, close before answering
         self.fenced: dict[str, int] = {}                    # a fenced master: the looks until it stops writing
         self.on_look = lambda addr: None
+        self.garbled: dict[str, str] = {}                   # a failoverFencedEnd that is not a number
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if cmd.code == RequestCode.GET_BROKER_RUNTIME_INFO:
@@ -49,6 +50,7 @@ class FakeBrokers:
             if looks is not None:
                 self.fenced[addr] = looks - 1
             final = self.ends[addr] if looks is not None and looks <= 0 else -1
+            final = self.garbled.get(addr, final)
             return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"table": {
                 "commitLogMaxOffset": str(self.ends[addr]), "brokerRole": role, "slaveAckedOffset": str(acked),
                 "failoverFencedEnd": str(final)}}))
@@ -338,10 +340,11 @@ def test_a_switchover_takes_the_master_end_only_once_its_commit_actor_refuses_wr
     assert len(looks) == 6 and term.starts == {0: 0, 1: 500}
 
 
-@pytest.mark.parametrize("slave_end,never_stops,refusal", [
-    (300, False, r"s:1 did not catch up with m:1 within 0.02s \(CommitLog ends 300 "),
-    (400, True, r"m:1 did not stop writing within 0.02s; it takes sends again")], ids=["slave-lags", "master-writes"])
-def test_a_switchover_that_cannot_finish_changes_nothing(tmp_path, monkeypatch, slave_end, never_stops,
+@pytest.mark.parametrize("slave_end,never_stops,garbled,refusal", [
+    (300, False, None, r"s:1 did not catch up with m:1 within 0.02s \(CommitLog ends 300 "),
+    (400, True, None, r"m:1 did not stop writing within 0.02s; it takes sends again"),
+    (400, False, "4O0", r"m:1 answered the CommitLog end '4O0'")], ids=["slave-lags", "master-writes", "garbled"])
+def test_a_switchover_that_cannot_finish_changes_nothing(tmp_path, monkeypatch, slave_end, never_stops, garbled,
                                                         refusal) -> None:
     monkeypatch.setattr(controller_module, "SWITCH_POLL", 0.001)
     monkeypatch.setattr(controller_module, "SWITCH_TIMEOUT", 0.02)
@@ -350,6 +353,8 @@ def test_a_switchover_that_cannot_finish_changes_nothing(tmp_path, monkeypatch, 
     register(c, routes, "s:1", 1)
     if never_stops:
         brokers.fenced["m:1"] = 1 << 30                          # its commit actor never reports the fence
+    if garbled is not None:
+        brokers.garbled["m:1"] = garbled
     with pytest.raises(SwitchoverError, match=refusal):
         asyncio.run(c.switchover("broker-a", "s:1"))
     assert [addr for addr, _ in brokers.notified] == ["m:1"]     # fenced, never promoted
