@@ -15,7 +15,9 @@ The request goes on as it came (code, header fields, body, version), so an ACL s
 holds at the master, with one field added after the client signed: acl.FORWARDED_BY, which keeps
 the master from white-listing it by the slave's address (that white list is for the slave's own
 calls). The slave's own ACL check, when it has one, came first. Oneway requests (a Java
-END_TRANSACTION) stay oneway.
+END_TRANSACTION) stay oneway. A request is passed on once: one that already carries the field (a
+slave that has not heard of a new master yet, passing on to the old one, now a slave too) is
+refused, so that two slaves that each take the other for the master cannot pass it round.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class MasterForward:
     def _forwarding(self, own: Processor) -> Processor:
         async def forward(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
             master = self.master
-            if master is None:
+            if master is None or (request.ext_fields is not None and FORWARDED_BY in request.ext_fields):
                 return await own(conn, request)
             # a task of its own: dialling the master uses asyncio.wait_for, which needs one
             answer = await asyncio.ensure_future(self._relay(master, conn, request))

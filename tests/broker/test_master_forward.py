@@ -74,6 +74,17 @@ def test_a_write_goes_on_as_it_came_and_the_masters_answer_comes_back():
     assert table[RequestCode.PULL_MESSAGE] is refuse                  # reads are the slave's own
 
 
+def test_a_write_is_passed_on_once():
+    """A slave that took another slave for the master passed it on: it goes no further."""
+    master = Master()
+    forward, table = forwarding(master)
+    forward.master = "127.0.0.1:10911"
+    again = request(RequestCode.SEND_MESSAGE_V2)
+    again.ext_fields[FORWARDED_BY] = "127.0.0.1:30911"
+    refused = asyncio.run(table[RequestCode.SEND_MESSAGE_V2](CONN, again))
+    assert (refused.code, refused.remark, master.sent) == (ResponseCode.SERVICE_NOT_AVAILABLE, "a slave", [])
+
+
 def test_a_oneway_write_stays_oneway():
     master = Master()
     forward, table = forwarding(master)
