@@ -28,6 +28,7 @@ import ssl
 
 from smartgo.acl import FORWARDED_BY
 from smartgo.actors.logs import Repeats, gist
+from smartgo.broker.stats import NetStats
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -46,8 +47,9 @@ UNSENT = RemotingCommand(-1)    # _relay: the master did not take it, the slave'
 
 
 class MasterForward:
-    def __init__(self, me: str, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(self, me: str, ssl_context: ssl.SSLContext | None, stats: NetStats) -> None:
         self.me = me                            # this slave's broker address
+        self.stats = stats                      # smartgo_slave_forwarded_requests_total
         self.master: str | None = None          # the master's broker address, as the registries answer
         self.client = RemotingClient(ssl_context=ssl_context)   # no signing hook: the client's signature stays
         self._failures = Repeats(QUIET_FOR)
@@ -77,9 +79,11 @@ class MasterForward:
         try:
             if request.is_oneway:
                 await self.client.invoke_oneway(master, cmd)
+                self.stats.relayed(request.code, True)
                 return None
             answer = await self.client.invoke(master, cmd, TIMEOUT)
         except RemotingError as exc:
+            self.stats.relayed(request.code, False)
             why = f"a write of {conn.remote_address} (code {request.code}) not passed on to the master {master}: {exc}"
             line = self._failures.line(why, gist(why.replace(str(conn.remote_address), "")))
             if line is not None:
@@ -89,6 +93,7 @@ class MasterForward:
             return None if request.is_oneway else request.make_response(
                 ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: this broker is a slave and its "
                                                     f"master {master} did not take the message: {exc}")
+        self.stats.relayed(request.code, True)
         return request.make_response(answer.code, answer.remark, answer.ext_fields,
                                      answer.body_bytes() if answer.body is not None else None)
 

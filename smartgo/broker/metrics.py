@@ -98,7 +98,12 @@ class BrokerMetrics:
         totals = self.b.stats.totals
         pulls.add({"result": "found"}, totals["pulls_found"])
         pulls.add({"result": "missed"}, totals["pulls_missed"])
-        return [msgs_in, bytes_in, size, msgs_out, bytes_out, dlq, pulls]
+        relayed = self.family("smartgo_slave_forwarded_requests_total", "counter",
+                              "Writes of clients with a stale route (sends, send-backs, transaction ends, offsets) "
+                              "this slave passed on to its master, or could not, by request code")
+        for (code, result), n in sorted(self.b.stats.forwarded.items()):
+            relayed.add({"request_code": str(code), "result": result}, n)
+        return [msgs_in, bytes_in, size, msgs_out, bytes_out, dlq, pulls, relayed]
 
     def _group_labels(self, topic: str, group: str) -> Labels:
         return {"topic": topic, "consumer_group": group, "is_retry": _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),

@@ -137,7 +137,7 @@ class NetActor(Actor):
         processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
         self.forward = None
         if self.sends.slave and cfg.slave_forward_writes == "true":
-            self.forward = MasterForward(broker_addr(cfg), cfg.outbound_tls())
+            self.forward = MasterForward(broker_addr(cfg), cfg.outbound_tls(), self.stats)
             processors = self.forward.wrap(processors)
         self.acl = None
         if cfg.acl_enable == "true":

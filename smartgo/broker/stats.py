@@ -135,6 +135,12 @@ class NetStats:
         self.pulls_found = 0
         self.pulls_missed = 0
         self.transactions: dict[str, list[int]] = {}
+        self.forwarded: dict[tuple[int, str], int] = {}     # (request code, passed | failed): a slave's relays
+
+    def relayed(self, code: int, passed: bool) -> None:
+        """A slave passed a stale route's write on to its master, or could not (master_forward)."""
+        key = (code, "passed" if passed else "failed")
+        self.forwarded[key] = self.forwarded.get(key, 0) + 1
 
     def ended(self, topic: str, commit: bool, seconds: int) -> None:
         """A half message of topic committed or rolled back, seconds after its birth."""
@@ -172,13 +178,15 @@ class NetStats:
 
     def take(self) -> dict | None:
         """The deltas since the last take (channel-ready), None when nothing happened."""
-        if not (self.send.count or self.pull.count or self.put or self.get or self.pulls_missed or self.transactions):
+        if not (self.send.count or self.pull.count or self.put or self.get or self.pulls_missed or self.transactions
+                or self.forwarded):
             return None
         wire = {"put": [[t, c[0], c[1], c[2]] for t, c in self.put.items()],
                 "get": [[g, t, *c] for (g, t), c in self.get.items()],
                 "send": self.send.to_wire(), "pull": self.pull.to_wire(),
                 "found": self.pulls_found, "missed": self.pulls_missed,
                 "tx": [[t, *c] for t, c in self.transactions.items()],
+                "fw": [[code, result, n] for (code, result), n in self.forwarded.items()],
                 "sizes": [[t, *c[3:]] for t, c in self.put.items()]}
         self._reset()
         return wire
@@ -276,6 +284,8 @@ class StatsBook:
         self.transactions: dict[str, list[int]] = {}
         #: topic -> message size histogram since start (NetStats.sizes; 5.x's rocketmq_message_size).
         self.sizes: dict[str, list[int]] = {}
+        #: (request code, passed | failed) -> a slave's relays of stale-route writes since start
+        self.forwarded: Counter[tuple[int, str]] = Counter()
         self.broker_rates = Samples(1.0, 3601)
         self.cluster = cluster
         self.items = StatsItems(now, minute_sample_ms)
@@ -322,6 +332,8 @@ class StatsBook:
                     total = table[topic] = [0] * len(counts)
                 for i, n in enumerate(counts):
                     total[i] += n
+        for code, result, n in wire.get("fw", ()):
+            self.forwarded[(code, result)] += n
         self.send.add_wire(wire["send"])
         self.pull.add_wire(wire["pull"])
 

@@ -10,6 +10,7 @@ import pytest
 
 from smartgo.acl import FORWARDED_BY
 from smartgo.broker.master_forward import MasterForward
+from smartgo.broker.stats import NetStats
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingConnectError
@@ -48,7 +49,7 @@ async def keep(conn, request: RemotingCommand) -> RemotingCommand:
 
 
 def forwarding(master: Master) -> tuple[MasterForward, dict]:
-    forward = MasterForward("127.0.0.1:20911", None)
+    forward = MasterForward("127.0.0.1:20911", None, NetStats())
     forward.client = master
     table = forward.wrap({RequestCode.SEND_MESSAGE_V2: refuse, RequestCode.PULL_MESSAGE: refuse,
                           RequestCode.END_TRANSACTION: refuse, RequestCode.UPDATE_CONSUMER_OFFSET: keep})
@@ -72,6 +73,7 @@ def test_a_write_goes_on_as_it_came_and_the_masters_answer_comes_back():
     assert (answer.code, answer.opaque, answer.ext_fields) == (ResponseCode.SUCCESS, 41,
                                                                {"msgId": "M", "queueOffset": "7"})
     assert table[RequestCode.PULL_MESSAGE] is refuse                  # reads are the slave's own
+    assert forward.stats.take()["fw"] == [[RequestCode.SEND_MESSAGE_V2, "passed", 1]]
 
 
 def test_a_write_is_passed_on_once():
@@ -105,6 +107,7 @@ def test_without_a_master_or_when_it_fails_the_slave_refuses(caplog):
         assert failed.code == ResponseCode.SERVICE_NOT_AVAILABLE and failed.opaque == 41
         assert "its master 127.0.0.1:10911 did not take the message" in failed.remark
     assert caplog.text.count("not passed on to the master 127.0.0.1:10911") == 1
+    assert forward.stats.forwarded == {(RequestCode.SEND_MESSAGE_V2, "failed"): 3}
     # a consumer offset the master did not take stays on the slave, as 4.x keeps it
     kept = asyncio.run(table[RequestCode.UPDATE_CONSUMER_OFFSET](CONN, request(RequestCode.UPDATE_CONSUMER_OFFSET)))
     assert (kept.code, kept.remark) == (ResponseCode.SUCCESS, "kept on the slave")

@@ -109,6 +109,12 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
     assert master.client.invoke(slave_addr, resume).code == ResponseCode.SERVICE_NOT_AVAILABLE   # no half put back
     assert_same_log(master.node, slave)                 # written by the master, copied as any other
 
+    def relayed(code: int, result: str) -> float | None:
+        samples = parse_metrics(scrape_metrics(slave.metrics_port)[2])
+        return metric_value(samples, "smartgo_slave_forwarded_requests_total", request_code=str(code), result=result)
+    wait_until(lambda: [relayed(c, "passed") for c in (310, 320, 15)] == [1, 1, 1], timeout=10,
+               message="the relays counted on the slave's page")
+
     refusing = slaves(master.node, {"slave_forward_writes": "false", "broker_id": 2})
     refused = master.client.invoke(f"127.0.0.1:{refusing.port}", send_command("Rep", b"no"))
     assert (refused.code, refused.remark) == (ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
@@ -123,6 +129,7 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
     assert field(slave, "commitlog.written") == written
     wait_until(lambda: "Connection refused" in slave.log_text(), timeout=10)
     assert slave.log_text().count("Connection refused") == 1     # the same failure: once a minute
+    wait_until(lambda: relayed(310, "failed") == 4, timeout=10, message="the failed relays counted")
 
 
 def test_a_late_slave_catches_up_across_files_and_resumes_after_restart_and_kill9(start_node, slaves):
