@@ -373,7 +373,9 @@ def test_killing_either_ha_actor_mid_stream_costs_a_reconnect_only(start_node, s
                    message="the ha actor restarted")
         assert_same_log(master.node, slave)
     assert field(slave, "commitlog.dispatched") == field(master.node, "commitlog.written")
-    assert slave.log_text().count("replicating from") >= 3          # a new connection after each kill
+    # a new connection after each kill (the log lines come through the supervisor: poll for them)
+    wait_until(lambda: slave.log_text().count("replicating from") >= 3, timeout=10,
+               message="the slave's third replication connection in its log")
 
 
 def test_slave_read_enable_sends_a_consumer_reading_old_data_to_the_slave(start_node, slaves):
