@@ -129,14 +129,20 @@ class Node:
 
     def kill(self) -> None:
         """kill -9 of the whole node: every process at once, the supervisor included (a SIGKILL to
-        the supervisor alone lets its actors stop cleanly when their control pipes close)."""
+        the supervisor alone lets its actors stop cleanly when their control pipes close). All are
+        stopped (SIGSTOP) before any is killed: an actor still running when the supervisor died
+        would take its pipe's end for a stop and shut down cleanly (a CI run's flush actor removed
+        the abort file that way), and a supervisor still running would restart a killed actor."""
         self.remember()
-        procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
+        supervisor = psutil.Process(self.proc.pid)
+        supervisor.send_signal(signal.SIGSTOP)
+        procs = [supervisor, *supervisor.children(recursive=True)]
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for p in procs:
+                try:
+                    p.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
         self.proc.wait(10)
 
     def log_text(self) -> str:
