@@ -9,15 +9,11 @@ an embedded one leaves registrations open when the node has no account of its ow
 from __future__ import annotations
 
 from smartgo.actors.actor import Actor, ActorContext
-import logging
-
-from smartgo.acl import AclConfigError, node_client
+from smartgo.acl import node_client
 from smartgo.broker import failover
-from smartgo.broker.acl_guard import AclGuard, acl_path
+from smartgo.broker.acl_guard import node_guard
 from smartgo.net.tls import node_server_options
 from smartgo.registry.server import RegistryServer
-
-log = logging.getLogger("smartgo.actors.registry_actor")
 
 
 class RegistryActor(Actor):
@@ -27,19 +23,12 @@ class RegistryActor(Actor):
         cfg = self.config
         # A broker's embedded registry never decides failover: it goes down with its master.
         decides = failover.enabled(cfg) and cfg.role == "registry"
-        acl = None
-        if cfg.acl_enable == "true":
-            try:
-                acl = AclGuard(acl_path(cfg))
-            except (AclConfigError, OSError) as exc:
-                log.error("acl_enable is on and the ACL file does not load, so the registry does not serve: %s", exc)
-                raise
         self.server = RegistryServer(
             cfg.listen_host, port or cfg.listen_port, store, tls=node_server_options(cfg.server_tls, "registry"),
             failover_delay=cfg.failover_delay if decides else None,
             failover_client=node_client(cfg) if decides else None,
             failover_unclean=cfg.failover_unclean_enable == "true",
-            acl=acl, guard_registrations=cfg.role == "registry" or bool(cfg.acl_access_key))
+            acl=node_guard(cfg, "registry"), guard_registrations=cfg.role == "registry" or bool(cfg.acl_access_key))
 
     async def start(self) -> None:
         await self.server.start()

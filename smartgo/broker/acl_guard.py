@@ -34,6 +34,18 @@ def acl_path(config: NodeConfig) -> Path:
     return Path(config.acl_file).expanduser() if config.acl_file else config.store_path / "plain_acl.yml"
 
 
+def node_guard(config: NodeConfig, who: str) -> AclGuard | None:
+    """The node's guard when acl_enable is on, else None. A file that does not load is logged
+    and raised: a node asked to check access must not serve without it."""
+    if config.acl_enable != "true":
+        return None
+    try:
+        return AclGuard(acl_path(config))
+    except (AclConfigError, OSError) as exc:
+        log.error("%s: acl_enable is on and the ACL file does not load, so nothing is served: %s", who, exc)
+        raise
+
+
 def _stamp(path: Path) -> tuple[int, int, int] | None:
     """A new inode too: two atomic rewrites within one clock tick may keep mtime and size."""
     try:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from datetime import date
 
-from smartgo.acl import node_client, signer
+from smartgo.acl import node_client
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.health import CpuSampler
 from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell
@@ -160,8 +160,7 @@ class BrokerActor(Actor):
         self.registrar.extra = self.roles.register_fields      # read at each round: a slave's epoch moves
         if is_slave(cfg):                               # topics, groups and offsets follow the master's
             self.spawn(run_slave_sync(self, lambda: self.registrar.master_addr, cfg.slave_sync_interval,
-                                      request_hook=signer(cfg.acl_access_key, cfg.acl_secret_key),
-                                      ssl_context=cfg.outbound_tls()), "slave sync")
+                                      node_client(cfg)), "slave sync")
         self.log.info("broker %s at %s: %d topics (version %d), %d groups, %d offset entries, registries %s",
                       cfg.broker_name, broker_addr(cfg), len(self.snapshot.topics), self.snapshot.version,
                       len(self.groups.table), len(self.offsets.table), ";".join(self.registrar.registries))

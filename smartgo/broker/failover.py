@@ -67,4 +67,4 @@ def apply(config: NodeConfig) -> NodeConfig:
         return config
     state = current(config)
     return replace(config, role=state.role, broker_id=state.broker_id,
-                               replication=config.replication if state.role == "master" else "async")
+                   replication=config.replication if state.role == "master" else "async")

@@ -32,8 +32,7 @@ import time
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.ring import CONSUMER, PRODUCER, wait_any
 from smartgo.broker import profiling
-from smartgo.acl import AclConfigError
-from smartgo.broker.acl_guard import AclGuard, acl_path
+from smartgo.broker.acl_guard import node_guard
 from smartgo.broker.master_forward import MasterForward
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.message_filter import CheckClientConfigProcessor, Filters
@@ -135,17 +134,12 @@ class NetActor(Actor):
             processors[code] = functools.partial(self._forward, timeout=CALL_CLIENT_TIMEOUT + 2 * INVOKE_MARGIN)
         processors[RequestCode.HEART_BEAT] = self._heart_beat
         processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
-        self.forward = None
+        self.master_forward = None
         if self.sends.slave and cfg.slave_forward_writes == "true":
-            self.forward = MasterForward(broker_addr(cfg), cfg.outbound_tls(), self.stats)
-            processors = self.forward.wrap(processors)
-        self.acl = None
-        if cfg.acl_enable == "true":
-            try:
-                self.acl = AclGuard(acl_path(cfg))
-            except (AclConfigError, OSError) as exc:
-                log.error("%s: acl_enable is on and the ACL file does not load, so nothing is served: %s", me, exc)
-                raise
+            self.master_forward = MasterForward(broker_addr(cfg), cfg.outbound_tls(), self.stats)
+            processors = self.master_forward.wrap(processors)
+        self.acl = node_guard(cfg, me)
+        if self.acl is not None:
             processors = self.acl.guard(processors)
         ports = [cfg.listen_port] + ([vip_port(cfg)] if vip_port(cfg) else [])
         tls = node_server_options(cfg.server_tls, me)
@@ -252,8 +246,8 @@ class NetActor(Actor):
     def _on_config(self, args: dict) -> None:
         self.sends.auto_create = args["auto_create_topic"]
         self.pulls.auto_create_groups = args["auto_create_groups"]
-        if self.forward is not None:
-            self.forward.master = args.get("master") or None
+        if self.master_forward is not None:
+            self.master_forward.master = args.get("master") or None
 
     def _on_acl(self, args: dict) -> None:
         if self.acl is not None:                # the broker actor changed the ACL file
@@ -330,8 +324,8 @@ class NetActor(Actor):
         await self.sends.drain(DRAIN_TIMEOUT)
         await self.link.settle(SETTLE_TIMEOUT)
         await self.server.stop()
-        if self.forward is not None:
-            await self.forward.close()
+        if self.master_forward is not None:
+            await self.master_forward.close()
         self._send_stats(int(time.time() * 1000))          # the last counts, before the broker actor stops
         if self._pump is not None:
             self._pump.cancel()

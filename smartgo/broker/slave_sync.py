@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -195,14 +194,11 @@ class SyncTarget(Protocol):
 
 
 async def run_slave_sync(broker: SyncTarget, master_addr_of: Callable[[], str | None], interval: float,
-                         timeout: float = DEFAULT_TIMEOUT,
-                         request_hook: Callable[[RemotingCommand], None] | None = None,
-                         ssl_context: ssl.SSLContext | None = None) -> None:
+                         client: RemotingClient, timeout: float = DEFAULT_TIMEOUT) -> None:
     """A round at once, then one every `interval` seconds after the previous ended, until
     cancelled. A round is skipped while the master's address is unknown (None); a failed fetch is
-    a warning and the next round tries again (the slave keeps what it has). Uses a client of its
-    own, closed when the loop ends; request_hook signs its requests for an ACL-enabled master."""
-    client = RemotingClient(request_hook=request_hook, ssl_context=ssl_context)
+    a warning and the next round tries again (the slave keeps what it has). client (the node's
+    own, acl.node_client: signed for an ACL-enabled master) is closed when the loop ends."""
     last: str | None = None
     try:
         while True:

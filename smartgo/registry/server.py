@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from smartgo.acl import ADMIN_CODES
 from smartgo.broker.acl_guard import CHECK_INTERVAL, AclGuard
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode
@@ -35,9 +36,6 @@ log = logging.getLogger("smartgo.registry.server")
 DEFAULT_PORT = 9876
 DEFAULT_STORE_DIR = Path.home() / "namesrv"
 _GONE = (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT)
-ADMIN_WRITES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,   # in acl.ADMIN_CODES
-                          RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV,
-                          RequestCode.CONTROLLER_ELECT_MASTER})
 REGISTRATIONS = frozenset({RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER})
 
 
@@ -62,7 +60,7 @@ class RegistryServer:
         self._remoting: RemotingServer | None = None
         self._tls = tls or {}                           # RemotingServer's TLS options (smartgo.net.tls)
         self.acl = acl
-        self._guarded = ADMIN_WRITES | REGISTRATIONS if guard_registrations else ADMIN_WRITES
+        self._guard_registrations = guard_registrations
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -77,8 +75,9 @@ class RegistryServer:
         if self.controller is not None:
             self.controller.load()
         processors = self.processors.table()
-        if self.acl is not None:
-            processors = self.acl.guard(processors, self._guarded)
+        if self.acl is not None:        # the writes acl.ADMIN_CODES lists, and registrations
+            guarded = ADMIN_CODES | REGISTRATIONS if self._guard_registrations else ADMIN_CODES
+            processors = self.acl.guard(processors, guarded)
         self._remoting = RemotingServer(self.host, [self.requested_port], processors,
                                         listeners=[self._on_connection_event], **self._tls)
         await self._remoting.start()

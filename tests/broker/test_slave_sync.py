@@ -262,7 +262,7 @@ def test_the_loop_warns_goes_on_and_applies_once_the_master_answers(caplog):
     async def main() -> None:
         async with master.server:
             task = asyncio.create_task(run_slave_sync(SimpleNamespace(apply_master_state=applied.append),
-                                                      master_addr, 0.02, timeout=2.0))
+                                                      master_addr, 0.02, RemotingClient(), timeout=2.0))
             def retried() -> bool:
                 return task.done() or master.requests.count(RequestCode.GET_ALL_CONSUMER_OFFSET) >= 2
             await async_wait_until(retried, timeout=5, message="a second attempt after a garbled answer")

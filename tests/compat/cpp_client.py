@@ -10,7 +10,8 @@ Ops run in order; each result is {"ok": true, "value": ...} or {"ok": false, "er
         -> [{status, msgId, offset}] (none for oneway)
     {"op": "push", "topic", "group", "expression", "expect", "model": CLUSTERING|BROADCASTING,
      "orderly": false, "failFirst": 0, "timeoutS": 30, "settleS": 0, "sendAfterStart": {send op}}
-        -> [message]: what the listener took, up to `expect` and whatever came `settleS` later.
+        -> [message]: what the listener took, up to `expect`, and a first one beyond it if it came
+        within `settleS` (a duplicate; the wait ends there).
         failFirst: the first k deliveries throw (RECONSUME_LATER). sendAfterStart: once the
         consumer is pulling (proved by tag "Probe" messages sent every 0.2 s until one arrives;
         they are not returned), send these: a broadcasting consumer starts at the queues' ends.
@@ -109,7 +110,7 @@ def push(ns: str, spec: dict) -> list[dict]:
     c = PushConsumer(spec["group"], orderly=spec.get("orderly", False), message_model=model)
     c.set_namesrv_addr(ns)
     got: list[dict] = []
-    lock, enough, primed = threading.Lock(), threading.Event(), threading.Event()
+    lock, enough, primed, beyond = threading.Lock(), threading.Event(), threading.Event(), threading.Event()
     failures = [spec.get("failFirst", 0)]
 
     def on_message(m) -> None:
@@ -123,6 +124,8 @@ def push(ns: str, spec: dict) -> list[dict]:
             got.append(_message(m))
             if len(got) >= spec["expect"]:
                 enough.set()
+            if len(got) > spec["expect"]:
+                beyond.set()
 
     c.subscribe(spec["topic"], on_message, spec.get("expression", "*"))
     c.start()
@@ -132,7 +135,8 @@ def push(ns: str, spec: dict) -> list[dict]:
             _prime(ns, spec["topic"], primed, spec.get("timeoutS", 30))
             send(ns, later)
         enough.wait(spec.get("timeoutS", 30))
-        time.sleep(spec.get("settleS", 0))            # anything beyond `expect` (a duplicate) shows up too
+        # anything beyond `expect` (a duplicate) shows up too: up to settleS more for a first one
+        beyond.wait(spec.get("settleS", 0))
         with lock:
             return list(got)
     finally:
