@@ -64,7 +64,7 @@ from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, retry_topic
 from smartgo.net.command import RemotingCommand
 
 __all__ = [
-    "ACCESS_CONFIG_FIELDS", "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "FORWARDED_BY", "PUB", "SECURITY_TOKEN",
+    "ACCESS_CONFIG_FIELDS", "ACCESS_KEY", "ADMIN_CODES", "ANY", "DENY", "FORWARDED_FOR", "PUB", "SECURITY_TOKEN",
     "SIGNATURE", "SUB",
     "UNIQUE_MSG_QUERY_FLAG", "AccessConfig", "Account", "AclConfig", "AclConfigError", "AclError", "AclValidator",
     "AddressStrategy", "address_strategy", "check_permission", "client_ip", "load_acl", "parse_acl",
@@ -77,10 +77,11 @@ SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
 # MixAll.UNIQUE_MSG_QUERY_FLAG: added by queryMessage after the 4.9.3- client signed, so unsigned
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
-# SmartGo's: a slave adds it to a client's write it passes on to its master
-# (smartgo.broker.master_forward), after the client signed. The master then judges the request on
-# its signature alone: the slave's address may be white-listed for the slave's own calls.
-FORWARDED_BY = "smartgoForwardedBy"
+# SmartGo's: the client's address, which a slave adds to a client's write it passes on to its
+# master (smartgo.broker.master_forward), after the client signed. The master stores it as the
+# message's born host, and judges the request on its signature alone: the connection's address is
+# the slave's, which may be white-listed for the slave's own calls, and the field is the slave's word.
+FORWARDED_FOR = "smartgoForwardedFor"
 
 # Permission's bits
 DENY = 1
@@ -365,11 +366,11 @@ def _java_text(value: object) -> str:
 
 def request_content(ext_fields: Mapping[str, str] | None, body: bytes | None, *,
                     with_unique_key: bool = False) -> bytes:
-    """What is signed: the ext field values, by key in Java order, without Signature, FORWARDED_BY
+    """What is signed: the ext field values, by key in Java order, without Signature, FORWARDED_FOR
     and (unless with_unique_key) _UNIQUE_KEY_QUERY, UTF-8, then the body."""
     fields = ext_fields or {}
     text = "".join(_java_text(fields[k]) for k in _java_order(fields)
-                   if k != SIGNATURE and k != FORWARDED_BY and (with_unique_key or k != UNIQUE_MSG_QUERY_FLAG))
+                   if k != SIGNATURE and k != FORWARDED_FOR and (with_unique_key or k != UNIQUE_MSG_QUERY_FLAG))
     content = text.encode("utf-8", "surrogatepass")
     return content + body if body else content
 
@@ -797,7 +798,7 @@ class AclValidator:
         """Raises AclError when the request may not pass."""
         need = self.resources(code, ext_fields, body)
         # a write a slave passed on: its address is the slave's, whose white-listing is not the client's
-        ip = None if ext_fields is not None and FORWARDED_BY in ext_fields else self._client_ip(remote_address or "")
+        ip = None if ext_fields is not None and FORWARDED_FOR in ext_fields else self._client_ip(remote_address or "")
         for strategy in self._global_white:
             if strategy.match(ip):
                 return

@@ -12,9 +12,11 @@ and a master that does not answer, get 4.x's refusal. A consumer offset a stale 
 offsets would overwrite it; when the master does not answer the slave keeps it, as 4.x's does.
 
 The request goes on as it came (code, header fields, body, version), so an ACL signature still
-holds at the master, with one field added after the client signed: acl.FORWARDED_BY, which keeps
-the master from white-listing it by the slave's address (that white list is for the slave's own
-calls). The slave's own ACL check, when it has one, came first. Oneway requests (a Java
+holds at the master, with one field added after the client signed: acl.FORWARDED_FOR, the
+client's address, which the master stores as the message's born host (4.x takes it from the
+connection, here the slave's) and which keeps it from white-listing the request by the slave's
+address (that white list is for the slave's own calls). The slave's own ACL check, when it has
+one, came first. Oneway requests (a Java
 END_TRANSACTION) stay oneway. A request is passed on once: one that already carries the field (a
 slave that has not heard of a new master yet, passing on to the old one, now a slave too) is
 refused, so that two slaves that each take the other for the master cannot pass it round.
@@ -26,7 +28,7 @@ import asyncio
 import logging
 import ssl
 
-from smartgo.acl import FORWARDED_BY
+from smartgo.acl import FORWARDED_FOR
 from smartgo.actors.logs import Repeats, gist
 from smartgo.broker.stats import NetStats
 from smartgo.net.client import RemotingClient
@@ -47,8 +49,7 @@ UNSENT = RemotingCommand(-1)    # _relay: the master did not take it, the slave'
 
 
 class MasterForward:
-    def __init__(self, me: str, ssl_context: ssl.SSLContext | None, stats: NetStats) -> None:
-        self.me = me                            # this slave's broker address
+    def __init__(self, ssl_context: ssl.SSLContext | None, stats: NetStats) -> None:
         self.stats = stats                      # smartgo_slave_forwarded_requests_total
         self.master: str | None = None          # the master's broker address, as the registries answer
         self.client = RemotingClient(ssl_context=ssl_context)   # no signing hook: the client's signature stays
@@ -65,7 +66,7 @@ class MasterForward:
     def _forwarding(self, own: Processor) -> Processor:
         async def forward(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
             master = self.master
-            if master is None or (request.ext_fields is not None and FORWARDED_BY in request.ext_fields):
+            if master is None or (request.ext_fields is not None and FORWARDED_FOR in request.ext_fields):
                 return await own(conn, request)
             # a task of its own: dialling the master uses asyncio.wait_for, which needs one
             answer = await asyncio.ensure_future(self._relay(master, conn, request))
@@ -74,7 +75,7 @@ class MasterForward:
 
     async def _relay(self, master: str, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         cmd = RemotingCommand(request.code, request.language, request.version, flag=request.flag,
-                              ext_fields={**(request.ext_fields or {}), FORWARDED_BY: self.me},
+                              ext_fields={**(request.ext_fields or {}), FORWARDED_FOR: conn.remote_address},
                               body=request.body_bytes() if request.body is not None else None)
         try:
             if request.is_oneway:

@@ -51,7 +51,7 @@ from smartgo.broker.reply_processor import ReplyProcessor
 from smartgo.broker.resume_half_processor import ResumeHalfProcessor
 from smartgo.broker.send_back_processor import SendBackProcessor
 from smartgo.broker.send_processor import SendProcessor
-from smartgo.broker.settings import broker_addr, store_config, vip_port
+from smartgo.broker.settings import store_config, vip_port
 from smartgo.broker.stats import FLUSH_INTERVAL, NetStats
 from smartgo.broker.subscriptions import GroupsView
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
@@ -136,7 +136,7 @@ class NetActor(Actor):
         processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
         self.master_forward = None
         if self.sends.slave and cfg.slave_forward_writes == "true":
-            self.master_forward = MasterForward(broker_addr(cfg), cfg.outbound_tls(), self.stats)
+            self.master_forward = MasterForward(cfg.outbound_tls(), self.stats)
             processors = self.master_forward.wrap(processors)
         self.acl = node_guard(cfg, me)
         if self.acl is not None:

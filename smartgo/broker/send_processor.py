@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from smartgo.acl import FORWARDED_FOR
 from smartgo.broker.channel import ChannelError
 from smartgo.broker.rings import (SEND, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK, Batcher, iter_completions,
                                   send_prefix)
@@ -341,8 +342,9 @@ class SendProcessor:
         return cfg
 
     # ---- encoding ------------------------------------------------------------------------------------------
-    def _born_host(self, conn: Connection) -> bytes:
-        addr = conn.remote_address
+    def _born_host(self, conn: Connection, request: RemotingCommand) -> bytes:
+        """The producer's address: the connection's, or the one a slave passing the send on names."""
+        addr = request.ext_fields.get(FORWARDED_FOR) or conn.remote_address
         packed = self._born_hosts.get(addr)
         if packed is None:
             host, _, port = addr.rpartition(":")
@@ -367,7 +369,7 @@ class SendProcessor:
         self._check_sizes(len(body), len(props))
         total = HEADER.size + len(body) + len(tfield) + 2 + len(props)
         header = HEADER.pack(total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, h.flag, 0, 0,
-                             h.sys_flag & ~_V6_FLAGS, h.born_timestamp, self._born_host(conn), 0, self.store_host,
+                             h.sys_flag & ~_V6_FLAGS, h.born_timestamp, self._born_host(conn, request), 0, self.store_host,
                              h.reconsume_times, 0, len(body))
         return b"".join((header, body, tfield, INT16.pack(len(props)), props)), [total], wait
 
@@ -382,7 +384,7 @@ class SendProcessor:
         mv = memoryview(data if isinstance(data, (bytes, bytearray)) else request.body_bytes())
         tfield = topic_field(h.topic)
         wait = "WAIT\x01false" not in h.properties
-        born_host = self._born_host(conn)
+        born_host = self._born_host(conn, request)
         store_host = self.store_host
         sys_flag = h.sys_flag & ~_V6_FLAGS
         born_ts, reconsume = h.born_timestamp, h.reconsume_times

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from smartgo.acl import (ADMIN_CODES, ANY, DENY, FORWARDED_BY, PUB, SUB, AclConfigError, AclError, AclValidator,
+from smartgo.acl import (ADMIN_CODES, ANY, DENY, FORWARDED_FOR, PUB, SUB, AclConfigError, AclError, AclValidator,
                          address_strategy, check_permission, client_ip, load_acl, parse_acl, parse_perm,
                          request_content, sign)
 from smartgo.net.codes import RequestCode
@@ -184,17 +184,18 @@ def test_account_white_list_skips_the_signature_but_not_the_key(validator):
 
 def test_a_write_a_slave_passed_on_is_judged_on_its_signature_not_the_slaves_address(validator):
     """The slave's address may be white-listed (for its own copies of the master's tables): a
-    client's write it forwards carries FORWARDED_BY, added after the client signed, and passes
+    client's write it forwards carries FORWARDED_FOR (the client's address, the slave's word),
+    added after the client signed, and passes
     only on the client's own signature and permissions."""
     slave = "10.10.103.77:4000"                          # in the global white list
-    fields = {"topic": "topicB", FORWARDED_BY: "10.10.103.77:10911"}
+    fields = {"topic": "topicB", FORWARDED_FOR: "10.0.0.9:5000"}
     assert refused(validator, RequestCode.SEND_MESSAGE, fields, addr=slave) == "No accessKey is configured"
-    signed_by_client = {**signed({"topic": "topicB"}, b"m"), FORWARDED_BY: "10.10.103.77:10911"}
+    signed_by_client = {**signed({"topic": "topicB"}, b"m"), FORWARDED_FOR: "10.0.0.9:5000"}
     validator.check(slave, RequestCode.SEND_MESSAGE, signed_by_client, b"m")
-    denied = {**signed({"topic": "topicA"}, b"m"), FORWARDED_BY: "10.10.103.77:10911"}
+    denied = {**signed({"topic": "topicA"}, b"m"), FORWARDED_FOR: "10.0.0.9:5000"}
     assert refused(validator, RequestCode.SEND_MESSAGE, denied, b"m", addr=slave) == \
         "No default permission for topic:topicA"
-    white = {"topic": "topicA", "AccessKey": "rocketmq2", "Signature": "garbage", FORWARDED_BY: "x"}
+    white = {"topic": "topicA", "AccessKey": "rocketmq2", "Signature": "garbage", FORWARDED_FOR: "x"}
     assert refused(validator, RequestCode.SEND_MESSAGE, white, addr="192.168.1.200:999") == \
         "Check signature failed for accessKey=rocketmq2"        # nor the account's own white list
 

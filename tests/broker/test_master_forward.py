@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.acl import FORWARDED_BY
+from smartgo.acl import FORWARDED_FOR
 from smartgo.broker.master_forward import MasterForward
 from smartgo.broker.stats import NetStats
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
@@ -49,7 +49,7 @@ async def keep(conn, request: RemotingCommand) -> RemotingCommand:
 
 
 def forwarding(master: Master) -> tuple[MasterForward, dict]:
-    forward = MasterForward("127.0.0.1:20911", None, NetStats())
+    forward = MasterForward(None, NetStats())
     forward.client = master
     table = forward.wrap({RequestCode.SEND_MESSAGE_V2: refuse, RequestCode.PULL_MESSAGE: refuse,
                           RequestCode.END_TRANSACTION: refuse, RequestCode.UPDATE_CONSUMER_OFFSET: keep})
@@ -69,7 +69,7 @@ def test_a_write_goes_on_as_it_came_and_the_masters_answer_comes_back():
     ((addr, cmd, how),) = master.sent
     assert (addr, how, cmd.code, cmd.language, cmd.version, cmd.body) == \
         ("127.0.0.1:10911", "invoke", RequestCode.SEND_MESSAGE_V2, 0, 317, b"body")
-    assert cmd.ext_fields == {"b": "T", "AccessKey": "ak", "Signature": "sig", FORWARDED_BY: "127.0.0.1:20911"}
+    assert cmd.ext_fields == {"b": "T", "AccessKey": "ak", "Signature": "sig", FORWARDED_FOR: "10.0.0.9:5000"}
     assert (answer.code, answer.opaque, answer.ext_fields) == (ResponseCode.SUCCESS, 41,
                                                                {"msgId": "M", "queueOffset": "7"})
     assert table[RequestCode.PULL_MESSAGE] is refuse                  # reads are the slave's own
@@ -82,7 +82,7 @@ def test_a_write_is_passed_on_once():
     forward, table = forwarding(master)
     forward.master = "127.0.0.1:10911"
     again = request(RequestCode.SEND_MESSAGE_V2)
-    again.ext_fields[FORWARDED_BY] = "127.0.0.1:30911"
+    again.ext_fields[FORWARDED_FOR] = "127.0.0.1:30911"
     refused = asyncio.run(table[RequestCode.SEND_MESSAGE_V2](CONN, again))
     assert (refused.code, refused.remark, master.sent) == (ResponseCode.SERVICE_NOT_AVAILABLE, "a slave", [])
 

@@ -17,13 +17,14 @@ import pytest
 
 from smartgo.broker.send_processor import SLAVE_REMARK
 from smartgo.broker.testing import (FREE_PORT, batch_command, committed_total, group_command, message_properties,
-                                    metric_value, offset_command, parse_metrics, restart_broker, scrape_metrics,
-                                    send_command, uniq_key, update_offset_command)
+                                    metric_value, offset_command, parse_metrics, pull_command, restart_broker,
+                                    scrape_metrics, send_command, uniq_key, update_offset_command)
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
+from smartgo.net.frame import FrameDecoder, encode_command
 from smartgo.net.ha_codec import encode_header
-from smartgo.store.record import pack_host
+from smartgo.store.record import decode_records, pack_host
 from smartgo.testing import free_port, steady_disk_usage, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -98,6 +99,17 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
     assert passed.code == ResponseCode.SUCCESS, passed.remark
     assert passed.ext_fields["msgId"] == f"{pack_host('127.0.0.1', master.node.port).hex().upper()}{end:016X}"
     assert passed.ext_fields["queueOffset"] == queue_end.ext_fields["offset"]
+    # born at the producer's address, as if sent to the master itself (not the slave's connection's)
+    with socket.create_connection(("127.0.0.1", slave.port), timeout=10, source_address=("127.0.0.2", 0)) as s:
+        s.sendall(b"".join(bytes(b) for b in encode_command(send_command("Rep", b"born at .2", queue_id=3))))
+        decoder, answers = FrameDecoder(), []
+        while not answers:
+            answers = decoder.feed(s.recv(65536))
+        producer = s.getsockname()
+    assert answers[0].code == ResponseCode.SUCCESS, answers[0].remark
+    [born] = decode_records(master.call(pull_command("Rep", 3, int(answers[0].ext_fields["queueOffset"]),
+                                                     max_nums=1)).body_bytes())
+    assert (born.body, born.born_host) == (b"born at .2", producer)
     batch = master.client.invoke(slave_addr, batch_command("Rep", [(b"s%d" % i, message_properties(uniq=uniq_key()))
                                                                    for i in range(3)], queue_id=1))
     assert batch.code == ResponseCode.SUCCESS and batch.ext_fields["msgId"].count(",") == 2
@@ -112,7 +124,7 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
     def relayed(code: int, result: str) -> float | None:
         samples = parse_metrics(scrape_metrics(slave.metrics_port)[2])
         return metric_value(samples, "smartgo_slave_forwarded_requests_total", request_code=str(code), result=result)
-    wait_until(lambda: [relayed(c, "passed") for c in (310, 320, 15)] == [1, 1, 1], timeout=10,
+    wait_until(lambda: [relayed(c, "passed") for c in (310, 320, 15)] == [2, 1, 1], timeout=10,
                message="the relays counted on the slave's page")
 
     refusing = slaves(master.node, {"slave_forward_writes": "false", "broker_id": 2})
