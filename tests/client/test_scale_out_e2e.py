@@ -1,0 +1,90 @@
+"""Scale-out, as 4.x's multi-master cluster: two broker groups (broker-a, broker-b, each a node of
+its own) registered with one registry serve one topic. Producers spread their sends over both,
+a consumer group's members share the queues of both, the admin calls see the whole cluster, and
+when one group dies (kill -9 of its node) sends go on to the other and consumers read on; when
+it comes back, sends and reads reach it again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from smartgo.actors.testing import launch_node
+from smartgo.broker.testing import restart_broker, start_broker
+from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, Message, MessageQueue
+from smartgo.testing import async_wait_until
+
+from .conftest import arun
+
+pytestmark = pytest.mark.timeout(120)
+
+TOPIC, GROUP, BROKERS = "Wide", "WideGroup", ("broker-a", "broker-b")
+POLL = 2.0              # s between the clients' route polls (30 s by default, as Java's)
+
+
+def test_two_broker_groups_share_a_topic_and_outlive_one_of_them(tmp_path):
+    registry_node = launch_node(tmp_path / "registry", {}, role="registry")
+    registry = f"127.0.0.1:{registry_node.port}"
+    nodes = {}
+    try:
+        for name in BROKERS:
+            nodes[name] = start_broker(tmp_path / name, {"registry": registry, "broker_name": name,
+                                                         "topics": f"{TOPIC}:4"})
+        arun(scale_out(registry, nodes))
+    finally:
+        for node in [*nodes.values(), registry_node]:
+            node.reap()
+
+
+async def scale_out(registry: str, nodes: dict) -> None:
+    every_queue = {MessageQueue(TOPIC, b, q) for b in BROKERS for q in range(4)}
+    async with AsyncAdmin(registry) as admin:
+        async def routed() -> bool:
+            route = await admin.topic_route(TOPIC)
+            return set(route.subscribe_queues(TOPIC)) == every_queue
+        await async_wait_until(routed, 30, 0.1, "both groups' queues in the topic's route")
+        cluster = await admin.cluster_info()
+        assert sorted(name for name, _ in cluster.masters()) == list(BROKERS)
+
+    got: dict[str, str] = {}                       # UNIQ_KEY -> the broker it was read from
+    listener = lambda m: got.__setitem__(m.uniq_key, m.broker_name)             # noqa: E731
+    consumers = [AsyncPushConsumer(GROUP, registry, consume_from="CONSUME_FROM_FIRST_OFFSET", listener=listener,
+                                   poll_registry_interval=POLL) for _ in range(2)]
+    for c in consumers:
+        c.subscribe(TOPIC, "*")
+    async with consumers[0], consumers[1], AsyncProducer("WidePG", registry, poll_registry_interval=POLL) as producer:
+        def shared() -> bool:
+            held = [{mq for mq in c.process_queues if mq.topic == TOPIC} for c in consumers]   # not the retry topic
+            return not held[0] & held[1] and held[0] | held[1] == every_queue and all(len(h) == 4 for h in held)
+        await async_wait_until(shared, 60, 0.1, "the group's two members holding four queues each")
+
+        before = [await producer.send(Message(TOPIC, b"%d" % i)) for i in range(200)]
+        spread = Counter(r.queue.broker_name for r in before)
+        assert set(spread) == set(BROKERS) and min(spread.values()) >= 60, spread
+        await async_wait_until(lambda: {r.msg_id for r in before} <= got.keys(), 30, 0.05, "the first 200")
+        assert Counter(got[r.msg_id] for r in before) == spread        # read from where they were stored
+        async with AsyncAdmin(registry) as admin:
+            progress = await admin.consumer_progress(GROUP, TOPIC)
+            assert {q.queue for q in progress.queues} == every_queue
+            await async_wait_until(lambda: _lag(admin), 30, 0.2, "the group's committed offsets on both groups")
+
+        nodes["broker-b"].kill()                                   # kill -9: every process of the node
+        after = [await producer.send(Message(TOPIC, b"after %d" % i)) for i in range(100)]
+        assert {r.queue.broker_name for r in after} == {"broker-a"}
+        await async_wait_until(lambda: {r.msg_id for r in after} <= got.keys(), 30, 0.05, "the 100 sent after the kill")
+
+        nodes["broker-b"] = await asyncio.to_thread(restart_broker, nodes["broker-b"])    # on its store
+        back: list = []
+
+        async def reaches_b() -> bool:
+            back.append(await producer.send(Message(TOPIC, b"back %d" % len(back))))
+            return back[-1].queue.broker_name == "broker-b"
+        await async_wait_until(reaches_b, 60, 0.05, "sends reaching the restarted broker-b")
+        await async_wait_until(lambda: {r.msg_id for r in back} <= got.keys(), 60, 0.05, "those read too")
+        assert got[back[-1].msg_id] == "broker-b"
+
+
+async def _lag(admin: AsyncAdmin) -> bool:
+    return (await admin.consumer_progress(GROUP, TOPIC)).total_lag == 0
