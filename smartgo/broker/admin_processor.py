@@ -31,6 +31,7 @@ from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics, sy
 from smartgo.net import fastjson
 from smartgo.net.codes import CURRENT_VERSION, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
+from smartgo.net.loop import wait_within
 from smartgo.store.errors import InvalidMessageIdError, MessageIllegalError
 from smartgo.store.record import parse_offset_msg_id, topic_field
 
@@ -100,7 +101,7 @@ class AdminProcessor:
         the answer finds the topic. A registry that is down does not hold the answer past
         REGISTERED_WAIT (the change stands; the registration retries every register_interval)."""
         try:
-            await asyncio.wait_for(asyncio.shield(round_done), REGISTERED_WAIT)
+            await wait_within(asyncio.shield(round_done), REGISTERED_WAIT)
         except asyncio.TimeoutError:
             self.b.log.warning("topic change answered before every registry confirmed it (%gs)", REGISTERED_WAIT)
 

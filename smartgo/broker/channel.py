@@ -48,7 +48,7 @@ from smartgo.actors.ring import Ring, wait_any
 from smartgo.broker.rings import Batcher
 from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.net.connection import wait_within
+from smartgo.net.loop import wait_within
 
 log = logging.getLogger("smartgo.broker.channel")
 

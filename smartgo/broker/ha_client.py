@@ -28,6 +28,7 @@ from smartgo.actors.logs import Repeats
 from smartgo.broker import recovery, reseed
 from smartgo.broker.bells import FlagBell
 from smartgo.net.ha_codec import HAProtocolError, TransferDecoder, encode_report
+from smartgo.net.loop import wait_within
 from smartgo.store import CommitLogReader, CommitLogWriter, CorruptRecordError, StoreError
 from smartgo.store.mapped_file import segment_name, segment_starts
 from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
@@ -113,7 +114,7 @@ class HAClient:
 
     async def _replicate(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT)
+        reader, writer = await wait_within(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT)
         try:
             if self.log_writer.wrote_position != self.aligned:      # drop a partial record: it comes again
                 self.log_writer.close()
@@ -125,7 +126,7 @@ class HAClient:
             decoder = TransferDecoder()
             while True:
                 try:
-                    data = await asyncio.wait_for(reader.read(READ_SIZE), self.silence)
+                    data = await wait_within(reader.read(READ_SIZE), self.silence)
                 except TimeoutError:
                     raise HAProtocolError(f"the master sent nothing for {self.silence:g}s") from None
                 if not data:

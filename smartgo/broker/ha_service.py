@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from smartgo.actors.logs import Repeats, gist
 from smartgo.broker.bells import FlagBell, sleep_flagged
 from smartgo.net.ha_codec import HAProtocolError, ReportDecoder, encode_header
+from smartgo.net.loop import wait_within
 from smartgo.store import CommitLogReader, OffsetGoneError
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class HAService:
             decoder = ReportDecoder()
             while link.error is None:
                 try:
-                    data = await asyncio.wait_for(reader.read(4096), self.silence)
+                    data = await wait_within(reader.read(4096), self.silence)
                 except TimeoutError:
                     link.error = f"sent nothing for {self.silence:g}s"
                     break
@@ -208,7 +209,7 @@ class HAService:
                 await writer.drain()
                 continue
             try:
-                await asyncio.wait_for(asyncio.shield(self._moved), self.heartbeat - idle)
+                await wait_within(asyncio.shield(self._moved), self.heartbeat - idle)
             except TimeoutError:
                 pass
 

@@ -24,7 +24,6 @@ refused, so that two slaves that each take the other for the master cannot pass 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 
@@ -68,8 +67,7 @@ class MasterForward:
             master = self.master
             if master is None or (request.ext_fields is not None and FORWARDED_FOR in request.ext_fields):
                 return await own(conn, request)
-            # a task of its own: dialling the master uses asyncio.wait_for, which needs one
-            answer = await asyncio.ensure_future(self._relay(master, conn, request))
+            answer = await self._relay(master, conn, request)
             return await own(conn, request) if answer is UNSENT else answer
         return forward
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from smartgo.broker.prometheus import CONTENT_TYPE
+from smartgo.net.loop import wait_within
 
 MAX_HEAD = 8192
 READ_TIMEOUT = 5.0
@@ -125,7 +126,7 @@ class MetricsServer:
 
     async def _handle(self, reader: asyncio.StreamReader, peer: object) -> bytes:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            head = await wait_within(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
         except asyncio.LimitOverrunError:
             self.log.warning("metrics: request head from %s over %d bytes, refused", peer, MAX_HEAD)
             return response(431, b"request head too large\n")

@@ -58,6 +58,7 @@ from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, ConnectionEvent
 from smartgo.net.errors import RemotingError, RemotingTimeoutError
+from smartgo.net.loop import wait_within
 from smartgo.net.server import RemotingServer
 from smartgo.net.tls import node_server_options
 from smartgo.store import StoreReader
@@ -149,7 +150,7 @@ class NetActor(Actor):
         self._pump = self.spawn(self._run_pump(), "pump", through_stop=True)   # stop() drains through it
         self._want_state()
         try:
-            await asyncio.wait_for(self._groups_loaded.wait(), STATE_WAIT)
+            await wait_within(self._groups_loaded.wait(), STATE_WAIT)
         except asyncio.TimeoutError:
             log.warning("%s: no group table from the broker actor within %gs; pulls relying on registered "
                         "subscriptions get SUBSCRIPTION_NOT_EXIST until it comes", me, STATE_WAIT)

@@ -25,7 +25,7 @@ from smartgo.cli.errors import CliError
 from smartgo.client import (AsyncLitePullConsumer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, MessageModel,
                             MessageQueue, MessageSelector, PullStatus)
 from smartgo.client.message import message_to_json
-from smartgo.net.loop import run as run_loop
+from smartgo.net.loop import run as run_loop, wait_within
 from smartgo.store.record import MessageExt
 
 
@@ -95,7 +95,7 @@ class _Printer:
             if self.idle:
                 return
             try:
-                await asyncio.wait_for(self.done.wait(), 0.1)
+                await wait_within(self.done.wait(), 0.1)
             except asyncio.TimeoutError:
                 pass
 

@@ -31,6 +31,7 @@ from smartgo.client.running_info import CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PRO
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.client.trace import trace_polled
 from smartgo.net.codes import RequestCode
+from smartgo.net.loop import wait_within
 from smartgo.store.record import MessageExt
 
 log = logging.getLogger("smartgo.client.lite_pull_consumer")
@@ -234,7 +235,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
                 if remaining <= 0:
                     return []
                 try:
-                    batch = await asyncio.wait_for(cache.get(), remaining)
+                    batch = await wait_within(cache.get(), remaining)
                 except asyncio.TimeoutError:
                     return []
             if batch is None:                       # closed: wake any other poller too

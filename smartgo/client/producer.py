@@ -35,6 +35,7 @@ from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection
 from smartgo.net.errors import ConnectionClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
+from smartgo.net.loop import wait_within
 from smartgo.store.record import (COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, MessageExt, encode_batch_body,
                                   encode_properties)
 
@@ -436,7 +437,7 @@ class _Send:
         try:
             if addr is None:
                 addr = await instance.master_addr(mq.broker_name, self.prep.topic)
-            conn = await asyncio.wait_for(instance.connect(addr), left)
+            conn = await wait_within(instance.connect(addr), left)
         except asyncio.TimeoutError:
             self._give_up(0)
             return

@@ -37,6 +37,7 @@ from smartgo.client.rebalance import PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CON
 from smartgo.client.subscription import MessageSelector, SubscriptionData
 from smartgo.client.trace import traced_listener
 from smartgo.net.codes import RequestCode, retry_topic
+from smartgo.net.loop import wait_within
 from smartgo.store.record import MessageExt
 
 log = logging.getLogger("smartgo.client.push_consumer")
@@ -286,7 +287,7 @@ class AsyncPushConsumer(BalancedConsumer):
         try:
             if self.orderly and self.clustering:
                 try:  # let the message being consumed finish before another consumer takes over
-                    await asyncio.wait_for(pq.consume_lock.acquire(), 1.0)
+                    await wait_within(pq.consume_lock.acquire(), 1.0)
                     pq.consume_lock.release()
                 except asyncio.TimeoutError:
                     pass

@@ -22,7 +22,7 @@ from smartgo.net.connection import (Connection, Endpoint, EndpointOptions, Liste
                                     ResponseCallback)
 from smartgo.net.errors import RemotingConnectError, RemotingTimeoutError
 from smartgo.net.frame import DEFAULT_MAX_FRAME
-from smartgo.net.loop import new_event_loop
+from smartgo.net.loop import new_event_loop, wait_within
 
 log = logging.getLogger("smartgo.net.client")
 
@@ -94,7 +94,7 @@ class RemotingClient(Endpoint):
         host, port = split_address(addr)
         loop = asyncio.get_running_loop()
         try:
-            _transport, conn = await asyncio.wait_for(
+            _transport, conn = await wait_within(
                 loop.create_connection(lambda: Connection(self, dialled=True), host, port,
                                        family=socket.AF_INET6 if ":" in host else socket.AF_INET,
                                        ssl=self._ssl, server_hostname=host if self._ssl is not None else None),

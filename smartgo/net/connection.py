@@ -598,35 +598,11 @@ def eager(processor: P) -> P:
     the other replies of that read. One that suspends continues in a task as usual. The catch:
     before its first `await` that suspends there is no current task, so it must not use
     asyncio.current_task(), asyncio.timeout() or (from Python 3.12, which builds it on
-    asyncio.timeout) asyncio.wait_for there: `wait_within` is the one to use.
+    asyncio.timeout) asyncio.wait_for there: `loop.wait_within` is the one to use.
     For a class instance, set the class attribute `smartgo_eager = True` instead.
     """
     processor.smartgo_eager = True  # type: ignore[attr-defined]
     return processor
-
-
-async def wait_within(aw: Awaitable[T], timeout: float | None) -> T:
-    """asyncio.wait_for that needs no current task, on every Python version: aw is cancelled and
-    TimeoutError raised when timeout runs out; a cancellation of the caller cancels aw too."""
-    fut = asyncio.ensure_future(aw)
-    if timeout is None or fut.done():
-        return await fut
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        if not fut.done():
-            expired = True
-            fut.cancel()
-    timer = fut.get_loop().call_later(max(timeout, 0.0), expire)
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        if expired:
-            raise TimeoutError(f"not done within {timeout} s") from None
-        raise
-    finally:
-        timer.cancel()
 
 
 def _address(name: object) -> str:

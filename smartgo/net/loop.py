@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 try:
@@ -43,3 +43,32 @@ def run(main: Coroutine[Any, Any, T], *, prefer_uvloop: bool | None = None, debu
     """asyncio.run on the chosen loop."""
     with asyncio.Runner(debug=debug, loop_factory=loop_factory(prefer_uvloop)) as runner:
         return runner.run(main)
+
+
+
+async def wait_within(aw: Awaitable[T], timeout: float | None) -> T:
+    """asyncio.wait_for, fixed twice. It needs no current task, on every Python version (an eager
+    processor's first step has none; 3.12's wait_for and asyncio.timeout need one). And it keeps a
+    cancellation that arrives as `aw` completes, which 3.11's wait_for swallows (gh-86296): a loop
+    around it then runs on, and whoever cancelled it to stop it waits for ever (a consumer's
+    close did, found by tests/client/test_scale_out_e2e.py). `aw` is cancelled and TimeoutError
+    raised when timeout runs out; a cancellation of the caller cancels `aw` too."""
+    fut = asyncio.ensure_future(aw)
+    if timeout is None or fut.done():
+        return await fut
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        if not fut.done():
+            expired = True
+            fut.cancel()
+    timer = fut.get_loop().call_later(max(timeout, 0.0), expire)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if expired:
+            raise TimeoutError(f"not done within {timeout} s") from None
+        raise
+    finally:
+        timer.cancel()

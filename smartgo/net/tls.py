@@ -17,6 +17,8 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from smartgo.net.loop import wait_within
+
 log = logging.getLogger("smartgo.net.tls")
 
 MODES = ("disabled", "permissive", "enforcing")
@@ -116,7 +118,7 @@ async def _adopt(conn: socket.socket, make_protocol: Callable[[], asyncio.Protoc
     try:
         peer = conn.getpeername()
         conn.setblocking(False)
-        first = await asyncio.wait_for(_peek(conn), timeout)
+        first = await wait_within(_peek(conn), timeout)
         if not first:
             conn.close()
             return

@@ -15,9 +15,10 @@ from smartgo.net.client import BlockingRemotingClient, RemotingClient
 from smartgo.net.codes import (FLAG_COMPRESSED, FLAG_ONEWAY, FLAG_RESPONSE, FLAG_SMARTGO, RequestCode,
                                ResponseCode, SerializeType)
 from smartgo.net.command import RemotingCommand
-from smartgo.net.connection import Connection, ConnectionEvent, eager, wait_within
+from smartgo.net.connection import Connection, ConnectionEvent, eager
 from smartgo.net.errors import ConnectionClosedError, RemotingConnectError, RemotingTimeoutError
 from smartgo.net.frame import FrameDecoder, encode_frame
+from smartgo.net.loop import wait_within
 from smartgo.net.server import RemotingServer
 from smartgo.testing import async_wait_until, free_port
 
@@ -152,6 +153,28 @@ def test_wait_within_works_in_an_eager_first_step(arun) -> None:
                 await abandoned
             await async_wait_until(lambda: answers["c"].cancelled(), 5)     # its two-way task was cancelled
     arun(main())
+
+
+def test_wait_within_keeps_a_cancel_that_arrives_as_what_it_waits_for_completes(arun) -> None:
+    """Python 3.11's asyncio.wait_for returns the result instead (gh-86296): a loop around it runs
+    on, and whoever cancelled it to stop it waits for ever (a consumer's close hung so)."""
+    async def main() -> None:
+        event, rounds = asyncio.Event(), []
+
+        async def loop() -> None:
+            while True:
+                await wait_within(event.wait(), 30)
+                event.clear()
+                rounds.append(1)
+        task = asyncio.get_running_loop().create_task(loop())
+        await asyncio.sleep(0)          # parked in event.wait()
+        event.set()
+        await asyncio.sleep(0)          # event.wait() is done; the loop's wake-up is due, not run yet
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=5)
+        assert done and task.cancelled() and rounds == []
+    arun(main())
+
 
 def test_several_ports_share_one_processor_table(arun) -> None:
     async def main() -> None:
