@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from smartgo.acl import signer
@@ -108,6 +108,7 @@ class ClientInstance:
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._refresh: asyncio.Task | None = None       # an early route refresh after a broker went away
         self._refreshed_at = 0.0
+        self._greeted: dict[str, float] = {}   # broker address -> when greet() last heartbeated it
         self._refused: dict[str, float] = {}            # address -> until when reads avoid it
         self.started = False
         self.closed = False
@@ -266,7 +267,10 @@ class ClientInstance:
             route = await self.fetch_route(topic)
             if route is None:
                 return None
+            before = self.routes.get(topic)
             self.remember_route(topic, route)
+            if before is not None and (back := route.addrs() - before.addrs()):
+                await self.heartbeat_all(back)      # a broker that came (back): it knows us before we rebalance
             for member in self.members:
                 if topic in member.topics():
                     member.on_route(topic, route)
@@ -340,16 +344,24 @@ class ClientInstance:
             producers.append(api.CLIENT_INNER_PRODUCER_GROUP)
         return api.heartbeat_request(self.client_id, producers, consumers), bool(consumers)
 
-    async def heartbeat_all(self) -> int:
-        """HEART_BEAT to every broker we know (masters only when no consumer is a member);
-        returns how many brokers answered SUCCESS."""
+    async def heartbeat_all(self, only: Collection[str] | None = None) -> int:
+        """HEART_BEAT to every broker we know (masters only when no consumer is a member), or to
+        those of them in `only`; returns how many brokers answered SUCCESS."""
         cmd, with_consumers = self.heartbeat_command()
         addrs = sorted({addr for b in self.brokers.values() for bid, addr in b.broker_addrs.items()
-                        if with_consumers or bid == MASTER_ID})
+                        if (with_consumers or bid == MASTER_ID) and (only is None or addr in only)})
         if not addrs:
             return 0
         results = await asyncio.gather(*(self._heartbeat(addr, cmd.body) for addr in addrs))  # type: ignore[arg-type]
         return sum(results)
+
+    async def greet(self, addr: str) -> None:
+        """A broker answered that it does not know this client's group (it restarted since our last
+        heartbeat, which comes every 30 s): heartbeat it now, at most once a second."""
+        now = time.monotonic()
+        if now - self._greeted.get(addr, -EARLY_REFRESH_MIN) >= EARLY_REFRESH_MIN:
+            self._greeted[addr] = now
+            await self.heartbeat_all({addr})
 
     async def _heartbeat(self, addr: str, body: bytes) -> bool:
         try:

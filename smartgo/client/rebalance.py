@@ -19,7 +19,7 @@ from typing import TypeVar
 from smartgo.client import api
 from smartgo.client.allocate import STRATEGIES, AllocateStrategy
 from smartgo.client.config import ClientConfig
-from smartgo.client.errors import NoRouteError
+from smartgo.client.errors import BrokerError, NoRouteError
 from smartgo.client.instance import ClientInstance
 from smartgo.client.message import ConsumeFromWhere, MessageModel, MessageQueue, PullResult
 from smartgo.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
@@ -29,8 +29,9 @@ from smartgo.client.route import TopicRouteData
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.trace import TraceDispatcher
 from smartgo.filter import is_tag_type
-from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode
+from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, ResponseCode
 from smartgo.net.errors import RemotingConnectError
+from smartgo.net.loop import wait_within
 
 log = logging.getLogger("smartgo.client.rebalance")
 
@@ -76,6 +77,9 @@ class Balance:
             except RemotingConnectError as exc:
                 refused = exc
                 continue
+            if resp.code == ResponseCode.SYSTEM_ERROR:     # "no consumer for this group": it restarted
+                await self.instance.greet(addr)
+                resp = await self.instance.invoke(addr, api.consumer_list_request(self.group))
             return api.decode_consumer_list(resp, addr)
         assert refused is not None
         raise refused
@@ -151,7 +155,7 @@ class RebalanceLoop:
         assert self._now is not None
         while True:
             try:
-                await asyncio.wait_for(self._now.wait(), self.interval)
+                await wait_within(self._now.wait(), self.interval)
             except asyncio.TimeoutError:
                 pass
             self._now.clear()
@@ -347,6 +351,8 @@ class BalancedConsumer(abc.ABC):
             raise
         except Exception as exc:
             log.warning("%s: pull from %s failed: %s", self.group, mq, exc)
+            if isinstance(exc, BrokerError) and exc.code == ResponseCode.SUBSCRIPTION_NOT_EXIST:
+                await self.instance.greet(exc.addr)      # a broker restarted since our last heartbeat
             await asyncio.sleep(PULL_DELAY_ON_ERROR)
             return None
         if pq.dropped:

@@ -40,6 +40,10 @@ class TopicRouteData:
                 "queueDatas": [q.to_json() for q in self.queue_datas],
                 **({"orderTopicConf": self.order_topic_conf} if self.order_topic_conf else {})}
 
+    def addrs(self) -> set[str]:
+        """Every broker address the route names, masters and slaves."""
+        return {addr for b in self.broker_datas for addr in b.broker_addrs.values()}
+
     def broker(self, name: str) -> BrokerData | None:
         for b in self.broker_datas:
             if b.broker_name == name:

@@ -24,18 +24,24 @@ TOPIC, GROUP, BROKERS = "Wide", "WideGroup", ("broker-a", "broker-b")
 POLL = 2.0              # s between the clients' route polls (30 s by default, as Java's)
 
 
-def test_two_broker_groups_share_a_topic_and_outlive_one_of_them(tmp_path):
+@pytest.fixture
+def cluster(tmp_path):
+    """A registry and the two groups' nodes: (registry address, {broker name: node}); the test
+    may replace a node by its restart, which is reaped too."""
     registry_node = launch_node(tmp_path / "registry", {}, role="registry")
-    registry = f"127.0.0.1:{registry_node.port}"
     nodes = {}
     try:
         for name in BROKERS:
-            nodes[name] = start_broker(tmp_path / name, {"registry": registry, "broker_name": name,
-                                                         "topics": f"{TOPIC}:4"})
-        arun(scale_out(registry, nodes))
+            nodes[name] = start_broker(tmp_path / name, {"registry": f"127.0.0.1:{registry_node.port}",
+                                                         "broker_name": name, "topics": f"{TOPIC}:4"})
+        yield f"127.0.0.1:{registry_node.port}", nodes
     finally:
         for node in [*nodes.values(), registry_node]:
             node.reap()
+
+
+def test_two_broker_groups_share_a_topic_and_outlive_one_of_them(cluster):
+    arun(scale_out(*cluster))
 
 
 async def scale_out(registry: str, nodes: dict) -> None:
@@ -88,3 +94,51 @@ async def scale_out(registry: str, nodes: dict) -> None:
 
 async def _lag(admin: AsyncAdmin) -> bool:
     return (await admin.consumer_progress(GROUP, TOPIC)).total_lag == 0
+
+
+def test_a_rolling_restart_fails_no_send_and_loses_no_message(cluster):
+    """Each group in turn stopped (SIGTERM) and started again while a producer sends without a
+    pause and a consumer reads: no send fails (a send to the stopping group is retried on the
+    other one), every acknowledged message is read, those stored just before a stop too, and a
+    restarted group's messages are read again within seconds."""
+    registry, nodes = cluster
+    arun(rolling_restart(registry, nodes))
+
+
+async def rolling_restart(registry: str, nodes: dict) -> None:
+    got: set[str] = set()
+    consumer = AsyncPushConsumer(GROUP, registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
+                                 listener=lambda m: got.add(m.uniq_key), poll_registry_interval=POLL)
+    consumer.subscribe(TOPIC, "*")
+    sent: list = []
+    failed: list[str] = []
+    stop = asyncio.Event()
+
+    async def keep_sending(producer: AsyncProducer) -> None:
+        while not stop.is_set():
+            try:
+                sent.append(await producer.send(Message(TOPIC, b"%d" % len(sent))))
+            except Exception as exc:
+                failed.append(repr(exc))
+
+    async with consumer, AsyncProducer("RollingPG", registry, poll_registry_interval=POLL) as producer:
+        sending = asyncio.get_running_loop().create_task(keep_sending(producer))
+        try:
+            for name in BROKERS:
+                assert await asyncio.to_thread(nodes[name].stop) == 0                  # SIGTERM: a clean stop
+                mark = len(sent)
+                await async_wait_until(lambda: len(sent) > mark + 200, 30, 0.05, f"sends while {name} is down")
+                nodes[name] = await asyncio.to_thread(restart_broker, nodes[name])
+                # as an operator does: the next one only once this one takes sends again
+                await async_wait_until(lambda: Counter(r.queue.broker_name for r in sent[-50:])[name] > 0, 30, 0.05,
+                                       f"sends reaching {name} again")
+                # and read from it again well within the 30 s between heartbeats: the consumer
+                # heartbeats a broker that (re)appears in a route, or that says it does not know it
+                stored = {r.msg_id for r in sent if r.queue.broker_name == name}
+                await async_wait_until(lambda: stored <= got, 10, 0.05, f"what {name} stored, read")
+        finally:
+            stop.set()
+            await sending
+        assert failed == []
+        await async_wait_until(lambda: {r.msg_id for r in sent} <= got, 15, 0.05, "every acknowledged message read")
+    assert len(sent) > 600
