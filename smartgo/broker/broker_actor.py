@@ -100,6 +100,7 @@ class BrokerActor(Actor):
         self.nets = nets
         cfg = ctx.config
         self._register_task: asyncio.Task | None = None
+        self._catch_up: asyncio.Task | None = None          # registering with the registries that lost us
         self._register_waiters: list[asyncio.Future] = []   # wait for the next round to finish
         self._noted_master: str | None = None               # a slave: the HA address in <run>/ha_master
         self._forwarding_to: str | None = None              # a slave: the master address its net actors have
@@ -431,11 +432,17 @@ class BrokerActor(Actor):
     def register_early(self) -> None:
         """Register every second rather than every register_interval (30 s) while waiting on the
         registries' answer: a slave without a replication connection that knows no master (or,
-        under automatic failover, may have a new one), and a failover master not yet confirmed."""
+        under automatic failover, may have a new one), and a failover master not yet confirmed.
+        Otherwise, once the first round is done, register with the registries that lost us alone
+        (one down, or restarted since: Registrar.lost)."""
         unplaced = is_slave(self.config) and self.ha_connected.get() == 0 and (
             self.registrar.master_addr is None or self.roles.enabled)
         if unplaced or self.roles.fenced:
             self.register_soon()
+        elif (self._register_task is not None and self._register_task.done()
+              and (self._catch_up is None or self._catch_up.done()) and (lost := self.registrar.lost())):
+            self._catch_up = asyncio.get_running_loop().create_task(self.registrar.register(
+                self.snapshot.with_perm(self.runtime.config.broker_permission), lost))
 
     def _note_master(self) -> None:
         """A slave's ha actor reads its master's HA address from <run>/ha_master (unless set);
@@ -461,8 +468,8 @@ class BrokerActor(Actor):
             self.offsets.persist()
         finally:
             self._write_window(self.stats.open_end(_now_ms()))
-        if self._register_task is not None:
-            await asyncio.gather(self._register_task, return_exceptions=True)
+        await asyncio.gather(*(t for t in (self._register_task, self._catch_up) if t is not None),
+                             return_exceptions=True)
         await self.registrar.unregister()
         await self.registrar.close()
         if self.metrics is not None:

@@ -1,7 +1,10 @@
 """Registration with the registries (RocketMQ's BrokerOuterAPI.registerBrokerAll / unregisterBrokerAll).
 
 REGISTER_BROKER (103) goes to every registry at once, each on its own connection: at start, on
-every topic change and every register_interval (30 s). The body is RegisterBrokerBody JSON
+every topic change and every register_interval (30 s); and every second to a registry that did
+not take the latest registration or whose connection closed since (it restarted and forgot this
+broker), so that a registry back from a restart has the broker's routes within a second, not
+after up to 30 s as with 4.x. The body is RegisterBrokerBody JSON
 (reference C) with the whole topic table; bodyCrc32 is UtilAll.crc32 of it. UNREGISTER_BROKER
 (104) at a clean stop. A slave learns its master's addresses from the answers (masterAddr,
 haServerAddr), as 4.x's registerBrokerAll does.
@@ -12,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from smartgo.actors.logs import Repeats, gist
 from smartgo.broker.topics import TopicSnapshot
 from smartgo.net import fastjson
 from smartgo.net.client import RemotingClient
@@ -25,6 +29,7 @@ from smartgo.net.errors import RemotingError
 log = logging.getLogger("smartgo.broker.registration")
 
 TIMEOUT = 3.0
+QUIET_FOR = 60.0           # s between log lines of a registry that keeps failing
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,22 +56,31 @@ class Registrar:
         self.master_ha_addr: str | None = None
         self.extra: Callable[[], dict[str, str]] = dict   # more header fields, as they stand (automatic failover's)
         self.failover: dict[str, str] | None = None  # the failover registry's answer of the latest round
+        self._failures: dict[str, Repeats] = {}
 
     def _header(self) -> dict[str, str]:
         i = self.identity
         return {"brokerName": i.name, "brokerAddr": i.addr, "clusterName": i.cluster, "brokerId": str(i.broker_id)}
 
-    async def register(self, snapshot: TopicSnapshot) -> int:
-        """Register with every registry at once; returns how many accepted."""
+    async def register(self, snapshot: TopicSnapshot, only: Collection[str] | None = None) -> int:
+        """Register with every registry at once (or those in `only`: a catch-up, which leaves the
+        failover answer of the latest full round alone); returns how many accepted."""
         body = register_body(snapshot)
-        self.failover = None
+        if only is None:
+            self.failover = None
+        targets = [addr for addr in self.registries if only is None or addr in only]
         ext = {**self._header(), **self.extra(), "haServerAddr": self.identity.ha_addr, "compressed": "false",
                "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
         results = await asyncio.gather(*(self._call(addr, RemotingCommand(RequestCode.REGISTER_BROKER,
                                                                             ext_fields=dict(ext), body=body))
-                                         for addr in self.registries))
-        self.registered = {addr for addr, ok in zip(self.registries, results) if ok}
-        return len(self.registered)
+                                         for addr in targets))
+        accepted = {addr for addr, ok in zip(targets, results) if ok}
+        self.registered = accepted if only is None else (self.registered - set(targets)) | accepted
+        return len(accepted)
+
+    def lost(self) -> list[str]:
+        """Registries that did not take the latest registration, or whose connection closed since."""
+        return [addr for addr in self.registries if addr not in self.registered or not self.client.connected(addr)]
 
     async def unregister(self) -> None:
         await asyncio.gather(*(self._call(addr, RemotingCommand(RequestCode.UNREGISTER_BROKER,
@@ -77,7 +91,9 @@ class Registrar:
         try:
             response = await self.client.invoke(addr, cmd, TIMEOUT)
         except RemotingError as exc:
-            log.warning("registry %s: code %d failed: %s", addr, cmd.code, exc)
+            why = f"registry {addr}: code {cmd.code} failed: {exc}"
+            if (line := self._failures.setdefault(addr, Repeats(QUIET_FOR)).line(why, gist(why))) is not None:
+                log.warning("%s", line)              # a registry that is down: once a minute, not every second
             return False
         if response.ext_fields and "failoverEpoch" in response.ext_fields:
             self.failover = response.ext_fields

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from smartgo.actors.logs import Repeats, gist
 from smartgo.broker.groups import GroupSnapshot, SubscriptionGroups, parse_group_snapshot
 from smartgo.broker.offsets import ConsumerOffsets, Key
 from smartgo.broker.offsets import decode as decode_offsets
@@ -50,6 +51,7 @@ log = logging.getLogger("smartgo.broker.slave_sync")
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 3.0          # per request; RocketMQ's BrokerOuterAPI uses 3 s for these four
+QUIET_FOR = 60.0               # s between log lines of a master that keeps failing
 
 
 class SlaveSyncError(Exception):
@@ -200,6 +202,7 @@ async def run_slave_sync(broker: SyncTarget, master_addr_of: Callable[[], str | 
     a warning and the next round tries again (the slave keeps what it has). client (the node's
     own, acl.node_client: signed for an ACL-enabled master) is closed when the loop ends."""
     last: str | None = None
+    failures = Repeats(QUIET_FOR)
     try:
         while True:
             addr = master_addr_of()
@@ -210,7 +213,9 @@ async def run_slave_sync(broker: SyncTarget, master_addr_of: Callable[[], str | 
                 try:
                     state = await fetch_master_state(client, addr, timeout)
                 except SlaveSyncError as exc:
-                    log.warning("slave sync: %s; keeping the current tables, next try in %gs", exc, interval)
+                    why = f"slave sync: {exc}; keeping the current tables, next try in {interval:g}s"
+                    if (line := failures.line(why, gist(why))) is not None:
+                        log.warning("%s", line)         # a master that is down: once a minute
                 else:
                     broker.apply_master_state(state)
             await asyncio.sleep(interval)

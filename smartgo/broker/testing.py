@@ -288,7 +288,7 @@ def restart_broker(node: Node, role: str = "master") -> Node:
     with open(node.stderr, "ab") as f:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT)
     again = Node(proc, node.store, node.port, node.stderr)
-    again.registry_port = node.registry_port      # type: ignore[attr-defined]
+    again.registry_port = getattr(node, "registry_port", 0)    # type: ignore[attr-defined]
     again.ha_port = getattr(node, "ha_port", 0)    # type: ignore[attr-defined]
     again.metrics_port = getattr(node, "metrics_port", 0)    # type: ignore[attr-defined]
     try:

@@ -65,6 +65,11 @@ class RemotingClient(Endpoint):
         self._dialling: dict[str, asyncio.Future[Connection]] = {}
         self._closing = False
 
+    def connected(self, addr: str) -> bool:
+        """Whether the connection to addr is open (False once the peer closed it: it went away)."""
+        conn = self._by_address.get(addr)
+        return conn is not None and not conn.closed
+
     async def connection(self, addr: str) -> Connection:
         """The open connection to addr, dialling it if needed."""
         conn = self._by_address.get(addr)
