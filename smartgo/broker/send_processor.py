@@ -369,8 +369,8 @@ class SendProcessor:
         self._check_sizes(len(body), len(props))
         total = HEADER.size + len(body) + len(tfield) + 2 + len(props)
         header = HEADER.pack(total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, h.flag, 0, 0,
-                             h.sys_flag & ~_V6_FLAGS, h.born_timestamp, self._born_host(conn, request), 0, self.store_host,
-                             h.reconsume_times, 0, len(body))
+                             h.sys_flag & ~_V6_FLAGS, h.born_timestamp, self._born_host(conn, request), 0,
+                             self.store_host, h.reconsume_times, 0, len(body))
         return b"".join((header, body, tfield, INT16.pack(len(props)), props)), [total], wait
 
     def _encode_batch(self, conn: Connection, request: RemotingCommand, h: SendHeader,
