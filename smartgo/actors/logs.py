@@ -66,12 +66,15 @@ def emit_forwarded(msg: dict, actor: str, pid: int) -> None:
     logging.getLogger(record.name).handle(record)
 
 
+QUIET_FOR = 60.0    # s: a failure a loop meets at every turn (a reconnect every second) is written once a minute
+
+
 class Repeats:
     """For a line a loop would write at every turn (a reconnect every second): the same text
     passes once per `every` seconds. check() is the number held back since it last passed, or
-    None to hold this one back too; line() is the text to write, or None."""
+    None to hold this one back too; line() is the text to write, or None; log() writes it."""
 
-    def __init__(self, every: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, every: float = QUIET_FOR, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = every
         self.clock = clock
         self._text = ""
@@ -92,6 +95,12 @@ class Repeats:
         if held is None:
             return None
         return f"{text} ({held} more like the last line held back)" if held else text
+
+    def log(self, logger: logging.Logger, level: int, text: str, key: str | None = None) -> None:
+        """line(text, key), written to logger at level when it passes."""
+        line = self.line(text, key)
+        if line is not None:
+            logger.log(level, "%s", line)
 
 
 _NUMBERS = re.compile(r"\d+")

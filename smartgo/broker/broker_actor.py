@@ -421,13 +421,17 @@ class BrokerActor(Actor):
         while self._register_waiters:
             waiters, self._register_waiters = self._register_waiters, []
             try:
-                await self.registrar.register(self.snapshot.with_perm(self.runtime.config.broker_permission))
+                await self.registrar.register(self._registered_table())
                 self.roles.on_registered(self.registrar.failover)
                 self._note_master()
             finally:
                 for done in waiters:
                     if not done.done():
                         done.set_result(None)
+
+    def _registered_table(self) -> TopicSnapshot:
+        """The topic table as registered: each topic's perm within the broker's permission."""
+        return self.snapshot.with_perm(self.runtime.config.broker_permission)
 
     def register_early(self) -> None:
         """Register every second rather than every register_interval (30 s) while waiting on the
@@ -441,8 +445,8 @@ class BrokerActor(Actor):
             self.register_soon()
         elif (self._register_task is not None and self._register_task.done()
               and (self._catch_up is None or self._catch_up.done()) and (lost := self.registrar.lost())):
-            self._catch_up = asyncio.get_running_loop().create_task(self.registrar.register(
-                self.snapshot.with_perm(self.runtime.config.broker_permission), lost))
+            self._catch_up = asyncio.get_running_loop().create_task(
+                self.registrar.register(self._registered_table(), lost))
 
     def _note_master(self) -> None:
         """A slave's ha actor reads its master's HA address from <run>/ha_master (unless set);

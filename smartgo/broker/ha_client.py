@@ -43,7 +43,6 @@ RECONNECT = 1.0                  # s between connection attempts
 CONNECT_TIMEOUT = 3.0
 READ_SIZE = 256 * 1024
 RELEASE_EVERY = 64 << 20         # bytes published between drops of the reader's pages from RSS
-QUIET_FOR = 60.0                 # s: a failure that repeats at every reconnect is logged once a minute
 
 
 def master_file(run_path: Path) -> Path:
@@ -93,7 +92,7 @@ class HAClient:
 
     async def run(self) -> None:
         waiting_logged = False
-        repeats = Repeats(QUIET_FOR)
+        repeats = Repeats()                     # a failure at every reconnect: once a minute
         while True:
             addr = self.master_address()
             if addr is None:
@@ -107,9 +106,7 @@ class HAClient:
                     return
                 except (OSError, HAProtocolError, StoreError) as exc:
                     why = f"replication from {addr} stopped at {self.aligned}: {exc}"
-                    line = repeats.line(f"{why}; reconnecting every {RECONNECT:g}s")
-                    if line is not None:
-                        log.warning("%s", line)
+                    repeats.log(log, logging.WARNING, f"{why}; reconnecting every {RECONNECT:g}s")
             await asyncio.sleep(RECONNECT)
 
     async def _replicate(self, addr: str) -> None:

@@ -42,7 +42,6 @@ SAFETY_CHECK = 1.0              # s: the longest sleep without looking at the wr
 BIND_RETRY = 5.0                # s between attempts to listen while the HA port is taken
 PACE = 0.001                    # s between wake-ups while data keeps coming (async replication)
 RELEASE_EVERY = 64 << 20        # bytes sent between drops of the mapped pages from this actor's RSS
-QUIET_FOR = 60.0                # s: a slave refused at each of its reconnects (every second) is logged once a minute
 
 
 @dataclass(eq=False)
@@ -159,10 +158,7 @@ class HAService:
         """A line about a slave's connection: one that comes back at every reconnect, numbers
         aside, is written once a minute per slave host."""
         host = peer.rpartition(":")[0]
-        repeats = self._quiet.setdefault((host, kind), Repeats(QUIET_FOR))
-        line = repeats.line(text, gist(text.replace(peer, host)))
-        if line is not None:
-            log.log(level, "%s", line)
+        self._quiet.setdefault((host, kind), Repeats()).log(log, level, text, gist(text.replace(peer, host)))
 
     async def _push(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
         try:

@@ -16,8 +16,7 @@ holds at the master, with one field added after the client signed: acl.FORWARDED
 client's address, which the master stores as the message's born host (4.x takes it from the
 connection, here the slave's) and which keeps it from white-listing the request by the slave's
 address (that white list is for the slave's own calls). The slave's own ACL check, when it has
-one, came first. Oneway requests (a Java
-END_TRANSACTION) stay oneway. A request is passed on once: one that already carries the field (a
+one, came first. Oneway requests (a Java END_TRANSACTION) stay oneway. A request is passed on once: one that already carries the field (a
 slave that has not heard of a new master yet, passing on to the old one, now a slave too) is
 refused, so that two slaves that each take the other for the master cannot pass it round.
 """
@@ -43,7 +42,6 @@ FORWARDED = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.
              RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, RequestCode.UPDATE_CONSUMER_OFFSET)
 KEPT_WHEN_UNSENT = frozenset({RequestCode.UPDATE_CONSUMER_OFFSET})    # the slave's own processor takes it
 TIMEOUT = 2.5               # s: inside a client's default send timeout (3 s), so that it hears why
-QUIET_FOR = 60.0            # s between log lines of a master that keeps failing
 UNSENT = RemotingCommand(-1)    # _relay: the master did not take it, the slave's own processor does
 
 
@@ -52,7 +50,7 @@ class MasterForward:
         self.stats = stats                      # smartgo_slave_forwarded_requests_total
         self.master: str | None = None          # the master's broker address, as the registries answer
         self.client = RemotingClient(ssl_context=ssl_context)   # no signing hook: the client's signature stays
-        self._failures = Repeats(QUIET_FOR)
+        self._failures = Repeats()              # a master that keeps failing: once a minute
 
     def wrap(self, processors: dict[int, Processor]) -> dict[int, Processor]:
         """The same processors, FORWARDED codes passed on while a master is known."""
@@ -84,9 +82,7 @@ class MasterForward:
         except RemotingError as exc:
             self.stats.relayed(request.code, False)
             why = f"a write of {conn.remote_address} (code {request.code}) not passed on to the master {master}: {exc}"
-            line = self._failures.line(why, gist(why.replace(str(conn.remote_address), "")))
-            if line is not None:
-                log.warning("%s", line)
+            self._failures.log(log, logging.WARNING, why, gist(why.replace(str(conn.remote_address), "")))
             if request.code in KEPT_WHEN_UNSENT:
                 return UNSENT
             return None if request.is_oneway else request.make_response(

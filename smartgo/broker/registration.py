@@ -29,7 +29,6 @@ from smartgo.net.errors import RemotingError
 log = logging.getLogger("smartgo.broker.registration")
 
 TIMEOUT = 3.0
-QUIET_FOR = 60.0           # s between log lines of a registry that keeps failing
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +91,8 @@ class Registrar:
             response = await self.client.invoke(addr, cmd, TIMEOUT)
         except RemotingError as exc:
             why = f"registry {addr}: code {cmd.code} failed: {exc}"
-            if (line := self._failures.setdefault(addr, Repeats(QUIET_FOR)).line(why, gist(why))) is not None:
-                log.warning("%s", line)              # a registry that is down: once a minute, not every second
+            # a registry that is down: once a minute, not every second
+            self._failures.setdefault(addr, Repeats()).log(log, logging.WARNING, why, gist(why))
             return False
         if response.ext_fields and "failoverEpoch" in response.ext_fields:
             self.failover = response.ext_fields

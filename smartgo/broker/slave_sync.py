@@ -51,7 +51,6 @@ log = logging.getLogger("smartgo.broker.slave_sync")
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 3.0          # per request; RocketMQ's BrokerOuterAPI uses 3 s for these four
-QUIET_FOR = 60.0               # s between log lines of a master that keeps failing
 
 
 class SlaveSyncError(Exception):
@@ -202,7 +201,7 @@ async def run_slave_sync(broker: SyncTarget, master_addr_of: Callable[[], str | 
     a warning and the next round tries again (the slave keeps what it has). client (the node's
     own, acl.node_client: signed for an ACL-enabled master) is closed when the loop ends."""
     last: str | None = None
-    failures = Repeats(QUIET_FOR)
+    failures = Repeats()                        # a master that is down: once a minute
     try:
         while True:
             addr = master_addr_of()
@@ -214,8 +213,7 @@ async def run_slave_sync(broker: SyncTarget, master_addr_of: Callable[[], str | 
                     state = await fetch_master_state(client, addr, timeout)
                 except SlaveSyncError as exc:
                     why = f"slave sync: {exc}; keeping the current tables, next try in {interval:g}s"
-                    if (line := failures.line(why, gist(why))) is not None:
-                        log.warning("%s", line)         # a master that is down: once a minute
+                    failures.log(log, logging.WARNING, why, gist(why))
                 else:
                     broker.apply_master_state(state)
             await asyncio.sleep(interval)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from smartgo.actors.logs import Repeats, gist
@@ -34,3 +36,12 @@ def test_a_line_carries_the_count_and_its_key_can_ignore_the_numbers():
     assert r.line("other") is None
     now[0] += 60.0
     assert r.line("other") == "other (1 more like the last line held back)"
+
+
+def test_log_writes_a_passing_line_at_its_level(caplog):
+    r = Repeats(clock=lambda: 0.0)                  # once a minute by default
+    logger = logging.getLogger("smartgo.test.repeats")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        for end in (100, 200, 300):
+            r.log(logger, logging.WARNING, f"registry down at {end}", gist(f"registry down at {end}"))
+    assert [(rec.levelno, rec.getMessage()) for rec in caplog.records] == [(logging.WARNING, "registry down at 100")]
