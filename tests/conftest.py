@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from smartgo.actors import testing as node_testing
 from smartgo.cpus import usable_cpus
 from smartgo.testing import free_port
 
@@ -23,3 +24,21 @@ def pytest_xdist_auto_num_workers(config) -> int:
 def port() -> int:
     return free_port()
 
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Note which nodes the test starts (its fixtures' too)."""
+    item.smartgo_first_node = len(node_testing.STARTED)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report ends with the warnings of each node it started: CI keeps no store."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for store in dict.fromkeys(node_testing.STARTED[getattr(item, "smartgo_first_node", 0):]):
+            lines = node_testing.warnings_in(store)
+            report.sections.append((f"warnings of the node on {store}", "\n".join(lines) or "(none)"))

@@ -29,6 +29,10 @@ SUPERVISOR = ROOT / "supervisor.py"
 # Fast supervision for tests: quick heartbeats, short backoff.
 FAST = {"heartbeat_interval": 0.05, "restart_backoff": 0.02, "restart_backoff_max": 0.2}
 
+#: The store dir of every node started in this process, in order: a failed test's report shows
+#: the warnings of the nodes it started (tests/conftest.py), all a CI run leaves to go on.
+STARTED: list[Path] = []
+
 
 def toml_value(v: object) -> str:
     if isinstance(v, bool):
@@ -76,6 +80,9 @@ class Node:
     port: int
     stderr: Path
     seen: dict[int, psutil.Process] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        STARTED.append(self.store)
 
     def health(self) -> dict | None:
         """The node's health report, or None while there is no readable board."""
@@ -146,8 +153,7 @@ class Node:
         self.proc.wait(10)
 
     def log_text(self) -> str:
-        path = self.store / "logs" / "node.log"
-        return path.read_text() if path.exists() else ""
+        return log_text(self.store)
 
     def reap(self) -> None:
         """Kill the node and every process it had. The supervisor is stopped first, so no actor it
@@ -165,6 +171,18 @@ class Node:
             except psutil.NoSuchProcess:
                 pass
         wait_gone(left, 5)          # a zombie counts as gone: whoever inherited it reaps it
+
+
+def log_text(store: Path) -> str:
+    """The node log of the node on store ("" before it wrote one)."""
+    path = store / "logs" / "node.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def warnings_in(store: Path, last: int = 30) -> list[str]:
+    """The last warnings and errors in the node log of the node on store."""
+    return [line for line in log_text(store).splitlines()
+            if " WARNING " in line or " ERROR " in line or " CRITICAL " in line][-last:]
 
 
 def launch_node(base: Path, settings: dict | Callable[[], dict] | None = None, role: str = "registry",

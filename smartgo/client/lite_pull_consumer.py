@@ -352,15 +352,16 @@ class AsyncLitePullConsumer(BalancedConsumer):
 
     # -- balancing ------------------------------------------------------------------------------
 
-    async def rebalance(self) -> None:
+    async def rebalance(self) -> bool:
         """Subscribe mode: take this consumer's share of each topic's queues; assign mode: the
         assigned queues (one that could not be taken is tried again here every 20 s)."""
         async with self._rebalancing:
             if not self._running:
-                return
+                return True
             if self._assigned is not None:
                 await self._hold(set(self._assigned), lambda mq: True)
-                return
+                return True
+            done = True
             if self._heartbeat_due:
                 self._heartbeat_due = False
                 await self.instance.heartbeat_all()
@@ -372,7 +373,9 @@ class AsyncLitePullConsumer(BalancedConsumer):
                         self._assigned_to(topic, set(queues), mine)
                 except Exception as exc:
                     log.warning("%s: rebalancing %s failed: %s", self.group, topic, exc)
+                    done = False
             await self._hold(set(), lambda mq: mq.topic not in self.subscriptions)
+        return done
 
     def _assigned_to(self, topic: str, queues: set[MessageQueue], mine: set[MessageQueue]) -> None:
         listener = self._assign_listeners.get(topic)

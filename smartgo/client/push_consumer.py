@@ -221,7 +221,8 @@ class AsyncPushConsumer(BalancedConsumer):
 
     # -- rebalancing ------------------------------------------------------------------------------
 
-    async def rebalance(self) -> None:
+    async def rebalance(self) -> bool:
+        done = True
         async with self._rebalancing:
             for topic in list(self.subscriptions):
                 try:
@@ -230,9 +231,11 @@ class AsyncPushConsumer(BalancedConsumer):
                     log.info("%s: not rebalancing %s: %s", self.group, topic, exc)
                 except Exception as exc:
                     log.warning("%s: rebalancing %s failed: %s", self.group, topic, exc)
+                    done = False
             gone = [mq for mq in self.process_queues if mq.topic not in self.subscriptions]
             for mq in gone:
                 await self._drop(mq)
+        return done
 
     def _share_topic_thresholds(self) -> None:
         """RebalancePushImpl.messageQueueChanged: the topic-wide limits split over the queues held
@@ -269,8 +272,10 @@ class AsyncPushConsumer(BalancedConsumer):
         try:
             offset = await self.balance.pull_from(mq)
         except Exception as exc:
-            log.warning("%s: cannot tell where to start %s: %s", self.group, mq, exc)
-            return False
+            # Its broker is away (restarting?). Java leaves the queue to the next rebalance, up to
+            # 20 s on; held, its pull loop asks again as it retries a failed pull (_pull_once).
+            log.warning("%s: cannot tell where to start %s yet: %s", self.group, mq, exc)
+            offset = -1
         pq = ProcessQueue(offset)
         if locked:
             pq.locked, pq.last_lock_time = True, time.monotonic()

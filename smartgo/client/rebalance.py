@@ -37,6 +37,8 @@ log = logging.getLogger("smartgo.client.rebalance")
 
 #: Pause before pulling again after an error (Java PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION).
 PULL_DELAY_ON_ERROR = 3.0
+#: s before a rebalance that failed somewhere runs again (doubling up to the rebalance interval).
+RETRY_FIRST = 1.0
 #: Pause while flow control holds a queue (PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL).
 PULL_DELAY_ON_FLOW_CONTROL = 0.05
 
@@ -128,14 +130,17 @@ class Balance:
 
 
 class RebalanceLoop:
-    """Runs the consumer's rebalance every `interval` seconds, and at once after soon()."""
+    """Runs the consumer's rebalance every `interval` seconds, and at once after soon(). A round
+    that failed somewhere (the job returns False: a broker away, say) runs again after RETRY_FIRST
+    seconds, doubling up to `interval`: Java waits the whole interval (20 s)."""
 
-    def __init__(self, job: Callable[[], Awaitable[None]], interval: float, group: str) -> None:
+    def __init__(self, job: Callable[[], Awaitable[bool]], interval: float, group: str) -> None:
         self.job = job
         self.interval = interval
         self.group = group
         self._now: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._wait = interval               # until the next round unless soon()
 
     def start(self) -> None:
         self._now = asyncio.Event()
@@ -155,16 +160,19 @@ class RebalanceLoop:
         assert self._now is not None
         while True:
             try:
-                await wait_within(self._now.wait(), self.interval)
+                await wait_within(self._now.wait(), self._wait)
             except asyncio.TimeoutError:
                 pass
             self._now.clear()
             try:
-                await self.job()
+                done = await self.job()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("%s: rebalance failed: %s", self.group, exc)
+                done = False
+            retrying = self._wait < self.interval
+            self._wait = self.interval if done else min(self.interval, self._wait * 2 if retrying else RETRY_FIRST)
 
 
 def check_range(name: str, value: float, low: float, high: float) -> None:
@@ -228,8 +236,8 @@ class BalancedConsumer(abc.ABC):
         return self.instance.client_id
 
     @abc.abstractmethod
-    async def rebalance(self) -> None:
-        """Take this consumer's queues and let go of the others."""
+    async def rebalance(self) -> bool:
+        """Take this consumer's queues and let go of the others; False if a topic failed."""
 
     def rebalance_soon(self) -> None:
         self._rebalancer.soon()

@@ -140,8 +140,11 @@ class FailoverController:
                 self._save()
             return None
         if addr not in promised:
+            # the new master may still be registered at its slave id (it restarts to take the
+            # role): that id is free, as 0 is the new master's
             broker = self.routes.broker_addr_table.get(name)
-            taken = {*(broker.broker_addrs if broker is not None else ()), *promised.values()}
+            held = broker.broker_addrs.items() if broker is not None else ()
+            taken = {*(i for i, a in held if a != term.master), *promised.values()}
             promised[addr] = next(i for i in range(1, len(taken) + 2) if i not in taken)
         demotion = Demotion(term.master, term.epoch, promised[addr], term.starts.get(epoch + 1, NO_OFFSET))
         log.warning("%s: %s registers as master of epoch %d, but %s is master at epoch %d: sent back as slave %d "

@@ -23,11 +23,13 @@ class ScriptedQueues:
     """Pull answers from per-queue record lists; an empty queue holds the pull briefly (a short
     long poll) and answers PULL_NOT_FOUND."""
 
-    def __init__(self, broker: FakeBroker, topic: str) -> None:
+    def __init__(self, broker: FakeBroker, topic: str, queue_0: list[tuple[bytes, dict]] | None = None,
+                 committed: int = 0) -> None:
+        """queue_0: the records of queue 0, the group's offset there committed."""
         self.broker = broker
         self.topic = topic
-        self.queues: dict[int, list[tuple[bytes, dict]]] = {}
-        self.offsets: dict[tuple[str, int], int] = {}
+        self.queues: dict[int, list[tuple[bytes, dict]]] = {} if queue_0 is None else {0: queue_0}
+        self.offsets: dict[tuple[str, int], int] = {} if queue_0 is None else {(topic, 0): committed}
         self.consumers: list[str] = []
         h = broker.handlers
         h[RequestCode.HEART_BEAT] = self.heartbeat
@@ -135,9 +137,7 @@ def test_send_back_failure_consumes_again_locally(tmp, monkeypatch):
     async def main():
         broker = FakeBroker(topics={"T": 1})
         async with fake_cluster(tmp, [broker]) as (registry, _):
-            q = ScriptedQueues(broker, "T")
-            q.offsets[("T", 0)] = 0
-            q.queues = {0: [(b"x", {})]}
+            q = ScriptedQueues(broker, "T", [(b"x", {})])
             broker.handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = lambda c, cmd: response(
                 cmd, ResponseCode.SYSTEM_ERROR, remark="no")
             calls = []
@@ -173,6 +173,34 @@ def test_rebalance_on_notify(tmp):
             return mine
     # sorted ids: "0.0.0.0@other" < "<ip>@<pid>" -> the other consumer gets queues 0-1
     assert arun(main()) == [2, 3]
+
+
+def test_a_queue_whose_start_cannot_be_told_yet_is_held_and_read_once_its_broker_answers(tmp, monkeypatch):
+    """Its broker restarting, say: the rebalance holds the queue anyway, and its pull loop asks
+    where to start as it retries a pull, not at the next rebalance (20 s on, as Java)."""
+    monkeypatch.setattr("smartgo.client.rebalance.PULL_DELAY_ON_ERROR", 0.05)
+
+    async def main():
+        broker = FakeBroker(topics={"T": 1})
+        async with fake_cluster(tmp, [broker]) as (registry, _):
+            q = ScriptedQueues(broker, "T", [(b"done", {}), (b"new", {})], committed=1)
+            answer = q.query_offset
+            refused: list[int] = []
+
+            def starting(conn, cmd):
+                if len(refused) < 2:
+                    refused.append(1)
+                    return response(cmd, ResponseCode.SYSTEM_ERROR, remark="the broker is starting")
+                return answer(conn, cmd)
+            broker.handlers[RequestCode.QUERY_CONSUMER_OFFSET] = starting
+            got: list[bytes] = []
+            c = AsyncPushConsumer("G", registry, listener=lambda m: got.append(m.body))
+            c.subscribe("T")
+            async with c:
+                await async_wait_until(lambda: got, 5, message="the message after the stored offset")
+            return got, refused
+    got, refused = arun(main())
+    assert got == [b"new"] and len(refused) == 2
 
 
 def test_orderly_one_at_a_time_in_order(tmp):
@@ -318,9 +346,7 @@ def test_sql92_consumer_checks_its_expression_in_the_brokers_at_start(tmp):
     async def main():
         broker = FakeBroker(topics={"T": 1, "%RETRY%G": 1})
         async with fake_cluster(tmp, [broker]) as (registry, _):
-            q = ScriptedQueues(broker, "T")
-            q.queues = {0: [(b"m", {"a": "1"})]}
-            q.offsets[("T", 0)] = 0
+            ScriptedQueues(broker, "T", [(b"m", {"a": "1"})])
             verdict = [ResponseCode.SUBSCRIPTION_PARSE_FAILED]
             broker.handlers[RequestCode.CHECK_CLIENT_CONFIG] = lambda c, cmd: response(
                 cmd, verdict[0], remark="invalid SQL92 expression")

@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 
-from smartgo.client import api, bodies
+from smartgo.client import api, bodies, rebalance
 from smartgo.client.allocate import ConsistentHashAllocator, allocate_averagely, allocate_by_circle
 from smartgo.client.config import ClientConfig, split_registry
 from smartgo.client.fault import LatencyFaultTolerance, not_available_duration
@@ -26,6 +26,7 @@ from smartgo.client.subscription import SubscriptionData, SubscriptionError
 from smartgo.client.uniq_id import UniqIdGenerator, uniq_id_ip, uniq_id_time
 from smartgo.net.codes import RequestCode
 from smartgo.store.record import MessageExt, encode_record, iter_records
+from smartgo.testing import async_wait_until
 
 
 def mqs(n: int, topic: str = "T", broker: str = "b") -> list[MessageQueue]:
@@ -367,3 +368,28 @@ def test_acl_version_from_a_4_9_3_and_an_older_broker():
     assert (old.cluster, old.broker_name, old.broker_addr, old.files) == ("C", "b", "127.0.0.1:10911", {"": (9, 5)})
     with pytest.raises(KeyError):
         bodies.parse_acl_version({"version": "{}"})
+
+
+def test_a_rebalance_that_failed_runs_again_soon_backing_off(monkeypatch):
+    """Java waits the whole interval (20 s) after a failed round, a broker away say; ours runs
+    again after RETRY_FIRST, doubling, and back to the interval once a round succeeds."""
+    monkeypatch.setattr(rebalance, "RETRY_FIRST", 0.05)
+    runs: list[float] = []
+
+    async def job() -> bool:
+        runs.append(time.monotonic())
+        if len(runs) == 2:
+            raise RuntimeError("a broker refused")        # as a failure
+        return len(runs) > 3
+
+    async def main() -> float:
+        loop = rebalance.RebalanceLoop(job, 60.0, "G")
+        loop.start()
+        try:
+            await async_wait_until(lambda: len(runs) == 4, 10, message="three failed rounds run again")
+            return loop._wait
+        finally:
+            await loop.stop()
+    after = asyncio.run(main())
+    gaps = [b - a for a, b in zip(runs, runs[1:])]
+    assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[2] >= 0.2 and after == 60.0

@@ -232,7 +232,8 @@ def test_an_old_master_registering_during_the_promotion_is_sent_back(tmp_path) -
     asyncio.run(c.check())
     clock.advance(2.0)
     asyncio.run(c.check())
-    assert seen == [Demotion("s1:1", 1, 2, NO_OFFSET)] and c.terms["broker-a"].master == "s1:1"
+    # slave 1 is 0 now: the old master is slave 1 in its place
+    assert seen == [Demotion("s1:1", 1, 1, NO_OFFSET)] and c.terms["broker-a"].master == "s1:1"
 
 
 def test_a_slave_of_an_earlier_term_is_told_where_the_new_term_began(tmp_path) -> None:
@@ -311,6 +312,8 @@ def test_a_switchover_fences_the_master_waits_for_the_slave_and_promotes_it(tmp_
     assert answers == ["true", "true"]                          # the master's registrations kept it fenced
     assert "switching" not in c.answer("broker-a", 1)
     assert json.loads((tmp_path / "failover.json").read_text())["broker-a"]["epoch"] == 1
+    # m registers (every second while fenced) before s has restarted as master: s's slave id is m's
+    assert register(c, routes, "m:1", 0) == Demotion("s:1", 1, 1, 400)
     routes.on_channel_destroy("s:1")                             # s restarts as master; m comes back
     assert register(c, routes, "s:1", 0, epoch=1, start=400) is None
     assert register(c, routes, "m:1", 0) == Demotion("s:1", 1, 1, 400)    # its cut is its own end: nothing
