@@ -107,6 +107,7 @@ ADMIN_CODES = frozenset({
     RequestCode.PUT_KV_CONFIG,                          # 100
     RequestCode.DELETE_KV_CONFIG,                       # 102
     RequestCode.WIPE_WRITE_PERM_OF_BROKER,              # 205
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,               # 327
     RequestCode.DELETE_TOPIC_IN_NAMESRV,                # 216
     RequestCode.CONTROLLER_ELECT_MASTER,                # 1002: a switchover
 })

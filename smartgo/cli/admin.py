@@ -10,6 +10,7 @@
     smartgo admin consume-directly --group G --client ID --id MSG_ID [--topic T]
     smartgo admin reset-offset --group G --topic T --to (MS | 2026-11-23T10:00 | end) [--no-force]
     smartgo admin group-create --group G [--retry-max-times 16] [--cluster C]
+    smartgo admin group-delete --group G [--cluster C | --broker ADDR] [--remove-offsets]
     smartgo admin query-key --topic T --key K | query-id --id ID [--topic T]
     smartgo admin query-offset --topic T --queue N --offset N [--broker-name B]
     smartgo admin broker-runtime --broker ADDR | broker-config --broker ADDR
@@ -28,6 +29,11 @@ Traffic, lag and the clients behind them (smartgo.cli.admin_stats):
     smartgo admin query-cq --topic T --queue N --index I [--count 10] [--group G] [--broker ADDR]
     smartgo admin clone-offset --src G --dest G [--topic T] [--offline] | system-topics --broker ADDR
 
+Taking brokers out of service and back (smartgo.cli.admin_maintenance):
+
+    smartgo admin wipe-write-perm --broker-name B | add-write-perm --broker-name B
+    smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
+
 Access control, each broker's plain_acl.yml (smartgo.cli.admin_acl):
 
     smartgo admin acl-update --account AK [--account-secret SK] [--admin | --no-admin] [--topic-perms T=PUB,..] ...
@@ -39,7 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 
-from smartgo.cli import admin_acl, admin_stats
+from smartgo.cli import admin_acl, admin_maintenance, admin_stats
 from smartgo.cli._common import (BROKER, GROUP, TOPIC, CommandTable, add_common, client_options, emit, guarded, options,
                                  table, when)
 from smartgo.client import AsyncAdmin
@@ -53,7 +59,7 @@ from smartgo.store.record import MessageExt
 COMMANDS = CommandTable()
 command = COMMANDS.command
 #: every `smartgo admin` command, in --help's order: this module's, then those kept in modules of their own
-_TABLES = (COMMANDS, admin_stats.COMMANDS, admin_acl.COMMANDS)
+_TABLES = (COMMANDS, admin_stats.COMMANDS, admin_maintenance.COMMANDS, admin_acl.COMMANDS)
 
 OPTIONAL_TOPIC = (("--topic", "-t"), {})
 CLUSTER = (("--cluster", "-c"), {})
@@ -315,6 +321,24 @@ async def _group_create(admin: AsyncAdmin, args: argparse.Namespace) -> None:
                                                   broadcast_enable=not args.no_broadcast)
     emit({"group": args.group, "brokers": addrs}) if args.json else print(
         f"group {args.group} set on {', '.join(addrs)}")
+
+
+def _group_delete_options(c: argparse.ArgumentParser) -> None:
+    """group-delete's options: a function, not options(), for the --cluster | --broker group."""
+    options(GROUP)(c)
+    where = c.add_mutually_exclusive_group()
+    where.add_argument("--cluster", "-c", help="every master of this cluster (default: all masters)")
+    where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
+    c.add_argument("--remove-offsets", action="store_true", help="forget the group's consumer offsets too")
+
+
+@command("group-delete", "delete a subscription group, and its retry and dead-letter topics (mqadmin deleteSubGroup)",
+         _group_delete_options)
+async def _group_delete(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    addrs = await admin.delete_subscription_group(args.group, cluster=args.cluster, broker_addr=args.broker,
+                                                  remove_offsets=args.remove_offsets)
+    emit({"group": args.group, "brokers": addrs}) if args.json else print(
+        f"group {args.group} deleted from {', '.join(addrs)}")
 
 
 @command("query-key", "find messages by business key",

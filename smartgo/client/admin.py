@@ -154,6 +154,47 @@ class AsyncAdmin:
             refusals.append(f"{registry}: {resp.remark}")
         raise ClientError(f"no registry made the switchover of {broker_name}: " + "; ".join(refusals))
 
+    async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """WIPE_WRITE_PERM_OF_BROKER at every registry (mqadmin wipeWritePerm): producers send no
+        more to broker_name once they have re-read its topics' routes (the SDK and Java every 30 s),
+        consumers read on; until add_write_perm or its master restarts. The topics changed, per
+        registry."""
+        return await self._each_registry(RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name, "wipeTopicCount",
+                                         "wipe write perm")
+
+    async def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """ADD_WRITE_PERM_OF_BROKER at every registry (mqadmin addWritePerm): undo a wipe."""
+        return await self._each_registry(RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name, "addTopicCount",
+                                         "add write perm")
+
+    async def _each_registry(self, code: int, broker_name: str, count: str, what: str) -> dict[str, int]:
+        """One request at each registry; its count field per registry. Every registry is asked
+        even after one fails (ClientError then names the failures and what was done)."""
+        done: dict[str, int] = {}
+        failed: list[str] = []
+        for registry in self.config.registry:
+            try:
+                done[registry] = api.ext_long(await self.instance.invoke(registry, api.command(
+                    code, {"brokerName": broker_name})), count, registry, what)
+            except (RemotingError, BrokerError) as exc:
+                failed.append(str(exc))
+        if failed:
+            raise ClientError(f"{what} of {broker_name} failed: {'; '.join(failed)}"
+                              + (f" (done at {', '.join(done)})" if done else ""))
+        return done
+
+    async def update_broker_config(self, settings: dict[str, str], *, cluster: str | None = None,
+                                   broker_addr: str | None = None) -> list[str]:
+        """UPDATE_BROKER_CONFIG (mqadmin updateBrokerConfig) at one broker, or every broker, slaves
+        too, of the cluster (all when None): only runtime settings change (brokerPermission,
+        autoCreateTopicEnable, ...), persisted by each broker; a broker refuses the whole update
+        for any other. Returns the brokers' addresses."""
+        addrs = await self._brokers(cluster, broker_addr, slaves=True)
+        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+        await asyncio.gather(*(self._call(a, api.command(RequestCode.UPDATE_BROKER_CONFIG, body=body),
+                                          "update broker config") for a in addrs))
+        return addrs
+
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: the broker's KVTable of runtime figures."""
         resp = await self._call(addr, api.command(RequestCode.GET_BROKER_RUNTIME_INFO), "broker runtime info")
@@ -229,6 +270,20 @@ class AsyncAdmin:
         body = api.subscription_group_body(group, **options)  # type: ignore[arg-type]
         await asyncio.gather(*(self._call(a, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
                                                              body=body), f"create group {group}") for a in addrs))
+        return addrs
+
+    async def delete_subscription_group(self, group: str, *, cluster: str | None = None,
+                                        broker_addr: str | None = None, remove_offsets: bool = False) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP at one broker or the masters of the cluster (all when None),
+        with the group's offsets too if remove_offsets; then, as mqadmin deleteSubGroup, the
+        group's retry and dead-letter topics where they exist. Returns the brokers' addresses."""
+        addrs = await self._brokers(cluster, broker_addr)
+        cmd = api.command(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "removeOffset": remove_offsets})
+        await asyncio.gather(*(self._call(a, cmd, f"delete group {group}") for a in addrs))
+        known = set(await self.topic_list())
+        for topic in (retry_topic(group), dlq_topic(group)):
+            if topic in known:
+                await self.delete_topic(topic, cluster)
         return addrs
 
     async def _group_brokers(self, group: str, topic: str | None) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Callable
 
 from smartgo.net.codes import MASTER_ID, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -62,7 +63,10 @@ class RegistryProcessors:
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
-            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self._write_perm(self.routes.wipe_write_perm_of_broker, "wiped",
+                                                                    "wipeTopicCount"),
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self._write_perm(self.routes.add_write_perm_of_broker, "gave back",
+                                                                   "addTopicCount"),
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
@@ -158,12 +162,17 @@ class RegistryProcessors:
         return request.make_response(OK, ext_fields={"changed": "true" if changed else "false"},
                                      body=bodies.encode_data_version(ours) if ours is not None else None)
 
-    @eager
-    async def wipe_write_perm_of_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        count = self.routes.wipe_write_perm_of_broker(request.ext_str("brokerName"))
-        log.info("wiped write perm of broker %s on %d topics (asked by %s)",
-                 request.ext_str("brokerName"), count, conn.remote_address)
-        return request.make_response(OK, ext_fields={"wipeTopicCount": str(count)})
+    def _write_perm(self, change: Callable[[str], int], done: str, count_field: str) -> Processor:
+        """WIPE_WRITE_PERM_OF_BROKER 205 and ADD_WRITE_PERM_OF_BROKER 327: change(brokerName) counts
+        the topics it changed."""
+        @eager
+        async def process(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            name = request.ext_str("brokerName")
+            count = change(name)
+            log.info("%s the write perm of broker %s on %d topics (asked by %s)", done, name, count,
+                     conn.remote_address)
+            return request.make_response(OK, ext_fields={count_field: str(count)})
+        return process
 
     async def elect_master(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """5.x's electMaster: hand a broker name's master role to the slave named by brokerAddress

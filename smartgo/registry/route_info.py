@@ -80,6 +80,7 @@ class RouteInfoManager:
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
         self.filter_server_table: dict[str, list[str]] = {}
+        self.wiped: set[str] = set()        # broker names whose write perm an operator wiped
         self.version = 0
 
     # -- broker registration --------------------------------------------------------------------
@@ -121,8 +122,8 @@ class RouteInfoManager:
 
     def _update_queue_data(self, broker_name: str, config: TopicConfig) -> None:
         queues = self.topic_queue_table.setdefault(config.topic_name, {})
-        new = QueueData(broker_name, config.read_queue_nums, config.write_queue_nums, config.perm,
-                        config.topic_sys_flag)
+        perm = config.perm & ~PermName.WRITE if broker_name in self.wiped else config.perm
+        new = QueueData(broker_name, config.read_queue_nums, config.write_queue_nums, perm, config.topic_sys_flag)
         old = queues.get(broker_name)
         if old != new:
             if old is None:
@@ -152,6 +153,8 @@ class RouteInfoManager:
         if broker is not None and broker.broker_addrs.get(broker_id) == broker_addr:
             del broker.broker_addrs[broker_id]
             log.info("unregistered broker %s[%d] %s", broker_name, broker_id, broker_addr)
+            if broker_id == MASTER_ID:
+                self._unwipe(broker_name)
             if not broker.broker_addrs:
                 self._remove_broker_name(broker_name)
 
@@ -198,6 +201,8 @@ class RouteInfoManager:
                 continue
             for i in ids:
                 del broker.broker_addrs[i]
+            if MASTER_ID in ids:
+                self._unwipe(name)
             if not broker.broker_addrs:
                 self._remove_broker_name(name)
 
@@ -224,16 +229,33 @@ class RouteInfoManager:
     # -- admin ----------------------------------------------------------------------------------
 
     def wipe_write_perm_of_broker(self, broker_name: str) -> int:
-        """Clear WRITE on every topic of broker_name (so producers move away before maintenance)."""
+        """Clear WRITE on every topic of broker_name, so that producers move away before
+        maintenance; the number of topics. Unlike 4.x's, the wipe holds for topics the broker
+        registers later too, until add_write_perm_of_broker or its master's restart (which
+        4.x's registration undoes it with, as a topic change does)."""
+        self.wiped.add(broker_name)
+        return self._set_write_perm(broker_name, lambda perm: perm & ~PermName.WRITE)
+
+    def add_write_perm_of_broker(self, broker_name: str) -> int:
+        """Undo a wipe: READ | WRITE on every topic of broker_name (4.x's 327 sets exactly that)."""
+        self.wiped.discard(broker_name)
+        return self._set_write_perm(broker_name, lambda perm: PermName.READ | PermName.WRITE)
+
+    def _set_write_perm(self, broker_name: str, change: Callable[[int], int]) -> int:
         count = 0
         for queues in self.topic_queue_table.values():
             queue = queues.get(broker_name)
             if queue is not None:
-                queue.perm &= ~PermName.WRITE
+                queue.perm = change(queue.perm)
                 count += 1
-        if count:
-            self.version += 1
+        self.version += 1
         return count
+
+    def _unwipe(self, broker_name: str) -> None:
+        """Its master is gone (a restart, say): it registers writable again, as with 4.x."""
+        if broker_name in self.wiped:
+            self.wiped.discard(broker_name)
+            log.info("broker %s: its write perm, wiped, comes back with its master's next registration", broker_name)
 
     def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:
         """Forget topic (only its queues on cluster_name's brokers when given)."""

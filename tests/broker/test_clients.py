@@ -17,6 +17,7 @@ import pytest
 from smartgo.actors.testing import ROOT
 from smartgo.broker.testing import (ClientStub, group_command, heartbeat_body, pull_command, send_command,
                                     update_offset_command)
+from smartgo.client import Admin
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
@@ -148,6 +149,29 @@ def test_group_permissions_are_respected_by_pulls(broker, stubs):
     assert broker.call(group_command(RequestCode.DELETE_SUBSCRIPTIONGROUP, "", groupName=group)).code == 0
     wait_until(lambda: broker.call(pull_command("SELF_TEST_TOPIC", 0, 0, group=group)).code != ResponseCode.NO_PERMISSION,
                message="the deleted group's restriction gone")
+
+
+def test_the_cli_deletes_a_group_its_offsets_and_its_retry_and_dead_letter_topics(broker, stubs):
+    group = uid("Gone")
+    stubs().heartbeat({group: {"SELF_TEST_TOPIC": "*"}})              # the broker creates %RETRY%<group>
+    assert broker.call(update_offset_command(group, "SELF_TEST_TOPIC", 0, 5)).code == ResponseCode.SUCCESS
+    retry, dlq = f"%RETRY%{group}", f"%DLQ%{group}"
+    assert broker.call(RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
+        "topic": dlq, "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"})).code == 0
+    with Admin(broker.registry) as admin:
+        wait_until(lambda: {retry, dlq} <= set(admin.topic_list()), timeout=10, message="both topics registered")
+        done = subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", "group-delete", "-n", broker.registry,
+                               "--group", group, "--remove-offsets", "--json"], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"group": group, "brokers": [broker.addr]}
+        assert not {retry, dlq} & set(admin.topic_list())
+    groups = json.loads(broker.call(RemotingCommand(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body_bytes())
+    topics = json.loads(broker.call(RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG)).body_bytes())
+    assert group not in groups["subscriptionGroupTable"] and not {retry, dlq} & set(topics["topicConfigTable"])
+    offset = broker.call(group_command(RequestCode.QUERY_CONSUMER_OFFSET, group, topic="SELF_TEST_TOPIC", queueId=0))
+    assert (offset.code, offset.ext_fields) == (ResponseCode.SUCCESS, {"offset": "0"})     # 5 forgotten: 4.x's
+    # answer for a group without an offset in a queue that starts at 0
 
 
 def test_unknown_group_without_auto_creation(broker):

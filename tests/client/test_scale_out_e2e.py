@@ -2,18 +2,22 @@
 its own) registered with one registry serve one topic. Producers spread their sends over both,
 a consumer group's members share the queues of both, the admin calls see the whole cluster, and
 when one group dies (kill -9 of its node) sends go on to the other and consumers read on; when
-it comes back, sends and reads reach it again."""
+it comes back, sends and reads reach it again. A rolling restart fails no send, and a group an
+operator takes out of writes is read empty and takes sends again."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
 
 from smartgo.actors.testing import launch_node
 from smartgo.broker.testing import restart_broker, start_broker
-from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, Message, MessageQueue
+from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, Message, MessageQueue, NoRouteError
 from smartgo.testing import async_wait_until
 
 from .conftest import arun
@@ -105,11 +109,17 @@ def test_a_rolling_restart_fails_no_send_and_loses_no_message(cluster):
     arun(rolling_restart(registry, nodes))
 
 
-async def rolling_restart(registry: str, nodes: dict) -> None:
-    got: set[str] = set()
+def reader(registry: str, got: set[str]) -> AsyncPushConsumer:
+    """A member of GROUP reading TOPIC from the start, noting each UNIQ_KEY in got."""
     consumer = AsyncPushConsumer(GROUP, registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
                                  listener=lambda m: got.add(m.uniq_key), poll_registry_interval=POLL)
     consumer.subscribe(TOPIC, "*")
+    return consumer
+
+
+async def rolling_restart(registry: str, nodes: dict) -> None:
+    got: set[str] = set()
+    consumer = reader(registry, got)
     sent: list = []
     failed: list[str] = []
     stop = asyncio.Event()
@@ -142,3 +152,58 @@ async def rolling_restart(registry: str, nodes: dict) -> None:
         assert failed == []
         await async_wait_until(lambda: {r.msg_id for r in sent} <= got, 15, 0.05, "every acknowledged message read")
     assert len(sent) > 600
+
+
+def test_a_group_taken_out_of_writes_is_read_empty_and_takes_sends_again(cluster):
+    """Maintenance as with mqadmin: `wipe-write-perm` at the registries, and producers send to the
+    other group once they have re-read their routes while consumers read the wiped group's backlog;
+    a topic it gets meanwhile is not written either; `add-write-perm` gives sends back. The
+    broker's own side, `broker-config-update` of brokerPermission, does the same."""
+    arun(maintenance(*cluster))
+
+
+def admin_cli(registry: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "smartgo.cli", "admin", *args, "-n", registry, "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+async def maintenance(registry: str, nodes: dict) -> None:
+    got: set[str] = set()
+    sent: list = []
+    addr_b = f"127.0.0.1:{nodes['broker-b'].port}"
+    async with reader(registry, got), AsyncProducer("KeepPG", registry, poll_registry_interval=POLL) as producer, \
+            AsyncAdmin(registry) as admin:
+        async def landing_on(*names: str) -> bool:
+            """Whether the next 40 sends land on exactly these groups."""
+            batch = [await producer.send(Message(TOPIC, b"%d" % len(sent))) for _ in range(40)]
+            sent.extend(batch)
+            return {r.queue.broker_name for r in batch} == set(names)
+
+        async def perm_of_a(topic: str) -> int | None:
+            try:
+                route = await admin.topic_route(topic)
+            except NoRouteError:                        # not registered yet
+                return None
+            return next((q.perm for q in route.queue_datas if q.broker_name == "broker-a"), None)
+
+        await async_wait_until(lambda: landing_on(*BROKERS), 30, 0, "sends reaching both groups")
+        wiped = admin_cli(registry, "wipe-write-perm", "--broker-name", "broker-a")
+        assert set(wiped["registries"]) == {registry} and wiped["registries"][registry] >= 1
+        await async_wait_until(lambda: landing_on("broker-b"), 15, 0, "sends to broker-b alone")
+        await async_wait_until(lambda: {r.msg_id for r in sent} <= got, 15, 0.05, "broker-a's backlog read too")
+        await admin.create_topic("WideToo", 2, broker_addr=f"127.0.0.1:{nodes['broker-a'].port}")
+        assert await async_wait_until(lambda: perm_of_a("WideToo"), 10, 0.1, "the new topic routed") == 4
+
+        added = admin_cli(registry, "add-write-perm", "--broker-name", "broker-a")
+        assert added["registries"][registry] > wiped["registries"][registry]          # WideToo too
+        assert await perm_of_a(TOPIC) == await perm_of_a("WideToo") == 6
+        await async_wait_until(lambda: landing_on(*BROKERS), 15, 0, "sends reaching broker-a again")
+
+        admin_cli(registry, "broker-config-update", "--broker", addr_b, "--key", "brokerPermission", "--value", "4")
+        await async_wait_until(lambda: landing_on("broker-a"), 15, 0, "sends to broker-a alone")
+        assert (await admin.broker_config(addr_b))["broker_permission"] == "4"
+        admin_cli(registry, "broker-config-update", "--broker", addr_b, "--key", "brokerPermission", "--value", "6")
+        await async_wait_until(lambda: landing_on(*BROKERS), 15, 0, "sends reaching broker-b again")
+        await async_wait_until(lambda: {r.msg_id for r in sent} <= got, 15, 0.05, "every message read")

@@ -120,8 +120,13 @@ def test_cluster_topic_list_and_admin_codes(tmp_path: Path) -> None:
         wiped = await client.invoke(addr, RemotingCommand(RequestCode.WIPE_WRITE_PERM_OF_BROKER,
                                                           ext_fields={"brokerName": "a"}))
         assert wiped.ext_fields == {"wipeTopicCount": "2"}
-        perms = {q["brokerName"]: q["perm"] for q in strict_json((await route(client, addr, "T")).body)["queueDatas"]}
-        assert perms == {"a": 4, "b": 6}
+
+        async def perms() -> dict[str, int]:
+            return {q["brokerName"]: q["perm"] for q in strict_json((await route(client, addr, "T")).body)["queueDatas"]}
+        assert await perms() == {"a": 4, "b": 6}
+        added = await client.invoke(addr, RemotingCommand(RequestCode.ADD_WRITE_PERM_OF_BROKER,
+                                                          ext_fields={"brokerName": "a"}))
+        assert added.ext_fields == {"addTopicCount": "2"} and await perms() == {"a": 6, "b": 6}
         await client.invoke(addr, RemotingCommand(RequestCode.DELETE_TOPIC_IN_NAMESRV, ext_fields={"topic": "U"}))
         assert (await route(client, addr, "U")).code == ResponseCode.TOPIC_NOT_EXIST
         version_body = json.dumps({"counter": 1, "timestamp": 1_700_000_000_000}).encode()

@@ -108,3 +108,27 @@ def test_admin_operations() -> None:
     assert routes.query_broker_topic_config("a:1") == DataVersion(1000, 1)
     assert routes.is_broker_topic_config_changed("a:1", DataVersion(1000, 2))
     assert not routes.is_broker_topic_config_changed("a:1", DataVersion(1000, 1))
+
+
+def test_a_wipe_holds_through_the_brokers_registrations_until_added_back_or_its_master_restarts() -> None:
+    routes = RouteInfoManager(FakeClock())
+    routes.register_broker("C", "a:1", "a", 0, "a:2", body({"T": 4}), "chan")
+    routes.register_broker("C", "b:1", "b", 0, "b:2", body({"T": 4}), None)
+    assert routes.wipe_write_perm_of_broker("a") == 1
+    routes.register_broker("C", "a:1", "a", 0, "a:2", body({"T": 4}), "chan")                 # every 30 s
+    routes.register_broker("C", "a:1", "a", 0, "a:2", body({"T": 4, "U": 2}, counter=2), "chan")   # a topic change
+    perms = lambda topic: {n: q.perm for n, q in routes.topic_queue_table[topic].items()}  # noqa: E731
+    assert perms("T") == {"a": 4, "b": 6} and perms("U") == {"a": 4}          # 4.x would give U, and T, back WRITE
+    version = routes.version
+    assert routes.add_write_perm_of_broker("a") == 2 and routes.version > version
+    assert perms("T") == {"a": 6, "b": 6} and perms("U") == {"a": 6}
+    routes.register_broker("C", "a:1", "a", 0, "a:2", body({"T": 4, "U": 2}, counter=3), "chan")
+    assert perms("U") == {"a": 6}
+    routes.wipe_write_perm_of_broker("a")
+    routes.unregister_broker("C", "a:1", "a", 0)                             # a clean stop, or a crash:
+    routes.register_broker("C", "a:1", "a", 0, "a:2", body({"T": 4}, counter=4), "again")
+    assert perms("T") == {"a": 6, "b": 6}                                   # back writable, as with 4.x
+    routes.wipe_write_perm_of_broker("a")
+    routes.on_channel_destroy("again")
+    routes.register_broker("C", "a:1", "a", 0, "a:2", body({"T": 4}, counter=5), "third")
+    assert perms("T") == {"a": 6, "b": 6} and routes.wipe_write_perm_of_broker("nobody") == 0

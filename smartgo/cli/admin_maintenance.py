@@ -1,0 +1,60 @@
+"""`smartgo admin` commands that take brokers out of service and back (mqadmin wipeWritePerm,
+addWritePerm, updateBrokerConfig):
+
+    smartgo admin wipe-write-perm --broker-name B | add-write-perm --broker-name B
+    smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
+
+Maintenance of one broker group without failed sends: `wipe-write-perm` at every registry, wait
+until producers have re-read their routes (30 s with the SDK's and Java's defaults) and
+`consumer-progress` shows the group's backlog there read, stop it, work, start it: it takes
+sends again as it registers (`add-write-perm` when it was not restarted).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from smartgo.cli._common import CommandTable, emit, options, table
+from smartgo.client import AsyncAdmin
+
+COMMANDS = CommandTable()
+command = COMMANDS.command
+
+BROKER_NAME = (("--broker-name",), {"required": True, "help": "the broker group (brokerName)"})
+
+
+def _per_registry(args: argparse.Namespace, counts: dict[str, int], done: str) -> None:
+    if args.json:
+        emit({"broker_name": args.broker_name, "registries": counts})
+        return
+    print(f"{done} {args.broker_name}'s write perm")
+    print(table(sorted(counts.items()), ("REGISTRY", "TOPICS")))
+
+
+@command("wipe-write-perm", "producers stop sending to a broker group once they re-read their routes; consumers "
+         "read on (every registry; WIPE_WRITE_PERM_OF_BROKER)", options(BROKER_NAME))
+async def _wipe_write_perm(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _per_registry(args, await admin.wipe_write_perm(args.broker_name), "wiped")
+
+
+@command("add-write-perm", "undo wipe-write-perm (every registry; ADD_WRITE_PERM_OF_BROKER)", options(BROKER_NAME))
+async def _add_write_perm(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _per_registry(args, await admin.add_write_perm(args.broker_name), "gave back")
+
+
+def _update_options(c: argparse.ArgumentParser) -> None:
+    """broker-config-update's options: a function, not options(), for the required --broker | --cluster group."""
+    c.add_argument("--key", "-k", required=True, help="a runtime setting: broker_permission (brokerPermission), "
+                                                      "auto_create_topic_enable, ...")
+    c.add_argument("--value", "-v", required=True)
+    where = c.add_mutually_exclusive_group(required=True)
+    where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
+    where.add_argument("--cluster", "-c", help="every broker of this cluster, slaves too")
+
+
+@command("broker-config-update", "change a broker's runtime setting, persisted by the broker (UPDATE_BROKER_CONFIG; "
+         "mqadmin updateBrokerConfig)", _update_options)
+async def _broker_config_update(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    addrs = await admin.update_broker_config({args.key: args.value}, cluster=args.cluster, broker_addr=args.broker)
+    emit({"key": args.key, "value": args.value, "brokers": addrs}) if args.json else print(
+        f"{args.key}={args.value} on {', '.join(addrs)}")
