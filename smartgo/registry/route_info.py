@@ -230,9 +230,9 @@ class RouteInfoManager:
 
     def wipe_write_perm_of_broker(self, broker_name: str) -> int:
         """Clear WRITE on every topic of broker_name, so that producers move away before
-        maintenance; the number of topics. Unlike 4.x's, the wipe holds for topics the broker
-        registers later too, until add_write_perm_of_broker or its master's restart (which
-        4.x's registration undoes it with, as a topic change does)."""
+        maintenance; the number of topics. The wipe holds for what the broker registers later,
+        until add_write_perm_of_broker or its master's restart (4.x's holds only until the
+        broker's next topic change)."""
         self.wiped.add(broker_name)
         return self._set_write_perm(broker_name, lambda perm: perm & ~PermName.WRITE)
 

@@ -122,7 +122,8 @@ def test_cluster_topic_list_and_admin_codes(tmp_path: Path) -> None:
         assert wiped.ext_fields == {"wipeTopicCount": "2"}
 
         async def perms() -> dict[str, int]:
-            return {q["brokerName"]: q["perm"] for q in strict_json((await route(client, addr, "T")).body)["queueDatas"]}
+            queues = strict_json((await route(client, addr, "T")).body)["queueDatas"]
+            return {q["brokerName"]: q["perm"] for q in queues}
         assert await perms() == {"a": 4, "b": 6}
         added = await client.invoke(addr, RemotingCommand(RequestCode.ADD_WRITE_PERM_OF_BROKER,
                                                           ext_fields={"brokerName": "a"}))
