@@ -29,10 +29,11 @@ Traffic, lag and the clients behind them (smartgo.cli.admin_stats):
     smartgo admin query-cq --topic T --queue N --index I [--count 10] [--group G] [--broker ADDR]
     smartgo admin clone-offset --src G --dest G [--topic T] [--offline] | system-topics --broker ADDR
 
-Taking brokers out of service and back (smartgo.cli.admin_maintenance):
+Taking brokers out of service and back, brokers' and registries' settings (smartgo.cli.admin_maintenance):
 
     smartgo admin wipe-write-perm --broker-name B | add-write-perm --broker-name B
     smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
+    smartgo admin kv-update --namespace NS --key K --value V | kv-delete ... | kv-get ...
 
 Access control, each broker's plain_acl.yml (smartgo.cli.admin_acl):
 
@@ -86,7 +87,8 @@ def _create_options(c: argparse.ArgumentParser) -> None:
     c.add_argument("--queues", "-q", type=int, default=8, help="read (and write) queue count (default 8)")
     c.add_argument("--write-queues", type=int, help="write queue count if different")
     c.add_argument("--perm", type=int, default=6, help="permission bits: 2 write, 4 read, 6 both (default)")
-    c.add_argument("--order", action="store_true", help="mark the topic ordered")
+    c.add_argument("--order", action="store_true", help="an ordered topic: its brokers and write queues in the "
+                                                        "registries' ORDER_TOPIC_CONFIG too (mqadmin updateTopic -o)")
     where = c.add_mutually_exclusive_group()
     where.add_argument("--cluster", "-c", help="every master of this cluster (default: all masters)")
     where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")

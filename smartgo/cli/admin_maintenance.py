@@ -1,8 +1,10 @@
-"""`smartgo admin` commands that take brokers out of service and back (mqadmin wipeWritePerm,
-addWritePerm, updateBrokerConfig):
+"""`smartgo admin` commands that take brokers out of service and back, and change the brokers'
+and registries' settings (mqadmin wipeWritePerm, addWritePerm, updateBrokerConfig,
+updateKvConfig, deleteKvConfig):
 
     smartgo admin wipe-write-perm --broker-name B | add-write-perm --broker-name B
     smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
+    smartgo admin kv-update --namespace NS --key K --value V | kv-delete ... | kv-get ...
 
 Maintenance of one broker group without failed sends: `wipe-write-perm` at every registry, wait
 until producers have re-read their routes (30 s with the SDK's and Java's defaults) and
@@ -58,3 +60,31 @@ async def _broker_config_update(admin: AsyncAdmin, args: argparse.Namespace) -> 
     addrs = await admin.update_broker_config({args.key: args.value}, cluster=args.cluster, broker_addr=args.broker)
     emit({"key": args.key, "value": args.value, "brokers": addrs}) if args.json else print(
         f"{args.key}={args.value} on {', '.join(addrs)}")
+
+
+NAMESPACE = (("--namespace", "-s"), {"required": True, "help": "e.g. ORDER_TOPIC_CONFIG (what topic-create --order "
+                                                              "writes: brokerName:queues;...)"})
+KEY = (("--key", "-k"), {"required": True})
+
+
+@command("kv-update", "set a registry KV config item at every registry (PUT_KV_CONFIG; mqadmin updateKvConfig)",
+         options(NAMESPACE, KEY, (("--value", "-v"), {"required": True})))
+async def _kv_update(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    registries = await admin.put_kv_config(args.namespace, args.key, args.value)
+    emit({"namespace": args.namespace, "key": args.key, "value": args.value, "registries": registries}) \
+        if args.json else print(f"{args.namespace} {args.key}={args.value} at {', '.join(registries)}")
+
+
+@command("kv-delete", "delete a registry KV config item at every registry (DELETE_KV_CONFIG; mqadmin deleteKvConfig)",
+         options(NAMESPACE, KEY))
+async def _kv_delete(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    registries = await admin.delete_kv_config(args.namespace, args.key)
+    emit({"namespace": args.namespace, "key": args.key, "registries": registries}) if args.json else print(
+        f"{args.namespace} {args.key} deleted at {', '.join(registries)}")
+
+
+@command("kv-get", "a registry KV config item (GET_KV_CONFIG)", options(NAMESPACE, KEY))
+async def _kv_get(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    value = await admin.kv_config(args.namespace, args.key)
+    emit({"namespace": args.namespace, "key": args.key, "value": value}) if args.json else print(
+        f"{args.namespace} {args.key}: {'(none)' if value is None else value}")

@@ -22,7 +22,7 @@ from smartgo.client.route import BrokerData, TopicRouteData
 from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.uniq_id import uniq_id_time
-from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, RETRY_GROUP_TOPIC_PREFIX,
+from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, ORDER_TOPIC_CONFIG, RETRY_GROUP_TOPIC_PREFIX,
                                TRANS_CHECK_MAX_TIME_TOPIC, PermName, RequestCode, dlq_topic, retry_topic)
 from smartgo.net.codes import ResponseCode as R
 from smartgo.net.command import RemotingCommand
@@ -106,7 +106,11 @@ class AsyncAdmin:
         return api.check(await self.instance.invoke(addr, cmd, timeout), addr, what, ok)
 
     async def _registry(self, cmd: RemotingCommand, what: str) -> RemotingCommand:
-        return api.check(await self.instance.invoke_registry(cmd), "registry", what)
+        return await self._registry_answer(cmd, what)
+
+    async def _registry_answer(self, cmd: RemotingCommand, what: str,
+                               ok: Iterable[int] = (R.SUCCESS,)) -> RemotingCommand:
+        return api.check(await self.instance.invoke_registry(cmd), "registry", what, ok)
 
     # -- cluster ----------------------------------------------------------------------------------
 
@@ -159,29 +163,47 @@ class AsyncAdmin:
         more to broker_name once they have re-read its topics' routes (the SDK and Java every 30 s),
         consumers read on; until add_write_perm or its master restarts. The topics changed, per
         registry."""
-        return await self._each_registry(RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name, "wipeTopicCount",
-                                         "wipe write perm")
+        return await self._write_perm(RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name, "wipeTopicCount",
+                                      "wipe write perm")
 
     async def add_write_perm(self, broker_name: str) -> dict[str, int]:
         """ADD_WRITE_PERM_OF_BROKER at every registry (mqadmin addWritePerm): undo a wipe."""
-        return await self._each_registry(RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name, "addTopicCount",
-                                         "add write perm")
+        return await self._write_perm(RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name, "addTopicCount",
+                                      "add write perm")
 
-    async def _each_registry(self, code: int, broker_name: str, count: str, what: str) -> dict[str, int]:
-        """One request at each registry; its count field per registry. Every registry is asked
-        even after one fails (ClientError then names the failures and what was done)."""
-        done: dict[str, int] = {}
+    async def _write_perm(self, code: int, broker_name: str, count: str, what: str) -> dict[str, int]:
+        answers = await self._each_registry(api.command(code, {"brokerName": broker_name}), f"{what} of {broker_name}")
+        return {registry: api.ext_long(resp, count, registry, what) for registry, resp in answers.items()}
+
+    async def _each_registry(self, cmd: RemotingCommand, what: str) -> dict[str, RemotingCommand]:
+        """cmd at each registry; the answers. Every registry is asked even after one fails
+        (ClientError then names the failures and where it was done)."""
+        done: dict[str, RemotingCommand] = {}
         failed: list[str] = []
         for registry in self.config.registry:
             try:
-                done[registry] = api.ext_long(await self.instance.invoke(registry, api.command(
-                    code, {"brokerName": broker_name})), count, registry, what)
+                done[registry] = await self._call(registry, cmd, what)
             except (RemotingError, BrokerError) as exc:
                 failed.append(str(exc))
         if failed:
-            raise ClientError(f"{what} of {broker_name} failed: {'; '.join(failed)}"
-                              + (f" (done at {', '.join(done)})" if done else ""))
+            raise ClientError(f"{what} failed: {'; '.join(failed)}" + (f" (done at {', '.join(done)})" if done else ""))
         return done
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> list[str]:
+        """PUT_KV_CONFIG at every registry (mqadmin updateKvConfig); the registries."""
+        cmd = api.command(RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+        return list(await self._each_registry(cmd, f"put {namespace} {key}"))
+
+    async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
+        """DELETE_KV_CONFIG at every registry (mqadmin deleteKvConfig); the registries."""
+        cmd = api.command(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+        return list(await self._each_registry(cmd, f"delete {namespace} {key}"))
+
+    async def kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG at a registry: the value, None when it has none."""
+        resp = await self._registry_answer(api.command(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key}),
+                                           f"get {namespace} {key}", ok=(R.SUCCESS, R.QUERY_NOT_FOUND))
+        return (resp.ext_fields or {}).get("value") if resp.code == R.SUCCESS else None
 
     async def update_broker_config(self, settings: dict[str, str], *, cluster: str | None = None,
                                    broker_addr: str | None = None) -> list[str]:
@@ -223,10 +245,24 @@ class AsyncAdmin:
         one broker; creates or updates. Returns the brokers' addresses."""
         check_topic(topic)
         addrs = await self._brokers(cluster, broker_addr)
-        cmd_args = (topic, queues, queues if write_queues is None else write_queues, perm, order)
-        await asyncio.gather(*(self._call(a, api.create_topic_request(*cmd_args), f"create topic {topic}")
-                               for a in addrs))
+        writes = queues if write_queues is None else write_queues
+        await asyncio.gather(*(self._call(a, api.create_topic_request(topic, queues, writes, perm, order),
+                                          f"create topic {topic}") for a in addrs))
+        if order:
+            await self._order_conf(topic, addrs, writes, merge=broker_addr is not None)
         return addrs
+
+    async def _order_conf(self, topic: str, addrs: list[str], write_queues: int, merge: bool) -> None:
+        """An ordered topic, as mqadmin updateTopic -o true: the registries' ORDER_TOPIC_CONFIG
+        names its brokers and write queues ("broker-a:8;broker-b:8"), which the route carries
+        (orderTopicConf) and producers then send by. For one broker the entry is merged into
+        the topic's, for a cluster the value is replaced."""
+        info = await self.cluster_info()
+        entries = {name: write_queues for name, b in info.brokers.items() if set(b.broker_addrs.values()) & set(addrs)}
+        old = await self.kv_config(ORDER_TOPIC_CONFIG, topic) if merge else None
+        if old:
+            entries = {**dict(e.split(":", 1) for e in old.split(";") if ":" in e), **entries}
+        await self.put_kv_config(ORDER_TOPIC_CONFIG, topic, ";".join(f"{n}:{q}" for n, q in sorted(entries.items())))
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
         """DELETE_TOPIC_IN_BROKER at the masters, then DELETE_TOPIC_IN_NAMESRV at every registry."""

@@ -218,6 +218,8 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 #: Where a broker copies the transaction half messages its check-back gave up on
 #: (TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC), which admin tools browse.
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: The registries' KV namespace of ordered topics (NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG).
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 
 def retry_topic(group: str) -> str:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 log = logging.getLogger("smartgo.registry.kv_config")
 
-NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 FILE_NAME = "kvConfig.json"
 
 

@@ -12,13 +12,13 @@ import logging
 import zlib
 from collections.abc import Callable
 
-from smartgo.net.codes import MASTER_ID, MQVersion, RequestCode, ResponseCode
+from smartgo.net.codes import MASTER_ID, ORDER_TOPIC_CONFIG, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor, eager
 from smartgo.net.errors import HeaderFieldError
 from smartgo.registry import bodies
 from smartgo.registry.controller import NO_OFFSET, FailoverController, SwitchoverError
-from smartgo.registry.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from smartgo.registry.kv_config import KVConfigManager
 from smartgo.registry.route_info import RouteInfoManager
 
 log = logging.getLogger("smartgo.registry.processor")
@@ -100,7 +100,7 @@ class RegistryProcessors:
             ext["masterAddr"] = result.master_addr
         if result.ha_server_addr is not None:
             ext["haServerAddr"] = result.ha_server_addr
-        order = self.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        order = self.kv.namespace(ORDER_TOPIC_CONFIG)
         return request.make_response(OK, ext_fields=ext, body=bodies.encode_kv_table(order) if order else None)
 
     def _failover_refusal(self, request: RemotingCommand, name: str, addr: str,
@@ -214,7 +214,7 @@ class RegistryProcessors:
             if route is None:
                 return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                              f"No topic route info in name server for the topic: {topic}")
-            body = bodies.encode_topic_route(route, self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic))
+            body = bodies.encode_topic_route(route, self.kv.get(ORDER_TOPIC_CONFIG, topic))
             self._routes_cached[topic] = body
         return request.make_response(OK, body=body)
 

@@ -207,3 +207,31 @@ async def maintenance(registry: str, nodes: dict) -> None:
         admin_cli(registry, "broker-config-update", "--broker", addr_b, "--key", "brokerPermission", "--value", "6")
         await async_wait_until(lambda: landing_on(*BROKERS), 15, 0, "sends reaching broker-b again")
         await async_wait_until(lambda: {r.msg_id for r in sent} <= got, 15, 0.05, "every message read")
+
+
+def test_an_ordered_topic_names_its_groups_in_the_registries_and_producers_follow(cluster):
+    """`topic-create --order`, as mqadmin updateTopic -o true: the registries' ORDER_TOPIC_CONFIG
+    names the topic's groups and write queues (replaced for a cluster, merged for one broker), the
+    route carries it, and a producer picks from exactly the queues it names; `kv-delete` drops it."""
+    registry, nodes = cluster
+    admin_cli(registry, "topic-create", "--topic", "Lined", "--queues", "2", "--order")
+    assert admin_cli(registry, "kv-get", "--namespace", "ORDER_TOPIC_CONFIG", "--key", "Lined")["value"] == \
+        "broker-a:2;broker-b:2"
+    admin_cli(registry, "topic-update", "--topic", "Lined", "--queues", "3", "--order",
+              "--broker", f"127.0.0.1:{nodes['broker-a'].port}")
+    route = admin_cli(registry, "topic-route", "--topic", "Lined")
+    assert route["orderTopicConf"] == "broker-a:3;broker-b:2"
+    # the producer follows the config, not the queue data (kv-update: the operator's own hand)
+    admin_cli(registry, "kv-update", "--namespace", "ORDER_TOPIC_CONFIG", "--key", "Lined", "--value",
+              "broker-b:1;broker-a:1")
+    arun(sends_follow(registry, {("broker-a", 0), ("broker-b", 0)}))
+    assert admin_cli(registry, "kv-delete", "--namespace", "ORDER_TOPIC_CONFIG", "--key", "Lined")["registries"] == \
+        [registry]
+    assert "orderTopicConf" not in admin_cli(registry, "topic-route", "--topic", "Lined")
+
+
+async def sends_follow(registry: str, queues: set[tuple[str, int]]) -> None:
+    async with AsyncProducer("LinedPG", registry) as producer:
+        picked = {(r.queue.broker_name, r.queue.queue_id) for r in
+                  [await producer.send(Message("Lined", b"%d" % i)) for i in range(100)]}
+    assert picked == queues

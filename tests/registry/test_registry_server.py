@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from smartgo.net.client import RemotingClient
-from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.codes import ORDER_TOPIC_CONFIG, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.loop import run
-from smartgo.registry.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG
 from smartgo.registry.server import RegistryServer
 from smartgo.testing import async_wait_until
 
@@ -80,7 +79,7 @@ def test_order_topic_config_and_kv_codes(tmp_path: Path) -> None:
     async def test(server: RegistryServer, client: RemotingClient, addr: str) -> None:
         async def kv(code: int, **fields: str) -> RemotingCommand:
             return await client.invoke(addr, RemotingCommand(code, ext_fields=fields))
-        ns = NAMESPACE_ORDER_TOPIC_CONFIG
+        ns = ORDER_TOPIC_CONFIG
         assert (await kv(RequestCode.PUT_KV_CONFIG, namespace=ns, key="Orders", value="broker-a:4")).code == 0
         assert (await kv(RequestCode.GET_KV_CONFIG, namespace=ns, key="Orders")).ext_fields == {"value": "broker-a:4"}
         absent = await kv(RequestCode.GET_KV_CONFIG, namespace=ns, key="nope")
