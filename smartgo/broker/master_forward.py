@@ -16,9 +16,10 @@ holds at the master, with one field added after the client signed: acl.FORWARDED
 client's address, which the master stores as the message's born host (4.x takes it from the
 connection, here the slave's) and which keeps it from white-listing the request by the slave's
 address (that white list is for the slave's own calls). The slave's own ACL check, when it has
-one, came first. Oneway requests (a Java END_TRANSACTION) stay oneway. A request is passed on once: one that already carries the field (a
-slave that has not heard of a new master yet, passing on to the old one, now a slave too) is
-refused, so that two slaves that each take the other for the master cannot pass it round.
+one, came first. Oneway requests (a Java END_TRANSACTION) stay oneway. A request is passed on
+once: one that already carries the field (a slave that has not heard of a new master yet,
+passing on to the old one, now a slave too) is refused, so that two slaves that each take the
+other for the master cannot pass it round.
 """
 
 from __future__ import annotations

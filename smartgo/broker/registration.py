@@ -62,8 +62,8 @@ class Registrar:
         return {"brokerName": i.name, "brokerAddr": i.addr, "clusterName": i.cluster, "brokerId": str(i.broker_id)}
 
     async def register(self, snapshot: TopicSnapshot, only: Collection[str] | None = None) -> int:
-        """Register with every registry at once (or those in `only`: a catch-up, which leaves the
-        failover answer of the latest full round alone); returns how many accepted."""
+        """Register with every registry at once (or those in `only`: a catch-up, which does not
+        clear the failover answer of the latest full round); returns how many accepted."""
         body = register_body(snapshot)
         if only is None:
             self.failover = None

@@ -119,6 +119,14 @@ def options(*specs: tuple) -> Configure:
     return configure
 
 
+def broker_or_cluster(c: argparse.ArgumentParser, cluster_help: str = "every master of this cluster (default: all "
+                      "masters)", required: bool = False) -> None:
+    """--broker HOST:PORT or --cluster C, one of them (the brokers an admin command goes to)."""
+    where = c.add_mutually_exclusive_group(required=required)
+    where.add_argument("--cluster", "-c", help=cluster_help)
+    where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
+
+
 class CommandTable(dict):
     """`smartgo admin` commands kept in a module of their own: name -> (help, configure, handler),
     the handler an `async (admin, args)`."""

@@ -47,8 +47,8 @@ import argparse
 import datetime
 
 from smartgo.cli import admin_acl, admin_maintenance, admin_stats
-from smartgo.cli._common import (BROKER, GROUP, TOPIC, CommandTable, add_common, client_options, emit, guarded, options,
-                                 table, when)
+from smartgo.cli._common import (BROKER, GROUP, TOPIC, CommandTable, add_common, broker_or_cluster, client_options,
+                                 emit, guarded, options, table, when)
 from smartgo.client import AsyncAdmin
 from smartgo.client.errors import ClientError
 from smartgo.client.message import message_to_json
@@ -89,9 +89,7 @@ def _create_options(c: argparse.ArgumentParser) -> None:
     c.add_argument("--perm", type=int, default=6, help="permission bits: 2 write, 4 read, 6 both (default)")
     c.add_argument("--order", action="store_true", help="an ordered topic: its brokers and write queues in the "
                                                         "registries' ORDER_TOPIC_CONFIG too (mqadmin updateTopic -o)")
-    where = c.add_mutually_exclusive_group()
-    where.add_argument("--cluster", "-c", help="every master of this cluster (default: all masters)")
-    where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
+    broker_or_cluster(c)
 
 
 async def _create_topic(admin: AsyncAdmin, args: argparse.Namespace, done: str) -> None:
@@ -326,11 +324,9 @@ async def _group_create(admin: AsyncAdmin, args: argparse.Namespace) -> None:
 
 
 def _group_delete_options(c: argparse.ArgumentParser) -> None:
-    """group-delete's options: a function, not options(), for the --cluster | --broker group."""
+    """group-delete's options: a function, not options(), for --cluster | --broker."""
     options(GROUP)(c)
-    where = c.add_mutually_exclusive_group()
-    where.add_argument("--cluster", "-c", help="every master of this cluster (default: all masters)")
-    where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
+    broker_or_cluster(c)
     c.add_argument("--remove-offsets", action="store_true", help="forget the group's consumer offsets too")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from smartgo.cli._common import CommandTable, emit, options, table
+from smartgo.cli._common import CommandTable, broker_or_cluster, emit, options, table
 from smartgo.client import AsyncAdmin
 
 COMMANDS = CommandTable()
@@ -45,13 +45,11 @@ async def _add_write_perm(admin: AsyncAdmin, args: argparse.Namespace) -> None:
 
 
 def _update_options(c: argparse.ArgumentParser) -> None:
-    """broker-config-update's options: a function, not options(), for the required --broker | --cluster group."""
+    """broker-config-update's options: a function, not options(), for the required --broker | --cluster."""
     c.add_argument("--key", "-k", required=True, help="a runtime setting: broker_permission (brokerPermission), "
                                                       "auto_create_topic_enable, ...")
     c.add_argument("--value", "-v", required=True)
-    where = c.add_mutually_exclusive_group(required=True)
-    where.add_argument("--broker", "-b", metavar="HOST:PORT", help="only this broker")
-    where.add_argument("--cluster", "-c", help="every broker of this cluster, slaves too")
+    broker_or_cluster(c, "every broker of this cluster, slaves too", required=True)
 
 
 @command("broker-config-update", "change a broker's runtime setting, persisted by the broker (UPDATE_BROKER_CONFIG; "

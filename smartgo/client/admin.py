@@ -18,7 +18,7 @@ from smartgo.client.instance import ClientInstance
 from smartgo.client.message import RESERVED_PROPERTIES, Message, MessageQueue, Prop, check_topic
 from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull import pull, pull_sys_flag
-from smartgo.client.route import BrokerData, TopicRouteData
+from smartgo.client.route import BrokerData, TopicRouteData, order_conf
 from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.uniq_id import uniq_id_time
@@ -105,11 +105,7 @@ class AsyncAdmin:
                     ok: Iterable[int] = (R.SUCCESS,)) -> RemotingCommand:
         return api.check(await self.instance.invoke(addr, cmd, timeout), addr, what, ok)
 
-    async def _registry(self, cmd: RemotingCommand, what: str) -> RemotingCommand:
-        return await self._registry_answer(cmd, what)
-
-    async def _registry_answer(self, cmd: RemotingCommand, what: str,
-                               ok: Iterable[int] = (R.SUCCESS,)) -> RemotingCommand:
+    async def _registry(self, cmd: RemotingCommand, what: str, ok: Iterable[int] = (R.SUCCESS,)) -> RemotingCommand:
         return api.check(await self.instance.invoke_registry(cmd), "registry", what, ok)
 
     # -- cluster ----------------------------------------------------------------------------------
@@ -201,8 +197,8 @@ class AsyncAdmin:
 
     async def kv_config(self, namespace: str, key: str) -> str | None:
         """GET_KV_CONFIG at a registry: the value, None when it has none."""
-        resp = await self._registry_answer(api.command(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key}),
-                                           f"get {namespace} {key}", ok=(R.SUCCESS, R.QUERY_NOT_FOUND))
+        resp = await self._registry(api.command(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key}),
+                                    f"get {namespace} {key}", ok=(R.SUCCESS, R.QUERY_NOT_FOUND))
         return (resp.ext_fields or {}).get("value") if resp.code == R.SUCCESS else None
 
     async def update_broker_config(self, settings: dict[str, str], *, cluster: str | None = None,
@@ -261,7 +257,7 @@ class AsyncAdmin:
         entries = {name: write_queues for name, b in info.brokers.items() if set(b.broker_addrs.values()) & set(addrs)}
         old = await self.kv_config(ORDER_TOPIC_CONFIG, topic) if merge else None
         if old:
-            entries = {**dict(e.split(":", 1) for e in old.split(";") if ":" in e), **entries}
+            entries = {**order_conf(old), **entries}
         await self.put_kv_config(ORDER_TOPIC_CONFIG, topic, ";".join(f"{n}:{q}" for n, q in sorted(entries.items())))
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:

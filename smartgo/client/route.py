@@ -16,6 +16,17 @@ from smartgo.net.route_data import BrokerData, QueueData
 from smartgo.store.java_hash import java_hash
 
 
+def order_conf(text: str) -> dict[str, int]:
+    """An ordered topic's "broker-a:8;broker-b:8" (the registries' ORDER_TOPIC_CONFIG): write
+    queues per broker name, in its order; unreadable items are passed over."""
+    out = {}
+    for item in text.split(";"):
+        name, _, nums = item.partition(":")
+        if name and nums.strip().isdigit():
+            out[name] = int(nums)
+    return out
+
+
 @dataclass(slots=True)
 class TopicRouteData:
     queue_datas: list[QueueData]
@@ -54,12 +65,8 @@ class TopicRouteData:
         """Writable queues on brokers with a master (topicRouteData2TopicPublishInfo). An ordered
         topic's "broker:n;broker:n" config wins over the queue data."""
         if self.order_topic_conf:
-            out = []
-            for item in self.order_topic_conf.split(";"):
-                name, _, nums = item.partition(":")
-                if name and nums.strip().isdigit():
-                    out += [MessageQueue(topic, name, i) for i in range(int(nums))]
-            return out
+            return [MessageQueue(topic, name, i) for name, nums in order_conf(self.order_topic_conf).items()
+                    for i in range(nums)]
         out = []
         for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
             b = self.broker(q.broker_name)

@@ -45,7 +45,6 @@ def run(main: Coroutine[Any, Any, T], *, prefer_uvloop: bool | None = None, debu
         return runner.run(main)
 
 
-
 async def wait_within(aw: Awaitable[T], timeout: float | None) -> T:
     """asyncio.wait_for, fixed twice. It needs no current task, on every Python version (an eager
     processor's first step has none; 3.12's wait_for and asyncio.timeout need one). And it keeps a
