@@ -103,6 +103,8 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,       # 53
     RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,          # 54
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED,             # 1008: automatic failover's promotion
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,             # 306 and 329 delete store files now (SmartGo's: 4.x and
+    RequestCode.DELETE_EXPIRED_COMMITLOG,               # 5.x let any account ask)
     # a registry's writes (smartgo.registry.server, a registry with acl_enable; 4.x's name server has no ACL)
     RequestCode.PUT_KV_CONFIG,                          # 100
     RequestCode.DELETE_KV_CONFIG,                       # 102

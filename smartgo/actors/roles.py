@@ -58,6 +58,12 @@ BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("hold.watching", "hold", "1 while pulls are parked (dispatch then sends arrival notices)"),
     FieldSpec("flag.disk_full", "cleanup", "1 while the disk is over the refuse-writes watermark"),
     FieldSpec("disk.used_permille", "cleanup", "disk usage of the store's file system, per mille"),
+    FieldSpec("cleanup.commitlog_asked", "broker", "DELETE_EXPIRED_COMMITLOG requests: cleanup deletes expired "
+                                                   "CommitLog files now, whatever the hour"),
+    FieldSpec("cleanup.commitlog_done", "cleanup", "the last cleanup.commitlog_asked served"),
+    FieldSpec("cleanup.queues_asked", "broker", "CLEAN_EXPIRED_CONSUMEQUEUE requests: cleanup deletes ConsumeQueue "
+                                                "and index files below the CommitLog minimum now"),
+    FieldSpec("cleanup.queues_done", "cleanup", "the last cleanup.queues_asked served"),
     FieldSpec("scrub.damaged", "cleanup", "damaged CommitLog ranges the background scrub found since the start "
                                           "(repaired at the next start)"),
     FieldSpec("flag.read_only", "broker", "1 while brokerPermission forbids sends"),

@@ -42,6 +42,7 @@ from smartgo.broker.role_manager import RoleManager
 from smartgo.broker.broker_config import RuntimeConfig
 from smartgo.broker.channel import ChannelServer
 from smartgo.broker.client_processor import ClientProcessor
+from smartgo.broker.cleanup_processor import CleanupProcessor
 from smartgo.broker.clients import Changes, ClientTable
 from smartgo.broker.groups import SubscriptionGroups
 from smartgo.broker.locks import RebalanceLocks
@@ -86,7 +87,8 @@ FORWARDED_CODES = frozenset({
     RequestCode.CLONE_GROUP_OFFSET, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
     RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
     RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
-    RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.DELETE_EXPIRED_COMMITLOG,
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
 })
 #: Forwarded codes the broker actor answers only after asking clients (up to CALL_CLIENT_TIMEOUT).
 RELAYED_CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
@@ -184,7 +186,7 @@ class BrokerActor(Actor):
         clients = ClientProcessor(self)
         self.channel.calls["send_back_target"] = clients.send_back_target
         return {**clients.table(), **AdminProcessor(self).table(), **ProgressProcessor(self).table(),
-                **AclProcessor(self).table(), **self.roles.table(),
+                **AclProcessor(self).table(), **self.roles.table(), **CleanupProcessor(self).table(),
                 RequestCode.GET_ALL_DELAY_OFFSET:                   # the schedule actor's persisted progress
                     lambda client, request: get_all_delay_offset(self.config.store_path, request)}
 

@@ -14,6 +14,11 @@ at most cleanup_max_files (10) files a pass, never the newest file. Then Consume
 files that only point below the new CommitLog minimum go too, and commitlog.min is published
 (net actors then refresh their readers).
 
+An operator can ask for a pass now (the broker actor counts the requests on the board, this
+actor serves them within REQUEST_POLL): DELETE_EXPIRED_COMMITLOG deletes the files older than
+file_reserved_hours whatever the hour (5.x's executeDeleteFilesManually), CLEAN_EXPIRED_CONSUMEQUEUE
+the ConsumeQueue and index files below the CommitLog minimum.
+
 It also runs the background scrub: flushed CommitLog data checked for rot at scrub_rate_mb,
 damage logged and listed for the next start to repair (smartgo.store.damage.ScrubCursor).
 """
@@ -99,6 +104,10 @@ def clean(store: StoreConfig, decision: Decision, now_ms: int, max_files: int) -
     return minimum
 
 
+REQUEST_POLL = 0.2          # s between looks at the board's request counters
+MANUAL_PASSES = 20          # 5.x's MAX_MANUAL_DELETE_FILE_TIMES: passes of cleanup_max_files each, at most
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -110,6 +119,7 @@ class CleanupActor(Actor):
         usage = file_usage(cfg.disk_usage_file) if cfg.disk_usage_file else statvfs_usage
         self.policy = CleanupPolicy(cfg, _now_ms, usage)
         self.every(cfg.cleanup_interval, self.run_pass)
+        self.every(REQUEST_POLL, self.serve_requests)
 
     async def start(self) -> None:
         self.store = store_config(self.config)
@@ -117,6 +127,8 @@ class CleanupActor(Actor):
         self.disk_full = b.scalar("flag.disk_full", writer=self.name)
         self.usage = b.scalar("disk.used_permille", writer=self.name)
         self.minimum = b.scalar("commitlog.min", writer=self.name)
+        self.asked = {kind: (b.scalar(f"cleanup.{kind}_asked"), b.scalar(f"cleanup.{kind}_done", writer=self.name))
+                      for kind in ("commitlog", "queues")}
         self.minimum.set(clean(self.store, Decision(0.0, False, False, False), 0, 0))
         if self.config.scrub_rate_mb > 0:
             self.spawn(self._scrub(), "scrub")
@@ -156,8 +168,35 @@ class CleanupActor(Actor):
             else:
                 self.log.warning("disk %.1f%% full: accepting sends again", d.usage * 100)
             self.disk_full.set(int(d.disk_full))
+        self._clean(d)
+
+    def _clean(self, d: Decision) -> bool:
+        """One pass; True when the CommitLog minimum moved."""
         before = self.minimum.get()
         minimum = clean(self.store, d, self.policy.clock(), self.config.cleanup_max_files)
-        if minimum != before:
-            self.log.info("CommitLog minimum moved from %d to %d", before, minimum)
-            self.minimum.set(minimum)
+        if minimum == before:
+            return False
+        self.log.info("CommitLog minimum moved from %d to %d", before, minimum)
+        self.minimum.set(minimum)
+        return True
+
+    async def serve_requests(self) -> None:
+        asked, done = self.asked["commitlog"]
+        if (n := asked.get()) != done.get():
+            d = Decision(self.usage.get() / 1000, bool(self.disk_full.get()), True, False)
+            before = self.minimum.get()
+            for _ in range(MANUAL_PASSES):
+                if not self._clean(d):
+                    break
+                await asyncio.sleep(0)          # the heartbeat runs between passes
+            self.log.info("expired CommitLog files deleted as asked (DELETE_EXPIRED_COMMITLOG): minimum %d -> %d",
+                          before, self.minimum.get())
+            done.set(n)
+        asked, done = self.asked["queues"]
+        if (n := asked.get()) != done.get():
+            minimum = self.minimum.get()
+            queues = delete_consume_queue_before(self.store, minimum)
+            index = len(delete_index_before(self.store, minimum))
+            self.log.info("CLEAN_EXPIRED_CONSUMEQUEUE: %d ConsumeQueue and %d index files below the CommitLog "
+                          "minimum %d deleted", queues, index, minimum)
+            done.set(n)

@@ -1,7 +1,8 @@
 """The broker role's recovery hook: runs in its own process before any broker actor starts.
 
 store lock check -> a slave's request to start over carried out (smartgo.broker.reseed) ->
-smartgo.store.recover() (normal or abnormal, by the abort file) -> abort
+smartgo.store.recover() (normal or abnormal, by the abort file) -> the expired queues of deleted
+topics removed (smartgo.store.cleanup.delete_dropped_queues) -> abort
 file created -> the recovered positions written to <run-dir>/recovered.msgpack, where the
 actors' first incarnations of this node life read them (later incarnations follow the board,
 which only grows from there).
@@ -20,7 +21,8 @@ from smartgo.broker import failover, reseed
 from smartgo.broker.settings import store_config
 from smartgo.config import NodeConfig
 from smartgo.store import StoreLock, mark_running, recover
-from smartgo.store.cleanup import empty_store
+from smartgo.broker.topics import SYSTEM_TOPICS, default_topics, read_snapshot
+from smartgo.store.cleanup import delete_dropped_queues, empty_store
 
 log = logging.getLogger("smartgo.broker.recovery")
 
@@ -47,10 +49,23 @@ def recover_broker(config: NodeConfig) -> None:
             reseed.done(cfg.store_path)
         cut = failover.current(config).truncate_to
         state = recover(cfg, cut if cut != failover.NO_OFFSET else None)
+        _drop_deleted_topics(config, state.commitlog_min)
         mark_running(cfg.store_path)
     save(config.run_path, Recovered(state.written, state.commitlog_min, state.last_store_timestamp, state.abnormal))
     log.info("broker store ready: written=%d commitlog_min=%d (%s start)", state.written, state.commitlog_min,
              "abnormal" if state.abnormal else "normal")
+
+
+def _drop_deleted_topics(config: NodeConfig, commitlog_min: int) -> None:
+    """The expired queues of topics the broker no longer has (none without its topic table)."""
+    snapshot = read_snapshot(config.store_path)
+    if snapshot is None:
+        return
+    keep = {*snapshot.topics, *(t.name for t in default_topics(config)), *SYSTEM_TOPICS}
+    dropped = delete_dropped_queues(store_config(config), commitlog_min, keep)
+    if dropped:
+        log.info("deleted %d queues of deleted topics, every message in them expired: %s", len(dropped),
+                 ", ".join(f"{topic}:{qid}" for topic, qid in dropped[:20]) + (", ..." if len(dropped) > 20 else ""))
 
 
 def save(run_path: Path, rec: Recovered) -> None:

@@ -34,6 +34,13 @@ Taking brokers out of service and back, brokers' and registries' settings (smart
     smartgo admin wipe-write-perm --broker-name B | add-write-perm --broker-name B
     smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
     smartgo admin kv-update --namespace NS --key K --value V | kv-delete ... | kv-get ...
+    smartgo admin delete-expired-commitlog | clean-expired-cq [--broker ADDR | --cluster C]
+
+mqadmin's client-side tools: where a topic lives, send RTs, a queue allocation (smartgo.cli.admin_tools):
+
+    smartgo admin topic-cluster-list --topic T | allocate-mq --topic T --ip-list ID,ID,...
+    smartgo admin check-msg-send-rt --topic T [--amount 100] [--size 128]
+    smartgo admin send-msg-status --broker-name B [--size 128] [--count 50]
 
 Access control, each broker's plain_acl.yml (smartgo.cli.admin_acl):
 
@@ -46,7 +53,7 @@ from __future__ import annotations
 import argparse
 import datetime
 
-from smartgo.cli import admin_acl, admin_maintenance, admin_stats
+from smartgo.cli import admin_acl, admin_maintenance, admin_stats, admin_tools
 from smartgo.cli._common import (BROKER, GROUP, TOPIC, CommandTable, add_common, broker_or_cluster, client_options,
                                  emit, guarded, options, table, when)
 from smartgo.client import AsyncAdmin
@@ -60,7 +67,7 @@ from smartgo.store.record import MessageExt
 COMMANDS = CommandTable()
 command = COMMANDS.command
 #: every `smartgo admin` command, in --help's order: this module's, then those kept in modules of their own
-_TABLES = (COMMANDS, admin_stats.COMMANDS, admin_maintenance.COMMANDS, admin_acl.COMMANDS)
+_TABLES = (COMMANDS, admin_stats.COMMANDS, admin_maintenance.COMMANDS, admin_tools.COMMANDS, admin_acl.COMMANDS)
 
 OPTIONAL_TOPIC = (("--topic", "-t"), {})
 CLUSTER = (("--cluster", "-c"), {})

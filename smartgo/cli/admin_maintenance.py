@@ -1,10 +1,11 @@
-"""`smartgo admin` commands that take brokers out of service and back, and change the brokers'
-and registries' settings (mqadmin wipeWritePerm, addWritePerm, updateBrokerConfig,
-updateKvConfig, deleteKvConfig):
+"""`smartgo admin` commands that take brokers out of service and back, change the brokers' and
+registries' settings, and delete expired store files now (mqadmin wipeWritePerm, addWritePerm, updateBrokerConfig,
+updateKvConfig, deleteKvConfig, deleteExpiredCommitLog, cleanExpiredCQ):
 
     smartgo admin wipe-write-perm --broker-name B | add-write-perm --broker-name B
     smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
     smartgo admin kv-update --namespace NS --key K --value V | kv-delete ... | kv-get ...
+    smartgo admin delete-expired-commitlog | clean-expired-cq [--broker ADDR | --cluster C]
 
 Maintenance of one broker group without failed sends: `wipe-write-perm` at every registry, wait
 until producers have re-read their routes (30 s with the SDK's and Java's defaults) and
@@ -58,6 +59,27 @@ async def _broker_config_update(admin: AsyncAdmin, args: argparse.Namespace) -> 
     addrs = await admin.update_broker_config({args.key: args.value}, cluster=args.cluster, broker_addr=args.broker)
     emit({"key": args.key, "value": args.value, "brokers": addrs}) if args.json else print(
         f"{args.key}={args.value} on {', '.join(addrs)}")
+
+
+def _brokers(c: argparse.ArgumentParser) -> None:
+    broker_or_cluster(c, "every broker of this cluster, slaves too (default: all clusters)")
+
+
+def _minimums(args: argparse.Namespace, minimums: dict[str, int]) -> None:
+    emit({"brokers": minimums}) if args.json else print(table(sorted(minimums.items()),
+                                                             ("BROKER", "COMMITLOG MIN OFFSET")))
+
+
+@command("delete-expired-commitlog", "delete CommitLog files older than file_reserved_hours now, not at "
+         "delete_when's hour (DELETE_EXPIRED_COMMITLOG; 5.x mqadmin deleteExpiredCommitLog)", _brokers)
+async def _delete_expired_commitlog(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _minimums(args, await admin.delete_expired_commitlog(cluster=args.cluster, broker_addr=args.broker))
+
+
+@command("clean-expired-cq", "delete ConsumeQueue and index files below the CommitLog minimum now "
+         "(CLEAN_EXPIRED_CONSUMEQUEUE; mqadmin cleanExpiredCQ)", _brokers)
+async def _clean_expired_cq(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    _minimums(args, await admin.clean_expired_consume_queue(cluster=args.cluster, broker_addr=args.broker))
 
 
 NAMESPACE = (("--namespace", "-s"), {"required": True, "help": "e.g. ORDER_TOPIC_CONFIG (what topic-create --order "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from smartgo.acl import AccessConfig
@@ -212,6 +212,27 @@ class AsyncAdmin:
         await asyncio.gather(*(self._call(a, api.command(RequestCode.UPDATE_BROKER_CONFIG, body=body),
                                           "update broker config") for a in addrs))
         return addrs
+
+    async def delete_expired_commitlog(self, *, cluster: str | None = None,
+                                       broker_addr: str | None = None) -> dict[str, int]:
+        """DELETE_EXPIRED_COMMITLOG (5.x's mqadmin deleteExpiredCommitLog) at one broker, or every
+        broker of the cluster (all when None): CommitLog files older than file_reserved_hours go
+        now, not at the hour of delete_when. Returns each broker's CommitLog minimum after."""
+        return await self._clean(RequestCode.DELETE_EXPIRED_COMMITLOG, "delete expired CommitLog", cluster, broker_addr)
+
+    async def clean_expired_consume_queue(self, *, cluster: str | None = None,
+                                          broker_addr: str | None = None) -> dict[str, int]:
+        """CLEAN_EXPIRED_CONSUMEQUEUE (mqadmin cleanExpiredCQ): ConsumeQueue and index files below
+        the CommitLog minimum go now. Returns each broker's CommitLog minimum."""
+        return await self._clean(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, "clean expired ConsumeQueue", cluster,
+                                 broker_addr)
+
+    async def _clean(self, code: int, what: str, cluster: str | None, broker_addr: str | None) -> dict[str, int]:
+        async def one(addr: str) -> int:
+            await self._call(addr, api.command(code), what)
+            return int((await self.broker_runtime_info(addr)).get("commitLogMinOffset", 0))
+        addrs = await self._brokers(cluster, broker_addr, slaves=True)
+        return dict(zip(addrs, await asyncio.gather(*map(one, addrs))))
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: the broker's KVTable of runtime figures."""
@@ -788,7 +809,8 @@ class AsyncAdmin:
             if missing:
                 raise ClientError(f"not in {dlq_topic(group)}: {', '.join(sorted(missing))}")
         out = []
-        async with AsyncProducer(DLQ_RESEND_GROUP, self.config.registry, send_timeout=self.config.timeout) as producer:
+        async with AsyncProducer(DLQ_RESEND_GROUP, self.config.registry, send_timeout=self.config.timeout,
+                                 config=replace(self.config, client_id="")) as producer:  # keys, TLS
             for m in picked:
                 topic = to_topic or m.properties.get(Prop.RETRY_TOPIC)
                 if not topic:

@@ -75,6 +75,7 @@ class RequestCode(IntEnum):
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     QUERY_CONSUME_TIME_SPAN = 303
     GET_SYSTEM_TOPIC_LIST_FROM_BROKER = 305
+    CLEAN_EXPIRED_CONSUMEQUEUE = 306
     GET_CONSUMER_RUNNING_INFO = 307
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
@@ -89,6 +90,7 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    DELETE_EXPIRED_COMMITLOG = 329          # 5.x
     # 5.x controller mode: an operator asks the failover registry to hand a broker name's master
     # role to one of its slaves; the registry tells the brokers with NOTIFY_BROKER_ROLE_CHANGED
     CONTROLLER_ELECT_MASTER = 1002

@@ -6,13 +6,15 @@ its pages until it unmaps; one that maps afterwards gets OffsetGoneError ("offse
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Container
 
 from smartgo.store.config import StoreConfig
 from smartgo.store.config import CQ_UNIT
-from smartgo.store.consume_queue import ENTRY, list_queues, queue_dir
+from smartgo.store.consume_queue import ENTRY, ConsumeQueueWriter, QueueKey, list_queues, queue_dir
 from smartgo.store.damage import DAMAGED_DIR, FOUND
 from smartgo.store.index_file import HEADER, list_index_files
 from smartgo.store.mapped_file import MappedFileQueue, segment_name, segment_starts
@@ -68,6 +70,29 @@ def delete_consume_queue_before(config: StoreConfig, commitlog_min: int) -> int:
         finally:
             files.close()
     return count
+
+
+def delete_dropped_queues(config: StoreConfig, commitlog_min: int, keep: Container[str]) -> list[QueueKey]:
+    """Delete the queues of topics not in keep whose entries all point below the CommitLog minimum:
+    what a deleted topic leaves, since retention keeps each queue's newest file (its offsets), and
+    which would fill the board's queue table over the years. Only while nothing maps the store
+    (the commit actor then numbers a topic of that name again from 0)."""
+    dropped = []
+    for topic, qid in list_queues(config.consume_queue_dir):
+        if topic in keep:
+            continue
+        cq = ConsumeQueueWriter(config.consume_queue_dir, topic, qid, config.consume_queue_file_size)
+        try:
+            expired = cq.max_phys_end <= commitlog_min
+        finally:
+            cq.close()
+        if expired:
+            shutil.rmtree(queue_dir(config.consume_queue_dir, topic, qid))
+            dropped.append((topic, qid))
+    for topic in {topic for topic, _ in dropped}:
+        with contextlib.suppress(OSError):             # other queues of the topic stay
+            (config.consume_queue_dir / topic).rmdir()
+    return dropped
 
 
 def delete_index_before(config: StoreConfig, commitlog_min: int) -> list[str]:

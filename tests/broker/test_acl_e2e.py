@@ -139,6 +139,31 @@ def test_the_sdk_signs_every_request_it_makes(node):
     assert sent <= got
 
 
+def test_the_admin_clients_resend_and_cleanups_need_and_carry_the_admins_keys(node):
+    """dlq-resend's producer signs with the admin's keys (it sent unsigned once); the deletions asked
+    for now (306, 329) are admin codes."""
+    registry, addr = f"127.0.0.1:{node.registry_port}", f"127.0.0.1:{node.port}"
+    group, back = uid("Dead"), uid("Back")
+    ops = client("ops-access", "ops-secret-1")
+    try:
+        dead = call(ops, node, send_command(f"%DLQ%{group}", b"dead letter"))
+        assert dead.code == ResponseCode.SUCCESS
+    finally:
+        ops.close()
+    with Admin(registry, access_key="app-access", secret_key="app-secret-1") as app_admin:
+        with pytest.raises(BrokerError, match="Need admin permission for request code=329"):
+            app_admin.delete_expired_commitlog(broker_addr=addr)
+        with pytest.raises(BrokerError, match="Need admin permission for request code=306"):
+            app_admin.clean_expired_consume_queue(broker_addr=addr)
+    with Admin(registry, access_key="ops-access", secret_key="ops-secret-1") as admin:
+        [(message, new_id)] = admin.dlq_resend(group, to_topic=back)
+        assert message.body == b"dead letter"
+        resent = admin.view_message(new_id)                 # the copy, stored under the resend's topic
+        assert (resent.topic, resent.body) == (back, b"dead letter")
+        assert admin.delete_expired_commitlog(broker_addr=addr) == {addr: 0}
+        assert admin.clean_expired_consume_queue(broker_addr=addr) == {addr: 0}
+
+
 def test_a_changed_file_applies_and_a_broken_one_keeps_the_rules(node):
     app = client("app-access", "app-secret-1")
     topic = uid("Later")

@@ -3,9 +3,15 @@ the pull limits of records outside the memory window."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
 import psutil
 
-from smartgo.broker.testing import group_command, offset_command, pull_command, send_command
+from smartgo.broker.testing import group_command, offset_command, pull_command, restart_broker, send_command
+from smartgo.cli.main import main
+from smartgo.client import Admin
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import decode_records, parse_offset_msg_id
 from smartgo.testing import wait_until
@@ -62,6 +68,87 @@ def test_forced_cleanup_deletes_old_files_and_pulls_below_the_minimum_move(start
     # a new group's first offset query: message 0 is gone, so the client decides (consumeFromWhere)
     query = broker.call(group_command(RequestCode.QUERY_CONSUMER_OFFSET, "NewGroup", topic="Old", queueId=0))
     assert query.code == ResponseCode.QUERY_NOT_FOUND
+
+
+def test_deletions_asked_for_run_now_whatever_the_hour(start_node, tmp_path, capsys):
+    """`smartgo admin delete-expired-commitlog` (DELETE_EXPIRED_COMMITLOG) deletes the files older than
+    file_reserved_hours at once, outside delete_when's hour; `clean-expired-cq` (CLEAN_EXPIRED_CONSUMEQUEUE)
+    the ConsumeQueue files below the minimum, which a file deleted while the node was down leaves."""
+    usage = tmp_path / "usage"
+    usage.write_text("0.1")
+    elsewhen = f"{(time.localtime().tm_hour + 12) % 24:02d}"
+    broker = start_node({"disk_usage_file": str(usage), "commitlog_file_size": 64 * 1024, "delete_when": elsewhen,
+                         "consume_queue_file_size": 20 * 50, "topics": "Aged:1", "file_reserved_hours": 1.0,
+                         "cleanup_interval": 0.2})
+    for _ in range(200):                                   # ~220 KB: four 64 KiB CommitLog files
+        assert broker.call(send_command("Aged", b"a" * 1000)).code == ResponseCode.SUCCESS
+    wait_until(lambda: broker.board("commitlog.dispatched") == broker.board("commitlog.written"))
+    files = sorted((broker.node.store / "commitlog").iterdir())
+    assert len(files) >= 4
+    hours_ago = time.time() - 2 * 3600
+    for f in files[:2]:                                    # two files past file_reserved_hours
+        os.utime(f, (hours_ago, hours_ago))
+    usage.write_text("0.11")
+    wait_until(lambda: broker.board("disk.used_permille") == 110)      # a periodic pass since: not the hour,
+    assert broker.board("commitlog.min") == 0                           # so it kept them
+
+    cli = ["--registry", broker.registry, "--json", "--broker", broker.addr]
+    assert main(["admin", "delete-expired-commitlog", *cli]) == 0
+    minimum = json.loads(capsys.readouterr().out)["brokers"][broker.addr]
+    assert minimum == 2 * 64 * 1024 == broker.board("commitlog.min")    # answered after the deletion
+    assert sorted((broker.node.store / "commitlog").iterdir()) == files[2:]
+    assert not (broker.node.store / "consumequeue" / "Aged" / "0" / f"{0:020d}").exists()
+    assert "expired CommitLog files deleted as asked" in broker.node.log_text()
+
+    broker.node.stop()                                     # a file deleted by hand leaves its queue files
+    (broker.node.store / "commitlog" / files[2].name).unlink()
+    queue_files = broker.node.store / "consumequeue" / "Aged" / "0"
+    before = sorted(queue_files.iterdir())
+    broker.node = restart_broker(broker.node)
+    assert broker.board("commitlog.min") == 3 * 64 * 1024
+    assert main(["admin", "clean-expired-cq", *cli]) == 0
+    assert json.loads(capsys.readouterr().out)["brokers"][broker.addr] == 3 * 64 * 1024
+    after = sorted(queue_files.iterdir())
+    assert after and set(after) < set(before)              # the head files go, the newest stays
+    min_offset = int(broker.call(offset_command(RequestCode.GET_MIN_OFFSET, "Aged", 0)).ext_fields["offset"])
+    first = broker.call(pull_command("Aged", 0, min_offset))
+    assert first.code == ResponseCode.SUCCESS
+    assert decode_records(first.body_bytes())[0].commit_log_offset >= 3 * 64 * 1024
+
+
+def test_a_deleted_topics_expired_queues_go_at_the_next_start(start_node, tmp_path):
+    """Retention keeps each queue's newest ConsumeQueue file; a deleted topic's, once every message in
+    it has expired, goes at the next start (not a configured topic's), and the topic made again starts
+    at offset 0."""
+    usage = tmp_path / "usage"
+    usage.write_text("0.1")
+    elsewhen = f"{(time.localtime().tm_hour + 12) % 24:02d}"
+    broker = start_node({"disk_usage_file": str(usage), "commitlog_file_size": 64 * 1024, "delete_when": elsewhen,
+                         "consume_queue_file_size": 20 * 50, "topics": "Kept:1,Quiet:1", "file_reserved_hours": 1.0})
+    queues = broker.node.store / "consumequeue"
+    with Admin(broker.registry) as admin:
+        admin.create_topic("Gone", 1, broker_addr=broker.addr)
+        for topic in ("Gone", "Quiet"):
+            for _ in range(5):
+                assert broker.call(send_command(topic, b"old")).code == ResponseCode.SUCCESS
+        for _ in range(250):
+            assert broker.call(send_command("Kept", b"k" * 1000)).code == ResponseCode.SUCCESS
+        admin.delete_topic("Gone")
+        old = time.time() - 2 * 3600
+        for f in sorted((broker.node.store / "commitlog").iterdir())[:2]:
+            os.utime(f, (old, old))
+        assert admin.delete_expired_commitlog(broker_addr=broker.addr) == {broker.addr: 2 * 64 * 1024}
+        assert (queues / "Gone" / "0").is_dir()                # its newest file: kept while the node runs
+        broker.node.stop()
+        broker.node = restart_broker(broker.node)
+        assert not (queues / "Gone").exists()
+        assert (queues / "Quiet" / "0").is_dir() and (queues / "Kept" / "0").is_dir()
+        assert "deleted 1 queues of deleted topics, every message in them expired: Gone:0" in broker.node.log_text()
+        admin.create_topic("Gone", 1, broker_addr=broker.addr)
+    again = broker.call(send_command("Gone", b"new"))
+    assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "0"
+    pulled = broker.call(pull_command("Gone", 0, 0))
+    assert [m.body for m in decode_records(pulled.body_bytes())] == [b"new"]
 
 
 def test_sync_flush_acknowledges_only_flushed_sends_and_times_out_without_flush(start_node):
