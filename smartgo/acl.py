@@ -111,6 +111,7 @@ ADMIN_CODES = frozenset({
     RequestCode.WIPE_WRITE_PERM_OF_BROKER,              # 205
     RequestCode.ADD_WRITE_PERM_OF_BROKER,               # 327
     RequestCode.DELETE_TOPIC_IN_NAMESRV,                # 216
+    RequestCode.UPDATE_NAMESRV_CONFIG,                  # 318
     RequestCode.CONTROLLER_ELECT_MASTER,                # 1002: a switchover
 })
 

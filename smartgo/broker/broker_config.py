@@ -57,14 +57,14 @@ def properties_text(config: NodeConfig) -> str:
     return "".join(f"{name}={getattr(config, name)}\n" for name in sorted(_FIELDS))
 
 
-def parse_properties(raw: bytes | None) -> dict[str, str]:
+def parse_properties(raw: bytes | None, what: str = "broker config") -> dict[str, str]:
     """key=value (or key: value) lines; blank lines and #/! comments skipped."""
     if not raw:
-        raise BodyError("broker config: the request has no body")
+        raise BodyError(f"{what}: the request has no body")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BodyError(f"broker config: not UTF-8 text ({exc})") from None
+        raise BodyError(f"{what}: not UTF-8 text ({exc})") from None
     out = {}
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -72,10 +72,10 @@ def parse_properties(raw: bytes | None) -> dict[str, str]:
             continue
         cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if cut <= 0:
-            raise BodyError(f"broker config: line {n} is not key=value: {line[:60]!r}")
+            raise BodyError(f"{what}: line {n} is not key=value: {line[:60]!r}")
         out[line[:cut].strip()] = line[cut + 1:].strip()
     if not out:
-        raise BodyError("broker config: no key=value line in the body")
+        raise BodyError(f"{what}: no key=value line in the body")
     return out
 
 

@@ -35,6 +35,7 @@ Taking brokers out of service and back, brokers' and registries' settings (smart
     smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
     smartgo admin kv-update --namespace NS --key K --value V | kv-delete ... | kv-get ...
     smartgo admin delete-expired-commitlog | clean-expired-cq [--broker ADDR | --cluster C]
+    smartgo admin registry-config | registry-config-update --key orderMessageEnable --value true
 
 mqadmin's client-side tools: where a topic lives, send RTs, a queue allocation (smartgo.cli.admin_tools):
 

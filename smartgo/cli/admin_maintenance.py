@@ -1,11 +1,13 @@
 """`smartgo admin` commands that take brokers out of service and back, change the brokers' and
-registries' settings, and delete expired store files now (mqadmin wipeWritePerm, addWritePerm, updateBrokerConfig,
-updateKvConfig, deleteKvConfig, deleteExpiredCommitLog, cleanExpiredCQ):
+registries' settings, and delete expired store files now (mqadmin wipeWritePerm, addWritePerm,
+updateBrokerConfig, updateKvConfig, deleteKvConfig, getNamesrvConfig, updateNamesrvConfig,
+deleteExpiredCommitLog, cleanExpiredCQ):
 
     smartgo admin wipe-write-perm --broker-name B | add-write-perm --broker-name B
     smartgo admin broker-config-update --key K --value V (--broker ADDR | --cluster C)
     smartgo admin kv-update --namespace NS --key K --value V | kv-delete ... | kv-get ...
     smartgo admin delete-expired-commitlog | clean-expired-cq [--broker ADDR | --cluster C]
+    smartgo admin registry-config | registry-config-update --key orderMessageEnable --value true
 
 Maintenance of one broker group without failed sends: `wipe-write-perm` at every registry, wait
 until producers have re-read their routes (30 s with the SDK's and Java's defaults) and
@@ -59,6 +61,27 @@ async def _broker_config_update(admin: AsyncAdmin, args: argparse.Namespace) -> 
     addrs = await admin.update_broker_config({args.key: args.value}, cluster=args.cluster, broker_addr=args.broker)
     emit({"key": args.key, "value": args.value, "brokers": addrs}) if args.json else print(
         f"{args.key}={args.value} on {', '.join(addrs)}")
+
+
+@command("registry-config", "every registry's settings (GET_NAMESRV_CONFIG; mqadmin getNamesrvConfig)", options())
+async def _registry_config(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    configs = await admin.registry_configs()
+    if args.json:
+        emit({"registries": configs})
+        return
+    for registry, settings in configs.items():
+        print(f"{registry}:")
+        print(table(sorted(settings.items()), ("KEY", "VALUE")))
+
+
+@command("registry-config-update", "change a registry setting at every registry, persisted there: "
+         "orderMessageEnable (UPDATE_NAMESRV_CONFIG; mqadmin updateNamesrvConfig)",
+         options((("--key", "-k"), {"required": True, "help": "orderMessageEnable: ORDER_TOPIC_CONFIG in routes"}),
+                 (("--value", "-v"), {"required": True})))
+async def _registry_config_update(admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    registries = await admin.update_registry_config({args.key: args.value})
+    emit({"key": args.key, "value": args.value, "registries": registries}) if args.json else print(
+        f"{args.key}={args.value} at {', '.join(registries)}")
 
 
 def _brokers(c: argparse.ArgumentParser) -> None:

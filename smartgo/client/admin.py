@@ -82,6 +82,17 @@ class ClusterInfo:
                             for n, b in sorted(self.brokers.items())}}
 
 
+def _properties(resp: RemotingCommand) -> dict[str, str]:
+    """A Java properties text body (GET_BROKER_CONFIG, GET_NAMESRV_CONFIG) as a dict."""
+    out = {}
+    for line in resp.body_bytes().decode("utf-8", "replace").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, _, v = line.partition("=")
+            out[k.strip()] = v.strip()
+    return out
+
+
 class AsyncAdmin:
     def __init__(self, registry: str | list[str], *, config: ClientConfig | None = None,
                  **config_options: object) -> None:
@@ -244,14 +255,19 @@ class AsyncAdmin:
 
     async def broker_config(self, addr: str) -> dict[str, str]:
         """GET_BROKER_CONFIG: the broker's settings (a Java properties text body)."""
-        resp = await self._call(addr, api.command(RequestCode.GET_BROKER_CONFIG), "broker config")
-        out = {}
-        for line in resp.body_bytes().decode("utf-8", "replace").splitlines():
-            line = line.strip()
-            if line and not line.startswith("#") and "=" in line:
-                k, _, v = line.partition("=")
-                out[k.strip()] = v.strip()
-        return out
+        return _properties(await self._call(addr, api.command(RequestCode.GET_BROKER_CONFIG), "broker config"))
+
+    async def registry_configs(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG at every registry (mqadmin getNamesrvConfig): registry -> settings."""
+        answers = await self._each_registry(api.command(RequestCode.GET_NAMESRV_CONFIG), "get registry config")
+        return {registry: _properties(resp) for registry, resp in answers.items()}
+
+    async def update_registry_config(self, settings: dict[str, str]) -> list[str]:
+        """UPDATE_NAMESRV_CONFIG at every registry (mqadmin updateNamesrvConfig): only
+        orderMessageEnable changes, persisted by each registry. Returns the registries."""
+        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+        return list(await self._each_registry(api.command(RequestCode.UPDATE_NAMESRV_CONFIG, body=body),
+                                              "update registry config"))
 
     # -- topics -----------------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ import logging
 import zlib
 from collections.abc import Callable
 
+from smartgo.broker.bodies import BodyError
+from smartgo.broker.broker_config import parse_properties
 from smartgo.net.codes import MASTER_ID, ORDER_TOPIC_CONFIG, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor, eager
@@ -19,6 +21,7 @@ from smartgo.net.errors import HeaderFieldError
 from smartgo.registry import bodies
 from smartgo.registry.controller import NO_OFFSET, FailoverController, SwitchoverError
 from smartgo.registry.kv_config import KVConfigManager
+from smartgo.registry.registry_config import BlackListed, RegistryConfig
 from smartgo.registry.route_info import RouteInfoManager
 
 log = logging.getLogger("smartgo.registry.processor")
@@ -42,9 +45,10 @@ def _broker_id(request: RemotingCommand) -> int:
 
 class RegistryProcessors:
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager,
-                 controller: FailoverController | None = None) -> None:
+                 controller: FailoverController | None = None, config: RegistryConfig | None = None) -> None:
         self.routes = routes
         self.kv = kv
+        self.config = config or RegistryConfig(kv.path.parent)     # the server's, loaded at its start
         self.controller = controller          # automatic failover decides here (failover_enable)
         self._master_epochs: dict[str, int] = {}   # failover masters' epochs, where no controller decides
         # Encoded route answers by topic, valid while neither the tables nor the KV config change:
@@ -71,6 +75,8 @@ class RegistryProcessors:
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
             RequestCode.CONTROLLER_ELECT_MASTER: self.elect_master,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_namesrv_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
         }
 
     # -- brokers --------------------------------------------------------------------------------
@@ -204,7 +210,7 @@ class RegistryProcessors:
     @eager
     async def get_route_info_by_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         topic = request.ext_str("topic")
-        version = (self.routes.version, self.kv.version)
+        version = (self.routes.version, self.kv.version, self.config.order_message_enable)
         if version != self._cache_version:
             self._routes_cached.clear()
             self._cache_version = version
@@ -214,7 +220,8 @@ class RegistryProcessors:
             if route is None:
                 return request.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                              f"No topic route info in name server for the topic: {topic}")
-            body = bodies.encode_topic_route(route, self.kv.get(ORDER_TOPIC_CONFIG, topic))
+            order = self.kv.get(ORDER_TOPIC_CONFIG, topic) if self.config.order_message_enable else None
+            body = bodies.encode_topic_route(route, order)
             self._routes_cached[topic] = body
         return request.make_response(OK, body=body)
 
@@ -235,6 +242,25 @@ class RegistryProcessors:
     @eager
     async def delete_topic_in_namesrv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         self.routes.delete_topic(request.ext_str("topic"), request.ext_str("clusterName", None))
+        return request.make_response(OK)
+
+    # -- the registry's settings ----------------------------------------------------------------
+
+    @eager
+    async def get_namesrv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(OK, body=self.config.properties_text().encode())
+
+    @eager
+    async def update_namesrv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            changed = self.config.update(parse_properties(request.body_bytes(), "registry config"))
+        except BlackListed as exc:
+            return request.make_response(ResponseCode.NO_PERMISSION, str(exc))
+        except BodyError as exc:
+            log.warning("registry config update from %s refused: %s", conn.remote_address, exc)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if changed:
+            log.info("registry config changed by %s: %s", conn.remote_address, changed)
         return request.make_response(OK)
 
     # -- KV config ------------------------------------------------------------------------------

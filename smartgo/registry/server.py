@@ -29,6 +29,7 @@ from smartgo.net.server import RemotingServer
 from smartgo.registry.controller import FailoverController
 from smartgo.registry.kv_config import KVConfigManager
 from smartgo.registry.processor import RegistryProcessors
+from smartgo.registry.registry_config import RegistryConfig
 from smartgo.registry.route_info import RouteInfoManager
 
 log = logging.getLogger("smartgo.registry.server")
@@ -56,7 +57,8 @@ class RegistryServer:
         self.controller = (FailoverController(self.routes, self.store_dir, failover_delay, client=failover_client,
                                               unclean=failover_unclean)
                            if failover_delay is not None else None)
-        self.processors = RegistryProcessors(self.routes, self.kv, self.controller)
+        self.config = RegistryConfig(self.store_dir)
+        self.processors = RegistryProcessors(self.routes, self.kv, self.controller, self.config)
         self._remoting: RemotingServer | None = None
         self._tls = tls or {}                           # RemotingServer's TLS options (smartgo.net.tls)
         self.acl = acl
@@ -72,6 +74,7 @@ class RegistryServer:
 
     async def start(self) -> None:
         self.kv.load()
+        self.config.load()
         if self.controller is not None:
             self.controller.load()
         processors = self.processors.table()
@@ -81,6 +84,11 @@ class RegistryServer:
         self._remoting = RemotingServer(self.host, [self.requested_port], processors,
                                         listeners=[self._on_connection_event], **self._tls)
         await self._remoting.start()
+        self.config.fixed = {
+            "listenHost": self.host, "listenPort": str(self.port), "kvConfigPath": str(self.kv.path),
+            "configStorePath": str(self.config.file.path), "brokerExpirySeconds": f"{self.broker_expiry:g}",
+            "scanNotActiveBrokerSeconds": f"{self.scan_interval:g}", "aclEnable": str(self.acl is not None).lower(),
+            "failoverEnable": str(self.controller is not None).lower()}
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._scan_forever())]
         if self.acl is not None:

@@ -250,7 +250,8 @@ def test_unique_key_flag_signed_or_not(validator):
 
 
 def test_admin_code_set():
-    assert ADMIN_CODES == {17, 25, 215, 200, 207, 50, 51, 52, 53, 54, 1008, 306, 329, 100, 102, 205, 327, 216, 1002}
+    assert ADMIN_CODES == {17, 25, 215, 200, 207, 50, 51, 52, 53, 54, 1008, 306, 329, 100, 102, 205, 327, 216, 318,
+                           1002}
 
 
 @pytest.mark.parametrize("code", sorted(int(c) for c in ADMIN_CODES))

@@ -1,7 +1,7 @@
 """`smartgo admin topic-cluster-list / check-msg-send-rt / send-msg-status / allocate-mq` (mqadmin's
 client-side tools) in-process against one real node: the answers match the node, the sends are
 really stored, and a topic or broker the registry does not know is one line on stderr (and is not
-auto-created)."""
+auto-created); and `registry-config` / `registry-config-update` against the node's registry."""
 
 from __future__ import annotations
 
@@ -146,3 +146,29 @@ def test_a_failed_send_is_shown_and_makes_the_status_non_zero(capsys):
     rows = capsys.readouterr().out.splitlines()
     assert "FAILED" in rows[1] and "connection refused" in rows[1] and rows[-1].startswith("avg RT 5.00 ms")
 
+
+
+def test_registry_config_commands_switch_order_routes_and_refuse_fixed_settings(node, capsys):
+    """`registry-config` / `registry-config-update` (mqadmin getNamesrvConfig / updateNamesrvConfig)
+    against the node's embedded registry: orderMessageEnable takes ORDER_TOPIC_CONFIG out of the
+    route and back; a setting only a restart changes is one line on stderr."""
+    registry, admin = node
+    status, out, err = admin_cli(capsys, registry, "registry-config", "--json")
+    assert status == 0, err
+    assert json.loads(out)["registries"][registry]["orderMessageEnable"] == "true"
+    admin.put_kv_config("ORDER_TOPIC_CONFIG", TOPIC, f"{BROKER_NAME}:2")
+    try:
+        assert admin.topic_route(TOPIC).order_topic_conf == f"{BROKER_NAME}:2"
+        status, out, err = admin_cli(capsys, registry, "registry-config-update", "-k", "orderMessageEnable",
+                                     "-v", "false")
+        assert (status, out.strip()) == (0, f"orderMessageEnable=false at {registry}"), err
+        assert admin.topic_route(TOPIC).order_topic_conf is None
+        assert admin.registry_configs()[registry]["orderMessageEnable"] == "false"
+        status, out, err = admin_cli(capsys, registry, "registry-config-update", "-k", "listenPort", "-v", "1")
+        assert status == 1 and not out and len(err.splitlines()) == 1
+        assert "listenPort: only a restart changes it" in err
+        assert admin.update_registry_config({"orderMessageEnable": "true"}) == [registry]
+        assert admin.topic_route(TOPIC).order_topic_conf == f"{BROKER_NAME}:2"
+    finally:
+        admin.update_registry_config({"orderMessageEnable": "true"})
+        admin.delete_kv_config("ORDER_TOPIC_CONFIG", TOPIC)

@@ -101,6 +101,46 @@ def test_order_topic_config_and_kv_codes(tmp_path: Path) -> None:
     with_registry(tmp_path, test)
 
 
+def test_namesrv_config_get_update_and_persist(tmp_path: Path) -> None:
+    """GET/UPDATE_NAMESRV_CONFIG: properties text; orderMessageEnable (on here, off in 4.x) takes the
+    order config out of routes and back, survives a restart; 4.x's black list, a fixed setting, an
+    unknown one, a bad value and an empty body are refused and change nothing."""
+    def update(text: str) -> RemotingCommand:
+        return RemotingCommand(RequestCode.UPDATE_NAMESRV_CONFIG, body=text.encode())
+
+    def config(body: bytes) -> dict[str, str]:
+        return dict(line.split("=", 1) for line in body.decode().splitlines())
+
+    async def test(server: RegistryServer, client: RemotingClient, addr: str) -> None:
+        got = config((await client.invoke(addr, RemotingCommand(RequestCode.GET_NAMESRV_CONFIG))).body)
+        assert got["orderMessageEnable"] == "true" and got["listenPort"] == str(server.port)
+        assert got["kvConfigPath"] == str(tmp_path / "namesrv" / "kvConfig.json")
+        await client.invoke(addr, RemotingCommand(RequestCode.PUT_KV_CONFIG, ext_fields={
+            "namespace": ORDER_TOPIC_CONFIG, "key": "Orders", "value": "broker-a:4"}))
+        await client.invoke(addr, register_request("broker-a", "10.0.0.1:10911", 0,
+                                                   register_body({"Orders": (4, 4, 6)})))
+        assert strict_json((await route(client, addr, "Orders")).body)["orderTopicConf"] == "broker-a:4"
+        assert (await client.invoke(addr, update("orderMessageEnable=false\n"))).code == ResponseCode.SUCCESS
+        assert "orderTopicConf" not in strict_json((await route(client, addr, "Orders")).body)
+        for text, code, remark in [
+                ("kvConfigPath=/tmp/x", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
+                ("listenPort=1", ResponseCode.SYSTEM_ERROR, "listenPort: only a restart changes it"),
+                ("orderMessageEnable=true\nmystery=1", ResponseCode.SYSTEM_ERROR, "mystery: unknown setting"),
+                ("orderMessageEnable=yes", ResponseCode.SYSTEM_ERROR, "must be true or false"),
+                ("", ResponseCode.SYSTEM_ERROR, "registry config: the request has no body")]:
+            refused = await client.invoke(addr, update(text))
+            assert refused.code == code and remark in refused.remark, (text, refused)
+        got = config((await client.invoke(addr, RemotingCommand(RequestCode.GET_NAMESRV_CONFIG))).body)
+        assert got["orderMessageEnable"] == "false"
+
+    async def restarted(server: RegistryServer, client: RemotingClient, addr: str) -> None:
+        assert not server.config.order_message_enable
+        assert (await client.invoke(addr, update("orderMessageEnable = TRUE"))).code == ResponseCode.SUCCESS
+        assert server.config.order_message_enable
+    with_registry(tmp_path, test)
+    with_registry(tmp_path, restarted)
+
+
 def test_cluster_topic_list_and_admin_codes(tmp_path: Path) -> None:
     async def test(server: RegistryServer, client: RemotingClient, addr: str) -> None:
         await client.invoke(addr, register_request("a", "10.0.0.1:10911", 0, register_body({"T": (4, 4, 6), "U": (1, 1, 6)}),
