@@ -107,8 +107,9 @@ def test_a_slave_copies_the_master_byte_for_byte_and_passes_writes_on_to_it(star
             answers = decoder.feed(s.recv(65536))
         producer = s.getsockname()
     assert answers[0].code == ResponseCode.SUCCESS, answers[0].remark
-    [born] = decode_records(master.call(pull_command("Rep", 3, int(answers[0].ext_fields["queueOffset"]),
-                                                     max_nums=1)).body_bytes())
+    born_at = int(answers[0].ext_fields["queueOffset"])      # acknowledged before the master dispatches it
+    [born] = wait_until(lambda: decode_records(master.call(pull_command("Rep", 3, born_at, max_nums=1)).body_bytes()),
+                        message="the passed-on message in the master's queue")
     assert (born.body, born.born_host) == (b"born at .2", producer)
     batch = master.client.invoke(slave_addr, batch_command("Rep", [(b"s%d" % i, message_properties(uniq=uniq_key()))
                                                                    for i in range(3)], queue_id=1))

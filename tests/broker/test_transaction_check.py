@@ -140,8 +140,9 @@ def test_the_metrics_page_counts_commits_rollbacks_and_open_halves(broker, produ
         samples = parse_metrics(scrape_metrics(broker.node.metrics_port)[2])
         return samples if all(metric_value(samples, name, topic=topic) for name, topic in wanted) else None
     samples = wait_until(lambda: page_with(("rocketmq_half_messages", "TxMetricsOpen"),    # the check-back's pass
-                                           ("rocketmq_commit_messages_total", "TxMetrics")),  # the net actor's flush
-                         timeout=10, message="the open half and the ended ones on the page")
+                                           ("rocketmq_commit_messages_total", "TxMetrics"),   # the net actor's
+                                           ("rocketmq_rollback_messages_total", "TxMetrics")),   # flushes (one
+                         timeout=10, message="the open half and the ended ones on the page")  # may fall between)
     assert metric_value(samples, "rocketmq_half_messages", topic="TxMetricsOpen") == 1
     assert metric_value(samples, "rocketmq_half_messages", topic="TxMetrics") is None       # both ended
     assert metric_value(samples, "rocketmq_commit_messages_total", topic="TxMetrics") == 1
