@@ -33,10 +33,11 @@ def _perm(value: str) -> int:
     return perm
 
 
-def _flag(value: str) -> str:
-    if value.lower() not in ("true", "false"):
+def parse_flag(value: str) -> str:
+    """A setting that is true or false, in any case, lower-cased (Java's parseBoolean would take a typo as false)."""
+    if value.strip().lower() not in ("true", "false"):
         raise ValueError("must be true or false")
-    return value.lower()
+    return value.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class Runtime:
 
 
 RUNTIME = (Runtime("broker_permission", "brokerPermission", _perm),
-           Runtime("auto_create_topic", "autoCreateTopicEnable", _flag),
-           Runtime("auto_create_subscription_group", "autoCreateSubscriptionGroup", _flag))
+           Runtime("auto_create_topic", "autoCreateTopicEnable", parse_flag),
+           Runtime("auto_create_subscription_group", "autoCreateSubscriptionGroup", parse_flag))
 _BY_NAME = {r.name: r for r in RUNTIME} | {r.rocketmq: r for r in RUNTIME}
 _FIELDS = {f.name for f in dataclasses.fields(NodeConfig) if f.name != "actor"}
 

@@ -99,9 +99,14 @@ def clean(store: StoreConfig, decision: Decision, now_ms: int, max_files: int) -
     left = segment_starts(store.commitlog_dir)
     minimum = left[0] if left else 0
     if decision.delete and minimum:
-        delete_consume_queue_before(store, minimum)
-        delete_index_before(store, minimum)
+        clean_queues(store, minimum)
     return minimum
+
+
+def clean_queues(store: StoreConfig, minimum: int) -> tuple[int, int]:
+    """ConsumeQueue and index files that only point below the CommitLog minimum; (queue files,
+    index files) deleted."""
+    return delete_consume_queue_before(store, minimum), len(delete_index_before(store, minimum))
 
 
 REQUEST_POLL = 0.2          # s between looks at the board's request counters
@@ -127,8 +132,9 @@ class CleanupActor(Actor):
         self.disk_full = b.scalar("flag.disk_full", writer=self.name)
         self.usage = b.scalar("disk.used_permille", writer=self.name)
         self.minimum = b.scalar("commitlog.min", writer=self.name)
-        self.asked = {kind: (b.scalar(f"cleanup.{kind}_asked"), b.scalar(f"cleanup.{kind}_done", writer=self.name))
-                      for kind in ("commitlog", "queues")}
+        # the requests the broker actor counts on the board (cleanup_processor.KINDS), and how each is served
+        self.asked = [(b.scalar(f"cleanup.{kind}_asked"), b.scalar(f"cleanup.{kind}_done", writer=self.name), serve)
+                      for kind, serve in (("commitlog", self._delete_expired), ("queues", self._clean_queues))]
         self.minimum.set(clean(self.store, Decision(0.0, False, False, False), 0, 0))
         if self.config.scrub_rate_mb > 0:
             self.spawn(self._scrub(), "scrub")
@@ -181,22 +187,25 @@ class CleanupActor(Actor):
         return True
 
     async def serve_requests(self) -> None:
-        asked, done = self.asked["commitlog"]
-        if (n := asked.get()) != done.get():
-            d = Decision(self.usage.get() / 1000, bool(self.disk_full.get()), True, False)
-            before = self.minimum.get()
-            for _ in range(MANUAL_PASSES):
-                if not self._clean(d):
-                    break
-                await asyncio.sleep(0)          # the heartbeat runs between passes
-            self.log.info("expired CommitLog files deleted as asked (DELETE_EXPIRED_COMMITLOG): minimum %d -> %d",
-                          before, self.minimum.get())
-            done.set(n)
-        asked, done = self.asked["queues"]
-        if (n := asked.get()) != done.get():
-            minimum = self.minimum.get()
-            queues = delete_consume_queue_before(self.store, minimum)
-            index = len(delete_index_before(self.store, minimum))
-            self.log.info("CLEAN_EXPIRED_CONSUMEQUEUE: %d ConsumeQueue and %d index files below the CommitLog "
-                          "minimum %d deleted", queues, index, minimum)
-            done.set(n)
+        for asked, done, serve in self.asked:
+            if (n := asked.get()) != done.get():
+                await serve()
+                done.set(n)
+
+    async def _delete_expired(self) -> None:
+        """DELETE_EXPIRED_COMMITLOG: files past file_reserved_hours, whatever the hour."""
+        d = Decision(self.usage.get() / 1000, bool(self.disk_full.get()), True, False)
+        before = self.minimum.get()
+        for _ in range(MANUAL_PASSES):
+            if not self._clean(d):
+                break
+            await asyncio.sleep(0)          # the heartbeat runs between passes
+        self.log.info("expired CommitLog files deleted as asked (DELETE_EXPIRED_COMMITLOG): minimum %d -> %d",
+                      before, self.minimum.get())
+
+    async def _clean_queues(self) -> None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE."""
+        minimum = self.minimum.get()
+        queues, index = clean_queues(self.store, minimum)
+        self.log.info("CLEAN_EXPIRED_CONSUMEQUEUE: %d ConsumeQueue and %d index files below the CommitLog "
+                      "minimum %d deleted", queues, index, minimum)

@@ -19,9 +19,9 @@ import msgpack
 
 from smartgo.broker import failover, reseed
 from smartgo.broker.settings import store_config
+from smartgo.broker.topics import SYSTEM_TOPICS, default_topics, read_snapshot
 from smartgo.config import NodeConfig
 from smartgo.store import StoreLock, mark_running, recover
-from smartgo.broker.topics import SYSTEM_TOPICS, default_topics, read_snapshot
 from smartgo.store.cleanup import delete_dropped_queues, empty_store
 
 log = logging.getLogger("smartgo.broker.recovery")

@@ -93,6 +93,11 @@ def _properties(resp: RemotingCommand) -> dict[str, str]:
     return out
 
 
+def _properties_body(settings: dict[str, str]) -> bytes:
+    """The properties text UPDATE_BROKER_CONFIG and UPDATE_NAMESRV_CONFIG take."""
+    return "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+
+
 class AsyncAdmin:
     def __init__(self, registry: str | list[str], *, config: ClientConfig | None = None,
                  **config_options: object) -> None:
@@ -219,7 +224,7 @@ class AsyncAdmin:
         autoCreateTopicEnable, ...), persisted by each broker; a broker refuses the whole update
         for any other. Returns the brokers' addresses."""
         addrs = await self._brokers(cluster, broker_addr, slaves=True)
-        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+        body = _properties_body(settings)
         await asyncio.gather(*(self._call(a, api.command(RequestCode.UPDATE_BROKER_CONFIG, body=body),
                                           "update broker config") for a in addrs))
         return addrs
@@ -265,9 +270,8 @@ class AsyncAdmin:
     async def update_registry_config(self, settings: dict[str, str]) -> list[str]:
         """UPDATE_NAMESRV_CONFIG at every registry (mqadmin updateNamesrvConfig): only
         orderMessageEnable changes, persisted by each registry. Returns the registries."""
-        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
-        return list(await self._each_registry(api.command(RequestCode.UPDATE_NAMESRV_CONFIG, body=body),
-                                              "update registry config"))
+        cmd = api.command(RequestCode.UPDATE_NAMESRV_CONFIG, body=_properties_body(settings))
+        return list(await self._each_registry(cmd, "update registry config"))
 
     # -- topics -----------------------------------------------------------------------------------
 

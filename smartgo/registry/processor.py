@@ -51,7 +51,7 @@ class RegistryProcessors:
         self.config = config or RegistryConfig(kv.path.parent)     # the server's, loaded at its start
         self.controller = controller          # automatic failover decides here (failover_enable)
         self._master_epochs: dict[str, int] = {}   # failover masters' epochs, where no controller decides
-        # Encoded route answers by topic, valid while neither the tables nor the KV config change:
+        # Encoded route answers by topic, valid while the tables, the KV config and orderMessageEnable stay:
         # clients ask far more often (every 30 s each) than brokers change anything.
         self._routes_cached: dict[str, bytes] = {}
         self._cache_version = (-1, -1)

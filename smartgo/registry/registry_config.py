@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from smartgo.broker.bodies import BodyError
+from smartgo.broker.broker_config import parse_flag
 from smartgo.broker.persist import PersistedFile
 
 FILE = "namesrv.json"
@@ -25,12 +26,6 @@ BLACK_LIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})  
 
 class BlackListed(BodyError):
     """An update names a setting 4.x never lets change over the wire."""
-
-
-def _flag(key: str, value: str) -> bool:
-    if value.strip().lower() not in ("true", "false"):
-        raise BodyError(f"registry config: {key}={value[:40]!r}: must be true or false")
-    return value.strip().lower() == "true"
 
 
 class RegistryConfig:
@@ -58,7 +53,11 @@ class RegistryConfig:
             if key != ORDER_MESSAGE_ENABLE:
                 reason = "only a restart changes it" if key in self.fixed else "unknown setting"
                 raise BodyError(f"registry config: {key}: {reason}; changeable: {ORDER_MESSAGE_ENABLE}")
-        enable = _flag(ORDER_MESSAGE_ENABLE, props[ORDER_MESSAGE_ENABLE])
+        value = props[ORDER_MESSAGE_ENABLE]
+        try:
+            enable = parse_flag(value) == "true"
+        except ValueError as exc:
+            raise BodyError(f"registry config: {ORDER_MESSAGE_ENABLE}={value[:40]!r}: {exc}") from None
         if enable == self.order_message_enable:
             return {}
         self.file.save(json.dumps({ORDER_MESSAGE_ENABLE: enable}).encode())     # a full disk changes nothing
