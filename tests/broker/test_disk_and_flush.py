@@ -147,8 +147,9 @@ def test_a_deleted_topics_expired_queues_go_at_the_next_start(start_node, tmp_pa
         admin.create_topic("Gone", 1, broker_addr=broker.addr)
     again = broker.call(send_command("Gone", b"new"))
     assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "0"
-    pulled = broker.call(pull_command("Gone", 0, 0))
-    assert [m.body for m in decode_records(pulled.body_bytes())] == [b"new"]
+    pulled = wait_until(lambda: decode_records(broker.call(pull_command("Gone", 0, 0)).body_bytes()),
+                        message="the new message dispatched")      # acknowledged before dispatch
+    assert [m.body for m in pulled] == [b"new"]
 
 
 def test_sync_flush_acknowledges_only_flushed_sends_and_times_out_without_flush(start_node):
