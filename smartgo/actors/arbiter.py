@@ -516,7 +516,7 @@ class Arbiter:
             shutil.rmtree(run / sub, ignore_errors=True)
         layout = BoardLayout(fields=(*NODE_FIELDS, *self.role.board_fields(self.config)),
                              max_actors=self.config.board_max_actors,
-                             queue_capacity=self.config.board_queue_capacity,
+                             queue_capacity=self._queue_capacity(),
                              meta={"role": self.config.role, "store_dir": str(self.config.store_path)})
         if len(self.specs) > layout.max_actors:
             raise StartupError(f"{len(self.specs)} actors but board_max_actors = {layout.max_actors}")
@@ -528,6 +528,17 @@ class Arbiter:
         self._set("node.started_ns", time.time_ns())
         self._set("node.restarts", self.node_restarts)
         self._set("node.heartbeat_ns", monotonic_ns())
+
+    def _queue_capacity(self) -> int:
+        """board_queue_capacity, or room for twice the store's queues within the 75% load limit
+        when that is more: a node whose topics outgrew the table starts (and can grow) anyway."""
+        demand = self.role.queue_demand(self.config)
+        capacity = max(self.config.board_queue_capacity, demand * 8 // 3)
+        if capacity > self.config.board_queue_capacity:
+            log.info("the board's queue table is sized for %d entries (board_queue_capacity %d): the store has "
+                     "%d queues",
+                     capacity, self.config.board_queue_capacity, demand)
+        return capacity
 
     def _set(self, name: str, value: int) -> None:
         if name in self._fields:

@@ -14,7 +14,9 @@ Rules that make it lock-free:
 - records of several fields (the supervisor's part of an actor slot) are written under a
   seqlock (odd counter while writing); readers retry until they see the same even counter;
 - a queue-table entry is published by storing its hash last: x86-64 keeps stores in order, so a
-  reader that sees the hash also sees the key bytes written before it. Entries never move.
+  reader that sees the hash also sees the key bytes written before it. Entries never move. The
+  entries' indices are also listed in insertion order after the table (count word last), so a
+  reader walks the entries in use, not the whole table.
 
 The layout (field names, offsets, writers, table sizes) is written into the file as a msgpack
 directory, so readers need no code of their own: later issues add fields by declaring them in
@@ -82,7 +84,7 @@ class BoardError(Exception):
 
 
 class BoardFull(BoardError):
-    """The per-queue table has no free entry left (raise board_queue_capacity)."""
+    """The per-queue table is at its load limit (raise board_queue_capacity)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ class BoardLayout:
     """Everything needed to create a board; readers get it back from the file's directory."""
     fields: Sequence[FieldSpec] = NODE_FIELDS
     max_actors: int = 64
-    queue_capacity: int = 8192          # rounded up to a power of two
+    queue_capacity: int = 65536         # rounded up to a power of two
     queue_values: Sequence[str] = ("max_offset",)
     queue_writer: str = "dispatch"
     meta: dict = field(default_factory=dict)  # role, store dir...: shown by health
@@ -144,7 +146,7 @@ class Board:
         s = directory["slots"]
         self._slots_off, self.max_actors = s["offset"], s["count"]
         q = directory["queues"]
-        self.queues = QueueTable(self, q["offset"], q["capacity"], tuple(q["values"]), q["writer"])
+        self.queues = QueueTable(self, q["offset"], q["order"], q["capacity"], tuple(q["values"]), q["writer"])
         self._slot_index: dict[str, int] = {}
 
     # ---- creation and opening -------------------------------------------------------------
@@ -163,7 +165,7 @@ class Board:
         entry_size = _align(8 * (_ENTRY_HEAD_WORDS + len(layout.queue_values)) + TOPIC_BYTES, 8)
         directory = {"fields": entries, "meta": dict(layout.meta),
                      "slots": {"offset": 0, "count": layout.max_actors, "size": SLOT_SIZE},
-                     "queues": {"offset": 0, "capacity": qcap, "entry_size": entry_size,
+                     "queues": {"offset": 0, "order": 0, "capacity": qcap, "entry_size": entry_size,
                                 "values": list(layout.queue_values), "writer": layout.queue_writer}}
         # Offsets depend on the directory length, which depends on the offsets: size it twice.
         for _ in range(2):
@@ -173,10 +175,12 @@ class Board:
             queues_off = _align(slots_off + SLOT_SIZE * layout.max_actors)
             directory["fields"] = [[n, fields_off + o, w] for (n, o, w) in entries]
             directory["slots"]["offset"] = slots_off
+            order_off = _align(queues_off + qcap * entry_size)
             directory["queues"]["offset"] = queues_off
+            directory["queues"]["order"] = order_off
         blob = msgpack.packb(directory)
         assert HEADER_SIZE + len(blob) <= fields_off
-        size = _align(queues_off + qcap * entry_size, mmap.PAGESIZE)
+        size = _align(order_off + 8 * (1 + qcap), mmap.PAGESIZE)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
@@ -381,15 +385,20 @@ class QueueTable:
 
     Open addressing with linear probing over a power-of-two table. Readers in other processes
     look up without locks: probe from the key's crc32, stop at an empty entry (hash 0). Entries
-    are never removed, so `index_of` results can be cached for the life of the board.
+    are never removed, so `index_of` results can be cached for the life of the board. The order
+    list (a count word, then entry indices) makes `items` cost the entries in use, whatever the
+    capacity.
     """
 
-    def __init__(self, board: Board, offset: int, capacity: int, values: tuple[str, ...], writer: str) -> None:
+    def __init__(self, board: Board, offset: int, order: int, capacity: int, values: tuple[str, ...],
+                 writer: str) -> None:
         self._buf = board.buf
         self._w = board.words
         self._writable = board.writable
         self._off = offset
+        self._order = order >> 3
         self.capacity = capacity
+        self.limit = capacity * 3 // 4          # load limit: linear probing slows past it
         self._mask = capacity - 1
         self.values = values
         self.writer = writer
@@ -439,16 +448,20 @@ class QueueTable:
             raise BoardError(f"the queue table is written by {self.writer!r}, not {writer!r}")
         return QueueTableWriter(self)
 
+    @property
+    def count(self) -> int:
+        """Entries published so far."""
+        return self._w[self._order]
+
     def items(self) -> Iterator[tuple[str, int, dict[str, int]]]:
-        """Every published entry: (topic, queue id, {value name: value})."""
-        w, buf = self._w, self._buf
-        for i in range(self.capacity):
-            e = self._word(i)
-            if w[e]:
-                t = (e << 3) + self._topic_off
-                topic = bytes(buf[t:t + w[e + 2]]).decode()
-                vals = {n: w[e + _ENTRY_HEAD_WORDS + k] for k, n in enumerate(self.values)}
-                yield topic, w[e + 1], vals
+        """Every published entry, oldest first: (topic, queue id, {value name: value})."""
+        w, buf, order = self._w, self._buf, self._order
+        for n in range(w[order]):
+            e = self._word(w[order + 1 + n])
+            t = (e << 3) + self._topic_off
+            topic = bytes(buf[t:t + w[e + 2]]).decode()
+            vals = {name: w[e + _ENTRY_HEAD_WORDS + j] for j, name in enumerate(self.values)}
+            yield topic, w[e + 1], vals
 
 
 class QueueTableWriter:
@@ -457,7 +470,6 @@ class QueueTableWriter:
     def __init__(self, table: QueueTable) -> None:
         self.t = table
         self._cache: dict[tuple[str, int], int] = {}
-        self.count = sum(1 for _ in table.items())
 
     def index_for(self, topic: str, queue_id: int, initial: dict[str, int] | None = None) -> int:
         """The entry of (topic, queue id), inserting it on first use with `initial` values (else 0).
@@ -475,8 +487,11 @@ class QueueTableWriter:
             key = topic.encode()
             if len(key) > TOPIC_BYTES - 1:
                 raise BoardError(f"topic longer than {TOPIC_BYTES - 1} bytes: {topic[:40]!r}...")
-            if self.count >= t.capacity * 3 // 4:
-                raise BoardFull(f"queue table full ({self.count} of {t.capacity} entries, load limit 75%)")
+            count = t.count
+            if count >= t.limit:
+                raise BoardFull(f"the board's queue table is full ({count} queues, its load limit; "
+                                f"{t.capacity} entries): a node restart sizes it from the store, "
+                                "board_queue_capacity starts it larger")
             h = t._hash(key, queue_id)
             i = h & t._mask
             while t._w[t._word(i)] != 0:
@@ -489,7 +504,8 @@ class QueueTableWriter:
             for name, value in (initial or {}).items():
                 t._w[e + t._value_word(name)] = value
             t._w[e] = h                                  # publish last
-            self.count += 1
+            t._w[t._order + 1 + count] = i
+            t._w[t._order] = count + 1
         self._cache[k] = i
         return i
 

@@ -32,6 +32,8 @@ class Role:
     recover: str | None = None
     # The config of each node life: automatic failover may have changed the role the command line gave.
     configure: Callable[[NodeConfig], NodeConfig] = field(default=lambda config: config)
+    # Entries of the board's per-queue table this node life needs at least (the queues in its store).
+    queue_demand: Callable[[NodeConfig], int] = field(default=lambda config: 0)
     # Ports its actors share through SO_REUSEPORT: the supervisor locks them for its life, since the
     # kernel would let a second node of the same user bind them too and take half the connections.
     shared_ports: Callable[[NodeConfig], Sequence[int]] = field(default=lambda config: ())
@@ -132,6 +134,12 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
 
 _RECOVER = "smartgo.broker.recovery:recover_broker"
 
+
+def _queue_demand(config: NodeConfig) -> int:
+    from smartgo.broker.recovery import queue_demand       # the store's modules: broker roles only
+    return queue_demand(config)
+
+
 def _net_ports(config: NodeConfig) -> Sequence[int]:
     return [port for port in (config.listen_port, vip_port(config)) if port]
 
@@ -139,9 +147,9 @@ def _net_ports(config: NodeConfig) -> Sequence[int]:
 ROLES: dict[str, Role] = {
     "registry": Role("registry", 9876, _registry_actors),
     "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
-                   shared_ports=_net_ports),
+                   shared_ports=_net_ports, queue_demand=_queue_demand),
     "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
-                  shared_ports=_net_ports),
+                  shared_ports=_net_ports, queue_demand=_queue_demand),
 }
 
 

@@ -122,6 +122,13 @@ class AdminProcessor:
         if not (0 < cfg.read_queues <= MAX_QUEUES and 0 < cfg.write_queues <= MAX_QUEUES):
             return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be in "
                                          f"1..{MAX_QUEUES}, got {cfg.read_queues} and {cfg.write_queues}")
+        table = self.b.board.queues
+        new, room = sum(table.index_of(topic, q) is None for q in range(cfg.queue_limit)), table.limit - table.count
+        if new > room:
+            why = (f"the broker has room for {room} more queues, not {new}: its queue table holds {table.limit} "
+                   "(a restart sizes it from the store; board_queue_capacity starts it larger)")
+            self.b.log.error("topic %s refused to %s: %s", topic, client.addr, why)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, why)
         if self.b.snapshot.topics.get(topic) != cfg:
             self.b.log.info("topic %s set by %s: %s", topic, client.addr, cfg)
             await self._registered(self.b.publish_topics([cfg]))

@@ -41,17 +41,19 @@ then on commitlog.written is final: a switchover takes it as the master's end
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 
 from smartgo.actors.actor import Actor, ActorContext
+from smartgo.actors.logs import Repeats
 from smartgo.actors.ring import CONSUMER, PRODUCER, RingTimeout, wait_any
 from smartgo.broker import profiling, recovery
 from smartgo.broker.bells import FlagBell
 from smartgo.broker.rings import (COMPLETION, DONE_RING_CAPACITY, SEND, SEND_RING_CAPACITY, STATUS_DISK_FULL,
-                                  STATUS_FENCED, STATUS_ILLEGAL, STATUS_OK, parse_send)
+                                  STATUS_FENCED, STATUS_ILLEGAL, STATUS_OK, STATUS_QUEUES_FULL, parse_send)
 from smartgo.broker.settings import store_config
 from smartgo.store import (AppendResult, Block, CommitLogReader, CommitLogWriter, DiskFullError, MessageIllegalError,
-                           StoreLock)
+                           QueuesFullError, StoreLock)
 from smartgo.store.record import (END_FILE_MIN_BLANK, FIXED_SIZE, INT32, POS_PHYSICALOFFSET, POS_QUEUEOFFSET,
                                   POS_STOREHOST, POS_STORETIMESTAMP, TRANSACTION_MASK,
                                   TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, peek_head)
@@ -66,6 +68,7 @@ class CommitActor(Actor):
         self.nets = nets
         self._seq = 0
         self._topics: dict[bytes, str] = {}
+        self._queues_full = Repeats()           # every send to a new queue would log it
         self._task: asyncio.Task | None = None
 
     # ---- start: resume where the previous incarnation (or recovery) left ---------------------------
@@ -89,7 +92,8 @@ class CommitActor(Actor):
         self.outputs = [self.ring(f"done.{net}", PRODUCER, DONE_RING_CAPACITY, resume=True) for net in self.nets]
         self.writer = CommitLogWriter(cfg.commitlog_dir, cfg.commitlog_file_size, written, {},
                                       release_interval=cfg.release_interval_bytes,
-                                      last_store_timestamp=max(self.store_ts.get(), rec.last_store_timestamp))
+                                      last_store_timestamp=max(self.store_ts.get(), rec.last_store_timestamp),
+                                      max_queues=b.queues.limit)     # dispatch can publish every queue
         seq = self.intent.get()
         start = self.intent_start.get()
         if seq and written == start:
@@ -229,7 +233,10 @@ class CommitActor(Actor):
                 per[i].append(pack(req_id, STATUS_OK, r.count, r.physical_offset, r.queue_offset, r.end_offset))
             else:
                 status = (STATUS_FENCED if r is FENCED else STATUS_DISK_FULL if isinstance(r, DiskFullError)
-                          else STATUS_ILLEGAL)
+                          else STATUS_QUEUES_FULL if isinstance(r, QueuesFullError) else STATUS_ILLEGAL)
+                if status == STATUS_QUEUES_FULL:
+                    self._queues_full.log(self.log, logging.ERROR, f"send refused: {r}; a node restart sizes the "
+                                          "table from the store, board_queue_capacity starts it larger", "full")
                 per[i].append(pack(req_id, status, 0, 0, 0, 0))
         for i, parts in per.items():
             record = [b"".join(parts)]

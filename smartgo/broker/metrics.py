@@ -190,7 +190,11 @@ class BrokerMetrics:
                self.gauge("smartgo_storage_disk_used_ratio", "Used share of the store's disk, as the cleanup "
                                                              "watermarks read it", f["disk.used_permille"] / 1000),
                self.gauge("smartgo_commitlog_min_offset", "First CommitLog offset still kept", f["commitlog.min"]),
-               self.gauge("smartgo_commitlog_max_offset", "CommitLog offset written up to", f["commitlog.written"])]
+               self.gauge("smartgo_commitlog_max_offset", "CommitLog offset written up to", f["commitlog.written"]),
+               self.gauge("smartgo_queue_table_queues", "Queues on the board's queue table (sends opening more "
+                                                        "than the limit are refused)", b.board.queues.count),
+               self.gauge("smartgo_queue_table_limit", "Queues the board's queue table holds (75 % of its capacity; "
+                                                       "sized at start)", b.board.queues.limit)]
         try:
             out.append(self.gauge("rocketmq_storage_size", "Bytes used on the store's file system",
                                   psutil.disk_usage(str(b.config.store_path)).used, _STORAGE))

@@ -23,6 +23,7 @@ from smartgo.broker.topics import SYSTEM_TOPICS, default_topics, read_snapshot
 from smartgo.config import NodeConfig
 from smartgo.store import StoreLock, mark_running, recover
 from smartgo.store.cleanup import delete_dropped_queues, empty_store
+from smartgo.store.consume_queue import list_queues
 
 log = logging.getLogger("smartgo.broker.recovery")
 
@@ -54,6 +55,12 @@ def recover_broker(config: NodeConfig) -> None:
     save(config.run_path, Recovered(state.written, state.commitlog_min, state.last_store_timestamp, state.abnormal))
     log.info("broker store ready: written=%d commitlog_min=%d (%s start)", state.written, state.commitlog_min,
              "abnormal" if state.abnormal else "normal")
+
+
+def queue_demand(config: NodeConfig) -> int:
+    """The role's queue demand hook: the queues in the store (ConsumeQueue directories), which
+    dispatch publishes on the board at once, however many topics a previous life created."""
+    return len(list_queues(store_config(config).consume_queue_dir))
 
 
 def _drop_deleted_topics(config: NodeConfig, commitlog_min: int) -> None:

@@ -96,6 +96,7 @@ STATUS_OK = 0
 STATUS_ILLEGAL = 1        # the block cannot be stored (size over the file, malformed)
 STATUS_DISK_FULL = 2      # disk full (flag up, or no room for a new file)
 STATUS_FENCED = 3         # a fenced failover master writes nothing (failover.fenced)
+STATUS_QUEUES_FULL = 4    # the record would open a queue the board's queue table has no room for
 
 
 def iter_completions(mv: memoryview) -> Iterator[tuple[int, int, int, int, int, int]]:

@@ -42,7 +42,7 @@ from smartgo.actors.ring import CONSUMER, PRODUCER, full_fence, wait_any
 from smartgo.broker import profiling
 from smartgo.broker.net_view import NetView
 from smartgo.broker.rings import (DONE_RING_CAPACITY, SEND_RING_CAPACITY, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK,
-                                  iter_completions, send_prefix)
+                                  STATUS_QUEUES_FULL, iter_completions, send_prefix)
 from smartgo.broker.schedule_message import (ScheduleRecordError, copy_signature, deliver_time, idle_bit,
                                              is_copy_candidate, republish, timer_copies, timer_step)
 from smartgo.broker.schedule_offsets import DelayOffsetFile, DelayState
@@ -296,10 +296,11 @@ class ScheduleActor(Actor):
                 if status == STATUS_OK:
                     lv.beyond[off] = phys
                     self._ends = max(self._ends, end)
-                elif status in (STATUS_DISK_FULL, STATUS_FENCED):
+                elif status in (STATUS_DISK_FULL, STATUS_FENCED, STATUS_QUEUES_FULL):
                     failed[lv] = min(failed.get(lv, off), off)
-                    if status == STATUS_FENCED:
-                        why = "a fenced failover master writes nothing"
+                    if status != STATUS_DISK_FULL:
+                        why = ("a fenced failover master writes nothing" if status == STATUS_FENCED
+                               else "the board's queue table is full")
                 else:
                     self.log.error("delay level %d entry %d: the commit actor refused its copy; skipped",
                                    lv.level, off)

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 
 from smartgo.acl import FORWARDED_FOR
 from smartgo.broker.channel import ChannelError
-from smartgo.broker.rings import (SEND, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK, Batcher, iter_completions,
-                                  send_prefix)
+from smartgo.broker.rings import (SEND, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK, STATUS_QUEUES_FULL, Batcher,
+                                  iter_completions, send_prefix)
 from smartgo.broker.schedule_message import half_rewrite, schedule_rewrite, timer_rewrite
 from smartgo.broker.settings import delay_levels, is_slave, timer_settings
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
@@ -514,6 +514,10 @@ class SendProcessor:
                         ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the broker's disk is full"))
                 elif status == STATUS_FENCED:           # the fence came up after this send's own check
                     self._reply(p, self._forbidden(p.request))
+                elif status == STATUS_QUEUES_FULL:
+                    self._reply(p, p.request.make_response(
+                        ResponseCode.SYSTEM_ERROR, "the broker cannot open another queue: its queue table is full "
+                        f"({self.view.board.queues.limit} queues; the broker's log says how to raise it)"))
                 else:
                     self._reply(p, p.request.make_response(
                         ResponseCode.MESSAGE_ILLEGAL, "the message cannot be stored: it does not fit a CommitLog "

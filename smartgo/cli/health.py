@@ -95,7 +95,7 @@ def _num(v: float | None, fmt: str) -> str:
 def render(report: dict) -> str:
     node = report["node"]
     lines = [f"node {node['role']}  pid {node['pid']}  {node['state']}  node restarts {node['restarts']}  "
-             f"store {node['store_dir']}"]
+             f"queues {node['queues']} of {node['queue_limit']}  store {node['store_dir']}"]
     rows = [("ACTOR", "PID", "STATE", "HEARTBEAT", "RESTARTS", "CPU%", "RSS", "MAILBOX")]
     for a in report["actors"]:
         rows.append((a["name"], str(a["pid"] or "-"), a["state"],

@@ -11,8 +11,8 @@ from smartgo.store.config import StoreConfig
 from smartgo.store.consume_queue import ConsumeQueueReader, ConsumeQueueSet, ConsumeQueueWriter
 from smartgo.store.dispatch import Dispatcher, DispatchRound
 from smartgo.store.errors import (
-    CorruptRecordError, DiskFullError, InvalidMessageIdError, MessageIllegalError, OffsetGoneError, StoreError,
-    StoreLockedError,
+    CorruptRecordError, DiskFullError, InvalidMessageIdError, MessageIllegalError, OffsetGoneError, QueuesFullError,
+    StoreError, StoreLockedError,
 )
 from smartgo.store.flush import ConsumeQueueFlusher, FlushPolicy, SegmentFlusher
 from smartgo.store.index_file import IndexReader, IndexService
@@ -26,6 +26,6 @@ __all__ = [
     "ConsumeQueueReader", "ConsumeQueueSet", "ConsumeQueueWriter", "CorruptRecordError", "DiskFullError",
     "DispatchRound", "Dispatcher", "FlushPolicy", "GetResult", "GetStatus", "IndexReader", "IndexService",
     "InvalidMessageIdError", "Message", "MessageIllegalError", "MessageStore", "OffsetGoneError", "PutResult",
-    "QueryResult", "RecordWalk", "RecoveredState", "SegmentFlusher", "StoreConfig", "StoreError", "StoreLock",
-    "StoreLockedError", "StoreReader", "mark_clean_shutdown", "mark_running", "recover",
+    "QueryResult", "QueuesFullError", "RecordWalk", "RecoveredState", "SegmentFlusher", "StoreConfig", "StoreError",
+    "StoreLock", "StoreLockedError", "StoreReader", "mark_clean_shutdown", "mark_running", "recover",
 ]

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from smartgo.store.errors import CorruptRecordError, DiskFullError, MessageIllegalError, OffsetGoneError, StoreError
+from smartgo.store.errors import (CorruptRecordError, DiskFullError, MessageIllegalError, OffsetGoneError,
+                                  QueuesFullError, StoreError)
 from smartgo.store.mapped_file import MappedFile, MappedFileQueue
 from smartgo.store.record import (
     BLANK_MAGIC, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK, FIXED_SIZE, INT64, MESSAGE_MAGIC, POS_QUEUEOFFSET,
@@ -56,9 +57,11 @@ class CommitLogWriter:
 
     def __init__(self, directory: Path | str, file_size: int, wrote_position: int,
                  queue_offsets: dict[QueueKey, int], *, clock: Callable[[], int] = _now_ms,
-                 release_interval: int = 16 * 1024 * 1024, last_store_timestamp: int = 0):
+                 release_interval: int = 16 * 1024 * 1024, last_store_timestamp: int = 0,
+                 max_queues: int | None = None):
         self.file_size = file_size
         self.queue_offsets = queue_offsets
+        self.max_queues = max_queues            # queues the readers' table can hold (None: no limit)
         self.last_store_timestamp = last_store_timestamp
         self._clock = clock
         self._release_interval = release_interval
@@ -75,8 +78,9 @@ class CommitLogWriter:
 
         Returns one entry per block, in order: an AppendResult, or the error that kept that
         block out (MessageIllegalError for a malformed or oversized block; DiskFullError
-        when a new file could not be reserved, for that block and every later one). A
-        failed block leaves the log and the queue table as they were."""
+        when a new file could not be reserved, for that block and every later one;
+        QueuesFullError for a block that would open a queue past max_queues). A failed block
+        leaves the log and the queue table as they were."""
         now = self._clock()
         if now < self.last_store_timestamp:
             now = self.last_store_timestamp  # store time never goes backwards (time search)
@@ -97,6 +101,12 @@ class CommitLogWriter:
             if n < FIXED_SIZE or n + END_FILE_MIN_BLANK > fs:
                 results.append(MessageIllegalError(f"block of {n} bytes cannot be stored in {fs}-byte files"))
                 continue
+            qbase = 0 if queue is None else table.get(queue)
+            if qbase is None:                   # the queue's first record
+                if self.max_queues is not None and len(table) >= self.max_queues:
+                    results.append(QueuesFullError(queue, self.max_queues))
+                    continue
+                qbase = 0
             if pos + n + END_FILE_MIN_BLANK > fs:
                 self._pos = pos
                 try:
@@ -112,11 +122,10 @@ class CommitLogWriter:
             end = pos + n
             mm[pos:end] = data
             if queue is not None:
-                qbase = table.get(queue, 0)
                 step = 1
                 queue_id = queue[1]
             else:
-                qbase = step = 0
+                step = 0
                 queue_id = None
             q = qbase
             p = pos

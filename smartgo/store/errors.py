@@ -51,6 +51,17 @@ class DiskFullError(StoreError, OSError):
         self.size = size
 
 
+class QueuesFullError(StoreError):
+    """A record would open a queue past the writer's queue limit (the board's queue table); nothing
+    was written."""
+
+    def __init__(self, queue: tuple[str, int], limit: int):
+        super().__init__(f"no room for queue {queue[1]} of topic {queue[0]}: the broker holds {limit} queues, "
+                         "its limit (the board's queue table)")
+        self.queue = queue
+        self.limit = limit
+
+
 class StoreLockedError(StoreError):
     """Another process (a second broker) holds the store directory's lock."""
 

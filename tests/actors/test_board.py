@@ -92,15 +92,19 @@ def test_queue_table_matches_a_dict(tmp_path_factory, entries):
     for (topic, qid), value in entries.items():
         assert reader.get(topic, qid) == value
     assert reader.get("absent-topic", 0) is None
-    assert {(t, q): v["max_offset"] for t, q, v in reader.items()} == entries
+    assert [((t, q), v["max_offset"]) for t, q, v in reader.items()] == list(entries.items())   # oldest first
+    assert reader.count == len(entries)
 
 
 def test_queue_table_refuses_beyond_its_load_limit(board):
     w = board.queues.writer_handle("dispatch")
-    for q in range(48):                          # 75% of 64
+    for q in range(47):
         w.set("T", q, q)
-    with pytest.raises(BoardFull):
-        w.set("T", 48, 1)
+    restarted = board.queues.writer_handle("dispatch")     # a new incarnation counts what is there
+    restarted.set("T", 47, 47)                   # 75% of 64
+    assert board.queues.count == board.queues.limit == 48
+    with pytest.raises(BoardFull, match="node restart sizes it from the store"):
+        restarted.set("T", 48, 1)
     w.set("T", 3, 99)                            # existing entries still update
     assert board.queues.get("T", 3) == 99
     with pytest.raises(BoardError, match="longer than"):

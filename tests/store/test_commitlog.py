@@ -99,6 +99,20 @@ def test_bad_blocks_are_rejected_without_side_effects(config):
     w.close()
 
 
+def test_a_queue_past_max_queues_is_refused_and_open_queues_go_on(config):
+    table = {("TopicA", 0): 4}
+    w = writer(config, table=table)
+    w.max_queues = 2
+    res = w.append([Block(rec(queue_id=1), ("TopicA", 1)), Block(rec(queue_id=2), ("TopicA", 2)),
+                    Block(rec(), ("TopicA", 0)), Block(rec(queue_id=2), None)])
+    assert [type(r).__name__ for r in res] == ["AppendResult", "QueuesFullError", "AppendResult", "AppendResult"]
+    assert str(res[1]) == ("no room for queue 2 of topic TopicA: the broker holds 2 queues, its limit "
+                           "(the board's queue table)")
+    assert table == {("TopicA", 0): 5, ("TopicA", 1): 1}
+    assert res[2].physical_offset == res[0].end_offset          # the refused block took no room
+    w.close()
+
+
 def test_disk_full_at_roll_is_a_clear_error_and_changes_nothing(config, monkeypatch):
     fs = config.commitlog_file_size
     r = rec(body=b"x" * 1000)
