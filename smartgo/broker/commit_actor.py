@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from collections import defaultdict
 
 from smartgo.actors.actor import Actor, ActorContext
@@ -49,6 +50,7 @@ from smartgo.actors.logs import Repeats
 from smartgo.actors.ring import CONSUMER, PRODUCER, RingTimeout, wait_any
 from smartgo.broker import profiling, recovery
 from smartgo.broker.bells import FlagBell
+from smartgo.broker.queue_limit import max_queues
 from smartgo.broker.rings import (COMPLETION, DONE_RING_CAPACITY, SEND, SEND_RING_CAPACITY, STATUS_DISK_FULL,
                                   STATUS_FENCED, STATUS_ILLEGAL, STATUS_OK, STATUS_QUEUES_FULL, parse_send)
 from smartgo.broker.settings import store_config
@@ -93,7 +95,13 @@ class CommitActor(Actor):
         self.writer = CommitLogWriter(cfg.commitlog_dir, cfg.commitlog_file_size, written, {},
                                       release_interval=cfg.release_interval_bytes,
                                       last_store_timestamp=max(self.store_ts.get(), rec.last_store_timestamp),
-                                      max_queues=b.queues.limit)     # dispatch can publish every queue
+                                      max_queues=max_queues(b))
+        self.max_queues = b.scalar("commit.max_queues", writer=self.name)
+        self.max_queues.set(self.writer.max_queues)
+        if self.writer.max_queues < b.queues.limit:
+            self.log.warning("sends may open %d queues, fewer than the board's queue table holds (%d): the open "
+                             "files limit is %d (raise the hard limit: ulimit -Hn, systemd LimitNOFILE=)",
+                             self.writer.max_queues, b.queues.limit, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         seq = self.intent.get()
         start = self.intent_start.get()
         if seq and written == start:
@@ -236,7 +244,8 @@ class CommitActor(Actor):
                           else STATUS_QUEUES_FULL if isinstance(r, QueuesFullError) else STATUS_ILLEGAL)
                 if status == STATUS_QUEUES_FULL:
                     self._queues_full.log(self.log, logging.ERROR, f"send refused: {r}; a node restart sizes the "
-                                          "table from the store, board_queue_capacity starts it larger", "full")
+                                          "table from the store, board_queue_capacity starts it larger, the open "
+                                          "files limit bounds both", "full")
                 per[i].append(pack(req_id, status, 0, 0, 0, 0))
         for i, parts in per.items():
             record = [b"".join(parts)]

@@ -23,6 +23,7 @@ from smartgo.actors.health import CpuSampler, node_health
 from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import is_system_group
 from smartgo.broker.net_view import store_backlog
+from smartgo.broker.queue_limit import published_limit
 from smartgo.broker.prometheus import Family, Labels
 from smartgo.broker.schedule_message import HALF_TOPIC
 from smartgo.broker.schedule_offsets import DelayOffsetFile
@@ -193,8 +194,9 @@ class BrokerMetrics:
                self.gauge("smartgo_commitlog_max_offset", "CommitLog offset written up to", f["commitlog.written"]),
                self.gauge("smartgo_queue_table_queues", "Queues on the board's queue table (sends opening more "
                                                         "than the limit are refused)", b.board.queues.count),
-               self.gauge("smartgo_queue_table_limit", "Queues the board's queue table holds (75 % of its capacity; "
-                                                       "sized at start)", b.board.queues.limit)]
+               self.gauge("smartgo_queue_limit", "Queues sends may open: the board's queue table limit (sized at "
+                                                 "start) or the open files budget, the lower",
+                          published_limit(b.board))]
         try:
             out.append(self.gauge("rocketmq_storage_size", "Bytes used on the store's file system",
                                   psutil.disk_usage(str(b.config.store_path)).used, _STORAGE))
