@@ -536,8 +536,7 @@ class Arbiter:
         capacity = max(self.config.board_queue_capacity, demand * 8 // 3)
         if capacity > self.config.board_queue_capacity:
             log.info("the board's queue table is sized for %d entries (board_queue_capacity %d): the store has "
-                     "%d queues",
-                     capacity, self.config.board_queue_capacity, demand)
+                     "%d queues", capacity, self.config.board_queue_capacity, demand)
         return capacity
 
     def _set(self, name: str, value: int) -> None:

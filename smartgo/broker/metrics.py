@@ -23,8 +23,8 @@ from smartgo.actors.health import CpuSampler, node_health
 from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import is_system_group
 from smartgo.broker.net_view import store_backlog
-from smartgo.broker.queue_limit import published_limit
 from smartgo.broker.prometheus import Family, Labels
+from smartgo.broker.queue_limit import published_limit
 from smartgo.broker.schedule_message import HALF_TOPIC
 from smartgo.broker.schedule_offsets import DelayOffsetFile
 from smartgo.broker.settings import store_config

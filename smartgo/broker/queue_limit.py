@@ -21,11 +21,11 @@ RESERVE_MIN = 1024          # descriptors kept for connections, CommitLog and in
 
 def open_files_budget() -> int:
     """Queues whose files a process can keep mapped: the open files limit (the supervisor raised
-    it to the hard limit) less a quarter, at least RESERVE_MIN, for everything else."""
+    it to the hard limit) less a quarter for everything else - at least RESERVE_MIN, at most half."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1 << 40
-    return max(0, soft - max(RESERVE_MIN, soft // 4))
+    return soft - min(max(RESERVE_MIN, soft // 4), soft // 2)
 
 
 def max_queues(board: Board) -> int:

@@ -65,18 +65,19 @@ def test_a_topic_with_more_queues_than_the_soft_limit_is_served(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_sends_opening_more_queues_than_the_open_files_allow_are_refused(tmp_path):
-    """Hard limit 1,536: 512 queues (a quarter, at least 1,024, stays for connections and other
-    files). Dispatch would have failed with EMFILE past ~1,500 and lost the node's consumers."""
-    node = start_broker(tmp_path / "node", {"topics": "Wide:600"}, launcher=launcher(tmp_path, "(1536, 1536)"))
+    """Hard limit 1,536: 768 queues (a quarter, at least 1,024 but at most half, stays for
+    connections and other files). Dispatch would have failed with EMFILE past ~1,500 and lost the
+    node's consumers."""
+    node = start_broker(tmp_path / "node", {"topics": "Wide:800"}, launcher=launcher(tmp_path, "(1536, 1536)"))
     client = BlockingRemotingClient()
     addr = f"127.0.0.1:{node.port}"
     try:
-        codes = [client.invoke(addr, send_command("Wide", b"q%d" % q, queue_id=q), 5).code for q in range(600)]
-        assert codes == [ResponseCode.SUCCESS] * 512 + [ResponseCode.SYSTEM_ERROR] * 88
-        wait_until(lambda: client.invoke(addr, pull_command("Wide", 511, 0), 5).code == ResponseCode.SUCCESS,
-                   timeout=30, message="the 512th queue's message")
-        assert node.health()["node"]["queue_limit"] == 512 and node.actor("dispatch")["restarts"] == 0
-        assert "sends may open 512 queues, fewer than the board's queue table holds (49152): the open files limit " \
+        codes = [client.invoke(addr, send_command("Wide", b"q%d" % q, queue_id=q), 5).code for q in range(800)]
+        assert codes == [ResponseCode.SUCCESS] * 768 + [ResponseCode.SYSTEM_ERROR] * 32
+        wait_until(lambda: client.invoke(addr, pull_command("Wide", 767, 0), 5).code == ResponseCode.SUCCESS,
+                   timeout=30, message="the 768th queue's message")
+        assert node.health()["node"]["queue_limit"] == 768 and node.actor("dispatch")["restarts"] == 0
+        assert "sends may open 768 queues, fewer than the board's queue table holds (49152): the open files limit " \
                "is 1536" in node.log_text()
     finally:
         client.close()
