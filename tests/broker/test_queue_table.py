@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.broker.testing import (FREE_PORT, metric_value, parse_metrics, pull_command, restart_broker, scrape_metrics,
-                                    send_command)
+from smartgo.broker.testing import (FREE_PORT, metric_value, parse_metrics, pull_command, restart_broker,
+                                    scrape_metrics, send_command)
 from smartgo.client import Admin
 from smartgo.cli.health import render
 from smartgo.client.errors import BrokerError
