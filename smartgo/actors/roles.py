@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from smartgo.actors.board import FieldSpec
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker import failover
+from smartgo.broker.recovery import queue_demand
 from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_writer, delay_levels, intent_fields,
                                     is_slave, net_names, vip_port)
 from smartgo.broker.stats import minute_sample_ms, window_seconds
@@ -137,11 +138,6 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
 _RECOVER = "smartgo.broker.recovery:recover_broker"
 
 
-def _queue_demand(config: NodeConfig) -> int:
-    from smartgo.broker.recovery import queue_demand       # the store's modules: broker roles only
-    return queue_demand(config)
-
-
 def _net_ports(config: NodeConfig) -> Sequence[int]:
     return [port for port in (config.listen_port, vip_port(config)) if port]
 
@@ -149,9 +145,9 @@ def _net_ports(config: NodeConfig) -> Sequence[int]:
 ROLES: dict[str, Role] = {
     "registry": Role("registry", 9876, _registry_actors),
     "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
-                   shared_ports=_net_ports, queue_demand=_queue_demand),
+                   shared_ports=_net_ports, queue_demand=queue_demand),
     "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
-                  shared_ports=_net_ports, queue_demand=_queue_demand),
+                  shared_ports=_net_ports, queue_demand=queue_demand),
 }
 
 

@@ -96,8 +96,7 @@ class CommitActor(Actor):
                                       release_interval=cfg.release_interval_bytes,
                                       last_store_timestamp=max(self.store_ts.get(), rec.last_store_timestamp),
                                       max_queues=max_queues(b))
-        self.max_queues = b.scalar("commit.max_queues", writer=self.name)
-        self.max_queues.set(self.writer.max_queues)
+        b.scalar("commit.max_queues", writer=self.name).set(self.writer.max_queues)
         if self.writer.max_queues < b.queues.limit:
             self.log.warning("sends may open %d queues, fewer than the board's queue table holds (%d): the open "
                              "files limit is %d (raise the hard limit: ulimit -Hn, systemd LimitNOFILE=)",

@@ -60,6 +60,9 @@ SAFETY_SLEEP = 1.0             # s: the longest sleep without a look at the queu
 REFRESH_SCAN_BYTES = 1 << 20   # idle: move scanFrom up once the CommitLog grew this much
 STALE_BATCH = 60.0             # s without every completion of a batch: fail (a restart resolves it)
 PAUSE = 1.0                    # s between looks while the disk is full or a failover master is fenced
+#: Completions that leave a copy for a later turn, and why.
+DELIVER_LATER = {STATUS_DISK_FULL: "disk full", STATUS_FENCED: "a fenced failover master writes nothing",
+                 STATUS_QUEUES_FULL: "the broker has no room for another queue"}
 
 
 def now_ms() -> int:
@@ -286,7 +289,7 @@ class ScheduleActor(Actor):
 
     def _on_completions(self, records: list[memoryview]) -> None:
         failed: dict[Level, int] = {}
-        why = "disk full"
+        why = ""
         for mv in records:
             for req_id, status, _count, phys, _qoff, end in iter_completions(mv):
                 item = self._flight.pop(req_id, None)
@@ -296,11 +299,9 @@ class ScheduleActor(Actor):
                 if status == STATUS_OK:
                     lv.beyond[off] = phys
                     self._ends = max(self._ends, end)
-                elif status in (STATUS_DISK_FULL, STATUS_FENCED, STATUS_QUEUES_FULL):
+                elif status in DELIVER_LATER:
                     failed[lv] = min(failed.get(lv, off), off)
-                    if status != STATUS_DISK_FULL:
-                        why = ("a fenced failover master writes nothing" if status == STATUS_FENCED
-                               else "the board's queue table is full")
+                    why = DELIVER_LATER[status]
                 else:
                     self.log.error("delay level %d entry %d: the commit actor refused its copy; skipped",
                                    lv.level, off)
