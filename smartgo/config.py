@@ -149,6 +149,9 @@ class NodeConfig:
                                                       "byte is flushed")
     commitlog_file_size: int = setting(1024 * 1024 * 1024, "bytes per CommitLog file")
     consume_queue_file_size: int = setting(300_000 * 20, "bytes per ConsumeQueue file (20-byte entries)")
+    mapped_queue_files: int = setting(1024, "ConsumeQueue files each actor keeps mapped at once, the least "
+                                            "recently used unmapped first; lowered to fit the open files "
+                                            "limit (smartgo.broker.settings.mapped_queue_files)")
     index_slot_count: int = setting(5_000_000, "hash slots per index file")
     index_entry_count: int = setting(20_000_000, "entries per index file")
     max_message_size: int = setting(4 * 1024 * 1024, "largest message body accepted (bytes)")

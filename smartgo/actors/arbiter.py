@@ -625,15 +625,15 @@ class Arbiter:
                 self._stopping = True
 
 
-OPEN_FILES_LOW = 4096  # below this, a topic of 1,024 queues leaves little room
+OPEN_FILES_LOW = 4096  # below this, actors keep fewer ConsumeQueue files mapped than mapped_queue_files
 
 
 def raise_open_files_limit() -> int:
     """Soft RLIMIT_NOFILE up to the hard limit, for every actor to inherit; returns the soft limit.
 
     Every mapped CommitLog, ConsumeQueue and index file holds a descriptor (CPython's mmap keeps
-    a dup of the file's), so one topic of 1,024 queues needs over a thousand in dispatch alone,
-    past the usual default soft limit of 1,024: dispatch then failed with EMFILE at every restart."""
+    a dup of the file's). Actors map at most so many ConsumeQueue files and fewer under a low limit
+    (smartgo.broker.settings.mapped_queue_files); a higher limit lets more stay mapped."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else 1 << 20
     if soft != resource.RLIM_INFINITY and soft < target:
@@ -644,8 +644,8 @@ def raise_open_files_limit() -> int:
             log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
     if soft != resource.RLIM_INFINITY and soft < OPEN_FILES_LOW:
         log.warning("open files limit %d: each mapped CommitLog, ConsumeQueue and index file takes one, so "
-                    "topics with many queues need more (raise the hard limit: ulimit -Hn, systemd LimitNOFILE=)",
-                    soft)
+                    "actors keep fewer ConsumeQueue files mapped and map them again more often (raise the hard "
+                    "limit: ulimit -Hn, systemd LimitNOFILE=)", soft)
     else:
         log.info("open files limit %d", soft)
     return soft

@@ -128,8 +128,7 @@ def node_health(board: Board, sampler: CpuSampler | None = None, cpu_interval: f
             "pid": sup_pid, "state": node_state if sup_alive else "down", "restarts": scalars["node.restarts"],
             "heartbeat_age_s": round(sup_age, 3), "cpu_percent": cpu, "rss_bytes": rss,
             "started": scalars["node.started_ns"] / 1e9,
-            "queues": board.queues.count,       # a broker's limit is commit's (smartgo.broker.queue_limit)
-            "queue_limit": scalars.get("commit.max_queues") or board.queues.limit}
+            "queues": board.queues.count, "queue_limit": board.queues.limit}
     fields = {k: v for k, v in scalars.items() if not k.startswith("node.")}
     return {"healthy": not problems, "verdict": "healthy" if not problems else "unhealthy: " + "; ".join(problems),
             "node": node, "actors": actors, "fields": fields}

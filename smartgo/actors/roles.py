@@ -73,8 +73,6 @@ BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("flag.unreadable", "broker", "1 while brokerPermission forbids pulls"),
     FieldSpec("failover.fenced", "broker", "1 while a failover master writes nothing: unconfirmed, or handing its "
                                            "role over (sends refused, delayed messages held)"),
-    FieldSpec("commit.max_queues", "commit", "queues sends may open: the board's queue table limit or the open "
-                                             "files budget, the lower (smartgo.broker.queue_limit)"),
     FieldSpec("commit.fenced", "commit", "1 once commit refuses writes for failover.fenced: commitlog.written is "
                                          "final while it stays"),
     FieldSpec("broker.topics_version", "broker", "dataVersion counter of the topic snapshot file"),

@@ -26,7 +26,6 @@ from smartgo.broker.channel import ClientRef, InvokeError
 from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
 from smartgo.broker.net_view import store_backlog
-from smartgo.broker.queue_limit import published_limit
 from smartgo.broker.settings import is_slave
 from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics, system_topics
 from smartgo.net import fastjson
@@ -123,12 +122,11 @@ class AdminProcessor:
         if not (0 < cfg.read_queues <= MAX_QUEUES and 0 < cfg.write_queues <= MAX_QUEUES):
             return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be in "
                                          f"1..{MAX_QUEUES}, got {cfg.read_queues} and {cfg.write_queues}")
-        table, limit = self.b.board.queues, published_limit(self.b.board)
-        new, room = sum(table.index_of(topic, q) is None for q in range(cfg.queue_limit)), limit - table.count
+        table = self.b.board.queues
+        new, room = sum(table.index_of(topic, q) is None for q in range(cfg.queue_limit)), table.limit - table.count
         if new > room:
-            why = (f"the broker has room for {room} more queues, not {new}: it holds {limit} (a restart sizes its "
-                   "queue table from the store; board_queue_capacity starts it larger, the open files limit bounds "
-                   "both)")
+            why = (f"the broker has room for {room} more queues, not {new}: it holds {table.limit} (a restart sizes "
+                   "its queue table from the store; board_queue_capacity starts it larger)")
             self.b.log.error("topic %s refused to %s: %s", topic, client.addr, why)
             return request.make_response(ResponseCode.SYSTEM_ERROR, why)
         if self.b.snapshot.topics.get(topic) != cfg:

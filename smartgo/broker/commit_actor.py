@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 from collections import defaultdict
 
 from smartgo.actors.actor import Actor, ActorContext
@@ -50,7 +49,6 @@ from smartgo.actors.logs import Repeats
 from smartgo.actors.ring import CONSUMER, PRODUCER, RingTimeout, wait_any
 from smartgo.broker import profiling, recovery
 from smartgo.broker.bells import FlagBell
-from smartgo.broker.queue_limit import max_queues
 from smartgo.broker.rings import (COMPLETION, DONE_RING_CAPACITY, SEND, SEND_RING_CAPACITY, STATUS_DISK_FULL,
                                   STATUS_FENCED, STATUS_ILLEGAL, STATUS_OK, STATUS_QUEUES_FULL, parse_send)
 from smartgo.broker.settings import store_config
@@ -95,12 +93,7 @@ class CommitActor(Actor):
         self.writer = CommitLogWriter(cfg.commitlog_dir, cfg.commitlog_file_size, written, {},
                                       release_interval=cfg.release_interval_bytes,
                                       last_store_timestamp=max(self.store_ts.get(), rec.last_store_timestamp),
-                                      max_queues=max_queues(b))
-        b.scalar("commit.max_queues", writer=self.name).set(self.writer.max_queues)
-        if self.writer.max_queues < b.queues.limit:
-            self.log.warning("sends may open %d queues, fewer than the board's queue table holds (%d): the open "
-                             "files limit is %d (raise the hard limit: ulimit -Hn, systemd LimitNOFILE=)",
-                             self.writer.max_queues, b.queues.limit, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+                                      max_queues=b.queues.limit)
         seq = self.intent.get()
         start = self.intent_start.get()
         if seq and written == start:
@@ -243,8 +236,7 @@ class CommitActor(Actor):
                           else STATUS_QUEUES_FULL if isinstance(r, QueuesFullError) else STATUS_ILLEGAL)
                 if status == STATUS_QUEUES_FULL:
                     self._queues_full.log(self.log, logging.ERROR, f"send refused: {r}; a node restart sizes the "
-                                          "table from the store, board_queue_capacity starts it larger, the open "
-                                          "files limit bounds both", "full")
+                                          "table from the store, board_queue_capacity starts it larger", "full")
                 per[i].append(pack(req_id, status, 0, 0, 0, 0))
         for i, parts in per.items():
             record = [b"".join(parts)]

@@ -39,7 +39,7 @@ class DispatchActor(Actor):
         self.store_ts = b.scalar("dispatch.store_ts", writer=self.name)
         self.sleeping = b.scalar("dispatch.sleeping", writer=self.name)
         self.table = b.queues.writer_handle(self.name)
-        self.queues = ConsumeQueueSet(cfg.consume_queue_dir, cfg.consume_queue_file_size)
+        self.queues = ConsumeQueueSet(cfg.consume_queue_dir, cfg.consume_queue_file_size, cfg.mapped_queue_files)
         self.index = (IndexService(cfg.index_dir, cfg.index_slot_count, cfg.index_entry_count,
                                    release_interval=cfg.release_interval_bytes)
                       if cfg.message_index_enable else None)

@@ -91,7 +91,8 @@ class FlushActor(Actor):
         # page cache only), so `flushed` starts true.
         start = self.flushed.get() or rec.written - rec.written % cfg.commitlog_file_size
         self.commitlog = SegmentFlusher(cfg.commitlog_dir, cfg.commitlog_file_size, start)
-        self.queues = ConsumeQueueFlusher(cfg.consume_queue_dir, cfg.consume_queue_file_size)
+        self.queues = ConsumeQueueFlusher(cfg.consume_queue_dir, cfg.consume_queue_file_size,
+                                          mapped_files=cfg.mapped_queue_files)
         self.index = IndexFlusher(cfg.index_dir)
         self.checkpoint = Checkpoint(cfg.checkpoint_path)
         self.policy = FlushPolicy(cfg.flush_commitlog_least_pages, cfg.flush_commitlog_thorough_interval_ms)

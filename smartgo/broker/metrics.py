@@ -24,7 +24,6 @@ from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import is_system_group
 from smartgo.broker.net_view import store_backlog
 from smartgo.broker.prometheus import Family, Labels
-from smartgo.broker.queue_limit import published_limit
 from smartgo.broker.schedule_message import HALF_TOPIC
 from smartgo.broker.schedule_offsets import DelayOffsetFile
 from smartgo.broker.settings import store_config
@@ -195,8 +194,7 @@ class BrokerMetrics:
                self.gauge("smartgo_queue_table_queues", "Queues on the board's queue table (sends opening more "
                                                         "than the limit are refused)", b.board.queues.count),
                self.gauge("smartgo_queue_limit", "Queues sends may open: the board's queue table limit (sized at "
-                                                 "start) or the open files budget, the lower",
-                          published_limit(b.board))]
+                                                 "start)", b.board.queues.limit)]
         try:
             out.append(self.gauge("rocketmq_storage_size", "Bytes used on the store's file system",
                                   psutil.disk_usage(str(b.config.store_path)).used, _STORAGE))

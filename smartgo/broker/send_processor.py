@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 
 from smartgo.acl import FORWARDED_FOR
 from smartgo.broker.channel import ChannelError
-from smartgo.broker.queue_limit import published_limit
 from smartgo.broker.rings import (SEND, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK, STATUS_QUEUES_FULL, Batcher,
                                   iter_completions, send_prefix)
 from smartgo.broker.schedule_message import half_rewrite, schedule_rewrite, timer_rewrite
@@ -518,7 +517,7 @@ class SendProcessor:
                 elif status == STATUS_QUEUES_FULL:
                     self._reply(p, p.request.make_response(
                         ResponseCode.SYSTEM_ERROR, "the broker cannot open another queue: its queue table is full "
-                        f"({published_limit(self.view.board)} queues; the broker's log says how to raise it)"))
+                        f"({self.view.board.queues.limit} queues; the broker's log says how to raise it)"))
                 else:
                     self._reply(p, p.request.make_response(
                         ResponseCode.MESSAGE_ILLEGAL, "the message cannot be stored: it does not fit a CommitLog "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import resource
+
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.broker.schedule_message import TimerSettings
 from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig
@@ -83,11 +85,27 @@ def registry_addrs(config: NodeConfig) -> list[str]:
     return [f"127.0.0.1:{config.embedded_registry_port}"]
 
 
+RESERVED_FILES = 1024        # descriptors kept for connections, CommitLog and index files
+
+
+def mapped_queue_files(configured: int) -> int:
+    """ConsumeQueue files an actor may keep mapped, each holding a descriptor (CPython's mmap keeps
+    a dup of the file's): the configured number, or fewer to leave a quarter of the open files
+    limit (the supervisor raised it to the hard limit) for everything else - at least
+    RESERVED_FILES, at most half. Past it the least recently used file is unmapped (MappingLimit),
+    so no number of queues runs an actor out of descriptors."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return min(configured, soft - min(max(RESERVED_FILES, soft // 4), soft // 2))
+
+
 def store_config(config: NodeConfig) -> StoreConfig:
     return StoreConfig(
         store_path=str(config.store_path),
         commitlog_file_size=config.commitlog_file_size,
         consume_queue_file_size=config.consume_queue_file_size,
+        mapped_queue_files=mapped_queue_files(config.mapped_queue_files),
         index_slot_count=config.index_slot_count,
         index_entry_count=config.index_entry_count,
         max_message_size=config.max_message_size,

@@ -14,6 +14,8 @@ PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
 #: (smartgo.broker.schedule_message: timer messages). Fixed, so a changed level table never moves
 #: the hops' queues under the entries they hold.
 TIMER_FIRST_LEVEL = 33
+#: ConsumeQueue files a process keeps mapped at once (smartgo.store.mapped_file.MappingLimit).
+MAPPED_QUEUE_FILES = 1024
 
 
 def round_up_to_unit(size: int, unit: int = CQ_UNIT) -> int:
@@ -26,6 +28,7 @@ class StoreConfig:
     store_path: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
     commitlog_file_size: int = 1024 * 1024 * 1024
     consume_queue_file_size: int = 300_000 * CQ_UNIT
+    mapped_queue_files: int = MAPPED_QUEUE_FILES
     index_slot_count: int = 5_000_000
     index_entry_count: int = 20_000_000
     message_index_enable: bool = True

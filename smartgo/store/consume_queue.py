@@ -13,10 +13,10 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from smartgo.store.config import CQ_UNIT, round_up_to_unit
+from smartgo.store.config import CQ_UNIT, MAPPED_QUEUE_FILES, round_up_to_unit
 from smartgo.store.errors import OffsetGoneError
 from smartgo.store.lazy_numpy import np
-from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, keep_warm
+from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, MappingLimit, keep_warm
 
 log = logging.getLogger("smartgo.store.consume_queue")
 
@@ -81,16 +81,17 @@ class ConsumeQueueWriter:
     """The dispatch side of one queue. ``max_offset`` is the next logical offset to write
     (what GET_MAX_OFFSET returns and what the dispatch actor publishes)."""
 
-    def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int):
+    def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int,
+                 limit: MappingLimit | None = None):
         self.key: QueueKey = (topic, queue_id)
         self.file_size = round_up_to_unit(file_size)
         # Sparse: a topic's queues reserve disk as they fill, not 6 MB each up front (keep_warm).
-        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=True, sparse=True)
+        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=True, sparse=True,
+                                     limit=limit)
         self.max_offset = 0
         self.max_phys_end = 0  # commitLogOffset + size of the last entry
-        self._file: MappedFile | None = None
-        self._start = 0
-        self._warm_end = 0      # bytes before this (in the current file) are written already
+        self._start = 0         # the file being written (mapped again after `limit` unmapped it)
+        self._warm_end = 0      # bytes before this (in that file) are written already
         self._cut = False       # recovery cut entries: it goes on where it was cut, never mid-file
         self._find_end()
 
@@ -158,16 +159,12 @@ class ConsumeQueueWriter:
 
     def _at(self, pos: int) -> tuple[MappedFile, int]:
         """The file holding byte pos (mapped, created if new) and pos within it."""
-        rel = pos - self._start
-        mf = self._file
-        if mf is None or rel < 0 or rel >= self.file_size:
-            if mf is not None:
-                self.files.forget(mf.start)
-            mf = self._file = self.files.get(pos, create=True)
-            self._start = mf.start
+        start = pos - pos % self.file_size
+        if start != self._start:
+            self.files.forget(self._start)
+            self._start = start
             self._warm_end = 0
-            rel = pos - self._start
-        return mf, rel
+        return self.files.get(pos, create=True), pos - start
 
     def _fill_holes(self, target: int) -> bool:
         fs = self.file_size
@@ -220,8 +217,8 @@ class ConsumeQueueWriter:
     def truncate_entries(self, offset: int) -> None:
         """Drop entries at logical offset >= offset (recovery only)."""
         self._cut = self._cut or offset < self.max_offset
-        self._file = None
         self._start = 0
+        self._warm_end = 0
         self.files.truncate(offset * CQ_UNIT)
         self.max_offset = offset
         self.max_phys_end = 0
@@ -282,17 +279,17 @@ class ConsumeQueueWriter:
         self.files.flush(begin_offset * CQ_UNIT, end_offset * CQ_UNIT)
 
     def close(self) -> None:
-        self._file = None
         self.files.close()
 
 
 class ConsumeQueueReader:
     """Read-only access to one queue, bounded by the published max offset."""
 
-    def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int):
+    def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int,
+                 limit: MappingLimit | None = None):
         self.key: QueueKey = (topic, queue_id)
         self.file_size = round_up_to_unit(file_size)
-        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=False)
+        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=False, limit=limit)
         self._min_cache: tuple[int, int, int] | None = None  # (first file, commitlog min, result)
         self._starts: list[int] = []  # file listing, re-read when empty or after refresh()
 
@@ -353,11 +350,13 @@ class ConsumeQueueReader:
 
 
 class ConsumeQueueSet:
-    """All queues of a store, on the dispatch side (created on first use)."""
+    """All queues of a store, on the dispatch side (created on first use), at most
+    `mapped_files` of their files mapped at once (MappingLimit)."""
 
-    def __init__(self, root: Path | str, file_size: int):
+    def __init__(self, root: Path | str, file_size: int, mapped_files: int = MAPPED_QUEUE_FILES):
         self.root = Path(root)
         self.file_size = round_up_to_unit(file_size)
+        self.limit = MappingLimit(mapped_files)
         self.queues: dict[QueueKey, ConsumeQueueWriter] = {}
         for topic, qid in list_queues(self.root):
             self.get(topic, qid)
@@ -366,7 +365,7 @@ class ConsumeQueueSet:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = self.queues[key] = ConsumeQueueWriter(self.root, topic, queue_id, self.file_size)
+            cq = self.queues[key] = ConsumeQueueWriter(self.root, topic, queue_id, self.file_size, self.limit)
         return cq
 
     def max_offsets(self) -> dict[QueueKey, int]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from smartgo.store.config import CQ_UNIT, PAGE_SIZE, round_up_to_unit
+from smartgo.store.config import CQ_UNIT, MAPPED_QUEUE_FILES, PAGE_SIZE, round_up_to_unit
 from smartgo.store.consume_queue import QueueKey, queue_dir
-from smartgo.store.mapped_file import MappedFileQueue
+from smartgo.store.mapped_file import MappedFileQueue, MappingLimit
 
 
 class FlushPolicy:
@@ -34,8 +34,8 @@ class FlushPolicy:
 class SegmentFlusher:
     """Flushes one directory of segments (the CommitLog, or one ConsumeQueue) up to a position."""
 
-    def __init__(self, directory: Path | str, file_size: int, flushed: int = 0):
-        self.files = MappedFileQueue(directory, file_size, writable=True)
+    def __init__(self, directory: Path | str, file_size: int, flushed: int = 0, limit: MappingLimit | None = None):
+        self.files = MappedFileQueue(directory, file_size, writable=True, limit=limit)
         self.flushed = flushed
 
     def flush(self, upto: int, least_pages: int = 0) -> int:
@@ -57,9 +57,11 @@ class SegmentFlusher:
 class ConsumeQueueFlusher:
     """Flushes every ConsumeQueue up to its published max offset."""
 
-    def __init__(self, root: Path | str, file_size: int, flushed: Mapping[QueueKey, int] | None = None):
+    def __init__(self, root: Path | str, file_size: int, flushed: Mapping[QueueKey, int] | None = None,
+                 mapped_files: int = MAPPED_QUEUE_FILES):
         self.root = Path(root)
         self.file_size = round_up_to_unit(file_size)
+        self.limit = MappingLimit(mapped_files)
         self._queues: dict[QueueKey, SegmentFlusher] = {}
         for key, offset in (flushed or {}).items():
             self._flusher(key).flushed = offset * CQ_UNIT
@@ -67,7 +69,7 @@ class ConsumeQueueFlusher:
     def _flusher(self, key: QueueKey) -> SegmentFlusher:
         f = self._queues.get(key)
         if f is None:
-            f = self._queues[key] = SegmentFlusher(queue_dir(self.root, *key), self.file_size)
+            f = self._queues[key] = SegmentFlusher(queue_dir(self.root, *key), self.file_size, limit=self.limit)
         return f
 
     def flush(self, max_offsets: Mapping[QueueKey, int], least_pages: int = 0) -> int:

@@ -13,6 +13,7 @@ import errno
 import logging
 import mmap
 import os
+from collections import OrderedDict
 from pathlib import Path
 
 from smartgo.store.config import PAGE_SIZE
@@ -172,14 +173,50 @@ class MappedFile:
             pass  # views are still out; the mapping goes when they do
 
 
-class MappedFileQueue:
-    """The segments of one directory, mapped on demand in this process."""
+class MappingLimit:
+    """At most `limit` files mapped at once across the MappedFileQueues that share it (a process's
+    ConsumeQueues), the least recently used unmapped first.
 
-    def __init__(self, directory: Path | str, file_size: int, *, writable: bool, sparse: bool = False):
+    Every mapping holds a descriptor (CPython's mmap keeps a dup of the file's) and, once read or
+    written, the page-cache folio it touched in RSS (64 KiB for a ConsumeQueue's warmed head on
+    ext4): a process touching tens of thousands of queues would otherwise run out of descriptors
+    and hold gigabytes. A file that comes back is mapped again (tens of microseconds). Never fewer
+    than MIN_MAPPINGS, so a caller may use one file while mapping another."""
+
+    MIN_MAPPINGS = 16
+    __slots__ = ("limit", "_order")
+
+    def __init__(self, limit: int):
+        self.limit = max(self.MIN_MAPPINGS, limit)
+        self._order: OrderedDict[MappedFile, MappedFileQueue] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def touch(self, mf: MappedFile) -> None:
+        self._order.move_to_end(mf)
+
+    def add(self, mf: MappedFile, owner: MappedFileQueue) -> None:
+        order = self._order
+        order[mf] = owner
+        while len(order) > self.limit:
+            oldest, queue = order.popitem(last=False)
+            queue.forget(oldest.start)
+
+    def discard(self, mf: MappedFile) -> None:
+        self._order.pop(mf, None)
+
+
+class MappedFileQueue:
+    """The segments of one directory, mapped on demand in this process (within `limit` if given)."""
+
+    def __init__(self, directory: Path | str, file_size: int, *, writable: bool, sparse: bool = False,
+                 limit: MappingLimit | None = None):
         self.directory = Path(directory)
         self.file_size = file_size
         self.writable = writable
         self.sparse = sparse        # files get blocks as their writer zero_fills them (keep_warm)
+        self.limit = limit
         self._files: dict[int, MappedFile] = {}
 
     def starts(self) -> list[int]:
@@ -206,11 +243,17 @@ class MappedFileQueue:
             except FileNotFoundError:
                 raise OffsetGoneError(str(self.directory), offset) from None
             self._files[start] = mf
+            if self.limit is not None:
+                self.limit.add(mf, self)
+        elif self.limit is not None:
+            self.limit.touch(mf)
         return mf
 
     def forget(self, start: int) -> None:
         mf = self._files.pop(start, None)
         if mf is not None:
+            if self.limit is not None:
+                self.limit.discard(mf)
             mf.close()
 
     def forget_before(self, offset: int) -> None:

@@ -88,7 +88,7 @@ class MessageStore:
                                           dict(state.queue_offsets), clock=self._clock,
                                           release_interval=cfg.release_interval_bytes,
                                           last_store_timestamp=state.last_store_timestamp)
-            self.queues = ConsumeQueueSet(cfg.consume_queue_dir, cfg.consume_queue_file_size)
+            self.queues = ConsumeQueueSet(cfg.consume_queue_dir, cfg.consume_queue_file_size, cfg.mapped_queue_files)
             self.index = (IndexService(cfg.index_dir, cfg.index_slot_count, cfg.index_entry_count,
                                        release_interval=cfg.release_interval_bytes)
                           if cfg.message_index_enable else None)
@@ -98,7 +98,7 @@ class MessageStore:
             self.checkpoint = Checkpoint(cfg.checkpoint_path)
             self._cl_flusher = SegmentFlusher(cfg.commitlog_dir, cfg.commitlog_file_size, state.written)
             self._cq_flusher = ConsumeQueueFlusher(cfg.consume_queue_dir, cfg.consume_queue_file_size,
-                                                   state.queue_offsets)
+                                                   state.queue_offsets, cfg.mapped_queue_files)
         except BaseException:
             self._lock.release()
             raise

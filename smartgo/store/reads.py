@@ -18,6 +18,7 @@ from smartgo.store.config import StoreConfig
 from smartgo.store.consume_queue import ENTRY, HOLE_SIZE, ConsumeQueueReader
 from smartgo.store.errors import CorruptRecordError, OffsetGoneError
 from smartgo.store.index_file import IndexReader
+from smartgo.store.mapped_file import MappingLimit
 from smartgo.store.record import (
     MESSAGE_MAGIC, SIZE_MAGIC, MessageExt, decode_record, parse_offset_msg_id, peek_dispatch_fields, peek_head,
     store_timestamp_at,
@@ -80,6 +81,7 @@ class StoreReader:
         self.commitlog = CommitLogReader(config.commitlog_dir, config.commitlog_file_size)
         self.index = IndexReader(config.index_dir, config.index_slot_count, config.index_entry_count)
         self._queues: dict[QueueKey, ConsumeQueueReader] = {}
+        self._mapped = MappingLimit(config.mapped_queue_files)
         self.commitlog_min = self.commitlog.min_offset()
         # A record further than this behind the written position is "in disk" (probably out of the
         # page cache): a pull reading it gets the smaller batch limits, as in RocketMQ, so one
@@ -108,7 +110,7 @@ class StoreReader:
         cq = self._queues.get(key)
         if cq is None:
             cq = self._queues[key] = ConsumeQueueReader(self.config.consume_queue_dir, topic, queue_id,
-                                                        self.config.consume_queue_file_size)
+                                                        self.config.consume_queue_file_size, self._mapped)
         return cq
 
     def min_offset(self, topic: str, queue_id: int, max_offset: int) -> int:

@@ -107,7 +107,7 @@ def recover(config: StoreConfig, cut_at: int | None = None) -> RecoveredState:
             MappedFileQueue(config.commitlog_dir, fs, writable=True).truncate(end)
         # 2. consume queues: keep only entries that match their record below the end
         cl = CommitLogReader(config.commitlog_dir, fs)
-        queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_file_size)
+        queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_file_size, config.mapped_queue_files)
         for damage in damages:
             hole_out(queues, damage)
         damaged_ends = []
