@@ -3,8 +3,9 @@
 Each run starts a fresh node (supervisor.py --role master), sends one 128-byte message to every
 queue, --rounds times over (--depth requests in flight on one connection), waits for dispatch, then
 pulls each queue back from offset 0 (32 a request). It reports msgs/s of both phases, messages
-refused or missing, and for every actor its RSS, PSS (its share of pages other processes map too)
-and open descriptors, with the totals. Every ConsumeQueue file an actor maps costs a descriptor and
+refused or missing, for every actor its RSS, PSS (its share of pages other processes map too) and
+open descriptors with the totals, and the seconds from a clean stop, then from a kill -9 of the
+whole node, to the last queue served again. Every ConsumeQueue file an actor maps costs a descriptor and
 the page-cache folio it touched in RSS, so the actors map at most --mapped-queue-files at once
 (MappingLimit); one set of runs per value given. The figures are medians of --runs runs.
 --json: the last line is one JSON object.
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.testing import Node  # noqa: E402
-from smartgo.broker.testing import pull_command, send_command, start_broker  # noqa: E402
+from smartgo.broker.testing import pull_command, restart_broker, send_command, start_broker  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import ResponseCode  # noqa: E402
 from smartgo.testing import wait_until  # noqa: E402
@@ -88,6 +89,7 @@ def one_run(queues: list[tuple[str, int]], rounds: int, depth: int, mapped: int 
         settings["mapped_queue_files"] = mapped
     node = start_broker(workdir / "node", settings)
     addr = f"127.0.0.1:{node.port}"
+    nodes = [node]
     try:
         sends = [send_command(t, BODY, queue_id=q) for _ in range(rounds) for t, q in queues]
         answers, send_s = asyncio.run(pipelined(addr, sends, depth))
@@ -102,14 +104,25 @@ def one_run(queues: list[tuple[str, int]], rounds: int, depth: int, mapped: int 
         pulled = sum(a.ext_int("nextBeginOffset") for a in answers
                      if a is not None and a.code == ResponseCode.SUCCESS)
         memory = actor_memory(node)
-        return {"send_msgs_s": round(len(sends) / send_s), "pull_msgs_s": round(pulled / pull_s),
+        restarts = {}
+        for how in ("stop", "kill"):            # a clean stop's start, then a kill -9's recovery
+            node.stop(timeout=120) if how == "stop" else node.kill()
+            start = time.perf_counter()
+            node = restart_broker(node)
+            nodes.append(node)
+            last = pull_command(*queues[-1], rounds - 1)
+            wait_until(lambda: asyncio.run(pipelined(addr, [last], 1))[0][0].code == ResponseCode.SUCCESS,
+                       timeout=300, message="the last queue after the restart")
+            restarts[f"restart_after_{how}_s"] = round(time.perf_counter() - start, 2)
+        return {"send_msgs_s": round(len(sends) / send_s), "pull_msgs_s": round(pulled / pull_s), **restarts,
                 "refused": refused, "missing": len(sends) - refused - pulled,
                 "dispatch_rss_mb_after_send": after_send.get("dispatch", {}).get("rss_mb"),
                 "total_rss_mb": round(sum(m["rss_mb"] for m in memory.values()), 1),
                 "total_pss_mb": round(sum(m["pss_mb"] for m in memory.values()), 1),
                 "max_fds": max(m["fds"] for m in memory.values()), "actors": memory}
     finally:
-        node.reap()
+        for n in nodes:
+            n.reap()
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -152,7 +165,8 @@ def main() -> None:
         print(f"mapped_queue_files {mapped or 'default'}: send {figures['send_msgs_s']:,.0f} msgs/s, pull "
               f"{figures['pull_msgs_s']:,.0f} msgs/s, refused {figures['refused']}, missing {figures['missing']}, "
               f"RSS {figures['total_rss_mb']} MB (PSS {figures['total_pss_mb']} MB), most descriptors "
-              f"{figures['max_fds']}", flush=True)
+              f"{figures['max_fds']}; served again {figures['restart_after_stop_s']} s after a restart, "
+              f"{figures['restart_after_kill_s']} s after kill -9", flush=True)
         for name, m in figures["actors"].items():
             print(f"  {name:<12} RSS {m['rss_mb']:>8} MB  PSS {m['pss_mb']:>8} MB  fds {m['fds']}")
     results["host_probe_ms"] = probe.ms

@@ -11,6 +11,7 @@ ring record which queues got messages. A restarted dispatch resumes from commitl
 from __future__ import annotations
 
 import asyncio
+import time
 
 from smartgo.actors.actor import Actor
 from smartgo.actors.ring import PRODUCER, full_fence
@@ -24,6 +25,7 @@ from smartgo.store.lazy_numpy import load as load_numpy
 from smartgo.store.record import SCHEDULE_TOPIC
 
 ROUND_RECORDS = 20_000     # bounds one round (~tens of ms) so the heartbeat keeps beating during a catch-up
+ROUND_SECONDS = 0.25       # and so does this, when records are costly (new queues, files mapped again)
 SAFETY_CHECK = 1.0         # seconds: the longest sleep without looking at the written position
 PACE = 0.001               # seconds between rounds while there is work (coalesces commit's batches)
 
@@ -89,7 +91,7 @@ class DispatchActor(Actor):
         self.dispatched.set(first)
 
     def round(self, bound: int) -> None:
-        rnd = self.dispatcher.dispatch(self.position, bound, ROUND_RECORDS)
+        rnd = self.dispatcher.dispatch(self.position, bound, ROUND_RECORDS, time.monotonic() + ROUND_SECONDS)
         for (topic, queue_id), max_offset in rnd.changed.items():
             self.table.set(topic, queue_id, max_offset)
         if rnd.records:

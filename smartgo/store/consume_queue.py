@@ -16,7 +16,7 @@ from pathlib import Path
 from smartgo.store.config import CQ_UNIT, MAPPED_QUEUE_FILES, round_up_to_unit
 from smartgo.store.errors import OffsetGoneError
 from smartgo.store.lazy_numpy import np
-from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, MappingLimit, keep_warm
+from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, MappingLimit, first_hole, keep_warm
 
 log = logging.getLogger("smartgo.store.consume_queue")
 
@@ -99,7 +99,7 @@ class ConsumeQueueWriter:
         """Entries written in the file at start: they form a prefix of non-zero sizes."""
         mf = self.files.get(start)
         mm = mf.mm
-        n = mf.size // CQ_UNIT
+        n = min(mf.size, first_hole(mf.path)) // CQ_UNIT
         return _first_false(0, n, lambda i: ENTRY.unpack_from(mm, i * CQ_UNIT)[1] != 0)
 
     def _find_end(self) -> None:
@@ -243,16 +243,19 @@ class ConsumeQueueWriter:
             mf = self.files.get(start)
             off = start // CQ_UNIT
             good = 0
-            for phys, size, _tags in ENTRY.iter_unpack(mf.mm[:mf.size - mf.size % CQ_UNIT]):
-                if size != HOLE_SIZE or phys != 0:
-                    verdict = phys >= 0 and size > 0 and phys + size <= end_phys and valid(off, phys, size)
-                    if verdict is None:
-                        mf.mm[good * CQ_UNIT:(good + 1) * CQ_UNIT] = _HOLE
-                    elif not verdict:
-                        ok = size == 0 and phys == 0  # an empty entry is the normal end
-                        break
-                good += 1
-                off += 1
+            # A view, not a slice of the map: a copy read all 6 MB of every queue's file (pages of
+            # zeros for a sparse file's holes), 15 s of a 30,000-queue node's start.
+            with mf.view[:mf.size - mf.size % CQ_UNIT] as entries:
+                for phys, size, _tags in ENTRY.iter_unpack(entries):
+                    if size != HOLE_SIZE or phys != 0:
+                        verdict = phys >= 0 and size > 0 and phys + size <= end_phys and valid(off, phys, size)
+                        if verdict is None:
+                            mf.mm[good * CQ_UNIT:(good + 1) * CQ_UNIT] = _HOLE
+                        elif not verdict:
+                            ok = size == 0 and phys == 0  # an empty entry is the normal end
+                            break
+                    good += 1
+                    off += 1
             end = start + good * CQ_UNIT
             if not ok or good * CQ_UNIT < fs:
                 break
@@ -265,7 +268,7 @@ class ConsumeQueueWriter:
         for start in reversed(starts):
             mf = self.files.get(start)
             mm = mf.mm
-            n = mf.size // CQ_UNIT
+            n = min(mf.size, first_hole(mf.path)) // CQ_UNIT
 
             def within(i: int) -> bool:
                 phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)

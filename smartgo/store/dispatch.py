@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import NamedTuple
 
 from smartgo.store.commitlog import CommitLogReader, QueueKey
@@ -45,6 +46,9 @@ log = logging.getLogger("smartgo.store.dispatch")
 VECTORIZE_MIN = 48  # below this many records a chunk costs less record by record
 RUN_PROBE = 32  # records of one size in a row make the walk check the following ones with numpy
 CHUNK_RECORDS = 8192  # records per columnar pass: bounds the arrays of a long round (recovery)
+#: New queues a chunk may open: each costs a directory, a file and its mapping (~0.3 ms), so a burst
+#: of sends to thousands of new queues would otherwise hold dispatch for seconds in one chunk.
+NEW_QUEUES_PER_CHUNK = 128
 _PROPERTY_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 
@@ -78,10 +82,12 @@ class Dispatcher:
         self._release_interval = release_interval
         self._by_raw: dict[tuple[bytes, int], ConsumeQueueWriter] = {}
 
-    def dispatch(self, start: int, bound: int, max_records: int | None = None) -> DispatchRound:
-        """Dispatch the records in [start, bound); stops early after max_records. Anything
-        below the bound that is not a well-formed record raises CorruptRecordError (records
-        before it may be dispatched already; dispatching them again is harmless)."""
+    def dispatch(self, start: int, bound: int, max_records: int | None = None,
+                 deadline: float | None = None) -> DispatchRound:
+        """Dispatch the records in [start, bound); stops early after max_records, or after the
+        chunk that passes deadline (time.monotonic). Anything below the bound that is not a
+        well-formed record raises CorruptRecordError (records before it may be dispatched
+        already; dispatching them again is harmless)."""
         fs = self.commitlog.file_size
         remaining = (1 << 62) if max_records is None else max_records
         touched: dict[QueueKey, ConsumeQueueWriter] = {}
@@ -94,22 +100,26 @@ class Dispatcher:
                 rel = pos - base
                 want = min(CHUNK_RECORDS, remaining)
                 positions, rel, error = self._walk(mf.mm, base, rel, min(mf.size, bound - base), want)
-                n = len(positions)
+                n = done = len(positions)
                 if n >= VECTORIZE_MIN and self.vectorize:
-                    last_ts = self._put_columns(mf.mm, base, positions, touched)
+                    last_ts, done = self._put_columns(mf.mm, base, positions, touched)
                 elif n:
-                    last_ts = self._put_records(mf.mm, base, positions if isinstance(positions, list)
-                                                else positions.tolist(), touched)
-                count += n
-                remaining -= n
-                if error is not None:
+                    last_ts, done = self._put_records(mf.mm, base, positions if isinstance(positions, list)
+                                                      else positions.tolist(), touched)
+                count += done
+                remaining -= done
+                if done < n:  # cut short at a new queue (NEW_QUEUES_PER_CHUNK): the rest comes next
+                    pos = base + int(positions[done])
+                elif error is not None:
                     raise error
-                if rel >= fs:  # a blank filler (or a record) ends the file
+                elif rel >= fs:  # a blank filler (or a record) ends the file
                     pos = base + fs
-                    continue
-                pos = base + rel
-                if n < want and pos < bound:
-                    raise CorruptRecordError("record crosses the bound", pos)
+                else:
+                    pos = base + rel
+                    if n < want and pos < bound:
+                        raise CorruptRecordError("record crosses the bound", pos)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
         except BaseException:
             if self.index is not None:
                 self.index.settle()  # a retried round (disk full, damage repaired) indexes nothing twice
@@ -177,23 +187,30 @@ class Dispatcher:
             cq = self._by_raw[raw] = self.queues.get(name, queue_id)
         return cq
 
-    def _put_records(self, mm, base: int, positions: list[int], touched: dict) -> int:
-        """The per-record path; returns the last record's store timestamp."""
+    def _put_records(self, mm, base: int, positions: list[int], touched: dict) -> tuple[int, int]:
+        """The per-record path; returns the last store timestamp and how many records it took
+        (fewer than given when the next would open one new queue too many for a chunk)."""
         by_raw = self._by_raw
         index = self.index
         indexed_upto = index.indexed_upto if index is not None else 1 << 62
         delay = self.delay_levels_ms
-        store_ts = 0
-        for rel in positions:
+        last_ts = new = 0
+        for i, rel in enumerate(positions):
             try:
                 size, topic, queue_id, queue_offset, sys_flag, store_ts, props = peek_head(mm, rel)
             except CorruptRecordError as exc:
                 raise CorruptRecordError(exc.reason, base + rel) from None
             tx = sys_flag & TRANSACTION_MASK
             if tx == TRANSACTION_PREPARED_TYPE or tx == TRANSACTION_ROLLBACK_TYPE:
+                last_ts = store_ts
                 continue
             phys = base + rel
             cq = by_raw.get((topic, queue_id)) or self._queue(topic, queue_id, phys)
+            if not cq.max_offset:
+                new += 1
+                if new > NEW_QUEUES_PER_CHUNK:
+                    return last_ts, i
+            last_ts = store_ts
             # already in its queue and the index (re-dispatch after recovery): skip the parse
             if queue_offset >= cq.max_offset or phys > indexed_upto:
                 tags, keys, uniq = dispatch_properties(props, topic, store_ts, delay)
@@ -201,13 +218,14 @@ class Dispatcher:
                     touched[cq.key] = cq
                 if index is not None and (keys or uniq):
                     index.add(topic, keys, uniq, phys, store_ts)
-        return store_ts
+        return last_ts, len(positions)
 
-    def _put_columns(self, mm, base: int, positions, touched: dict) -> int:
-        """The columnar path, same effect as _put_records; returns the last store timestamp."""
+    def _put_columns(self, mm, base: int, positions, touched: dict) -> tuple[int, int]:
+        """The columnar path, same effect as _put_records, and the same answer."""
         np = _np
         u8 = np.frombuffer(mm, np.uint8)  # dropped on return: the map must stay closable
-        at = positions if isinstance(positions, np.ndarray) else np.fromiter(positions, np.int64, len(positions))
+        given = at = positions if isinstance(positions, np.ndarray) else np.fromiter(positions, np.int64,
+                                                                                   len(positions))
         cols = dispatch_columns(u8, at, base)
         last_ts = int(cols.store_timestamp[-1])
         tx = cols.sys_flag & TRANSACTION_MASK
@@ -216,16 +234,23 @@ class Dispatcher:
             cols = DispatchColumns(*(c[kept] for c in cols))
             at = at[kept]
             if not len(at):
-                return last_ts
+                return last_ts, len(given)
         phys = at + base
         group, queues, topics = self._group(u8, cols, phys)
         first_offset = np.array([cq.max_offset for cq in queues], np.int64)
+        new = np.flatnonzero(first_offset == 0)
+        if len(new) > NEW_QUEUES_PER_CHUNK:       # take the records before the first of one too many
+            first_row = np.full(len(queues), len(at), np.int64)
+            np.minimum.at(first_row, group, np.arange(len(at)))
+            cut = int(np.searchsorted(given, at[np.sort(first_row[new])[NEW_QUEUES_PER_CHUNK]]))
+            del u8
+            return self._put_columns(mm, base, given[:cut], touched)[0], cut
         to_queue = cols.queue_offset >= first_offset[group]
         index = self.index
         to_index = phys > index.indexed_upto if index is not None else np.zeros(len(at), bool)
         parse = np.flatnonzero(to_queue | to_index)  # everything, unless re-dispatching
         if not len(parse):
-            return last_ts
+            return last_ts, len(given)
         if len(parse) < len(at):
             cols, group, phys, to_queue, to_index = (DispatchColumns(*(c[parse] for c in cols)), group[parse],
                                                     phys[parse], to_queue[parse], to_index[parse])
@@ -242,7 +267,7 @@ class Dispatcher:
                 keys_len, uniq_len = np.where(to_index, keys_len, 0), np.where(to_index, uniq_len, 0)
             self._write_index(props.buf, uniq_at, uniq_len, keys_at, keys_len, topics, group, phys,
                               cols.store_timestamp)
-        return last_ts
+        return last_ts, len(given)
 
     def _group(self, u8, cols: DispatchColumns, phys) -> tuple:
         """(group per record, ConsumeQueueWriter per group, topic bytes per group): records

@@ -19,5 +19,6 @@ def test_bench_many_queues_quick():
     for figures in (low, high):
         assert (figures["refused"], figures["missing"]) == (0, 0)
         assert figures["send_msgs_s"] > 0 and figures["pull_msgs_s"] > 0 and figures["total_pss_mb"] > 0
+        assert figures["restart_after_stop_s"] > 0 and figures["restart_after_kill_s"] > 0
     for actor in ("dispatch", "net-0"):
         assert low["actors"][actor]["fds"] + QUEUES - 16 <= high["actors"][actor]["fds"], actor

@@ -146,10 +146,11 @@ class Side:
 
 @pytest.fixture
 def columnar(monkeypatch):
-    """The columnar path for chunks of any size, in chunks of at most 37 records; runs of 4
-    equal-sized records start a numpy probe."""
+    """The columnar path for chunks of any size, in chunks of at most 37 records opening at most
+    3 new queues each; runs of 4 equal-sized records start a numpy probe."""
     monkeypatch.setattr(dispatch_module, "VECTORIZE_MIN", 1)
     monkeypatch.setattr(dispatch_module, "CHUNK_RECORDS", 37)
+    monkeypatch.setattr(dispatch_module, "NEW_QUEUES_PER_CHUNK", 3)
     monkeypatch.setattr(dispatch_module, "RUN_PROBE", 4)
 
 
@@ -173,6 +174,28 @@ def test_columnar_writes_the_same_bytes(tmp_path, columnar, max_records):
     assert files == vector.files()
     assert sum(name.startswith("index") for name in files) > 3  # the index rolled, several times
     assert {name.split("/")[1] for name in files if name.startswith("cq/")} == {*TOPICS, "TopicC"}
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_a_burst_of_new_queues_is_dispatched_a_chunk_of_them_at_a_time(tmp_path, vectorize):
+    """Each new queue costs a directory, a file and a mapping: a round that passes its deadline
+    stops after NEW_QUEUES_PER_CHUNK of them (8,192 in one chunk held dispatch past its
+    heartbeat deadline), and the rounds after it take the rest."""
+    many = 3 * dispatch_module.NEW_QUEUES_PER_CHUNK + 5
+    cfg = small_config(tmp_path / "store", commitlog_file_size=1 << 20)
+    w = CommitLogWriter(cfg.commitlog_dir, cfg.commitlog_file_size, 0, {})
+    results = w.append([Block(encode_record("Wide", q, b"m%d" % q, encode_properties({"TAGS": "t"}),
+                                            born_host=HOST, store_host=HOST), ("Wide", q)) for q in range(many)])
+    side = Side(cfg, tmp_path / "side", vectorize)
+    first = side.dispatcher.dispatch(0, w.wrote_position, None, deadline=0.0)
+    assert first.records == len(first.changed) == dispatch_module.NEW_QUEUES_PER_CHUNK
+    assert first.position == results[dispatch_module.NEW_QUEUES_PER_CHUNK].physical_offset
+    rest = side.run(first.position, w.wrote_position, None)
+    assert sum(r.records for r in rest) == many - dispatch_module.NEW_QUEUES_PER_CHUNK
+    assert side.queues.max_offsets() == {("Wide", q): 1 for q in range(many)}
+    assert [ENTRY.unpack(side.queues.get("Wide", q).files.get(0).mm[:20])[0] for q in range(many)] == \
+        [r.physical_offset for r in results]
+    side.close()
 
 
 def test_redispatch_after_lost_entries_is_identical(tmp_path, columnar):
