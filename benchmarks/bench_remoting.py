@@ -1,7 +1,9 @@
 """Remoting benchmark: header codecs, and request/response rates against a server in another process.
 
 Figures (medians of --runs runs):
-  header_<type>_us       encode + decode of a typical SEND_MESSAGE_V2 request header
+  header_<type>_us       encode + decode of a typical SEND_MESSAGE_V2 request header (the Python codec)
+  frame_<type>_us        encode_command + FrameDecoder.feed of that request with its body: the codec in use
+                         (`codec`: c, smartgo.net._codec, unless SMARTGO_CODEC=python)
   sync_<type>_per_s      sequential round trips on one connection (await each response)
   sync_pinned_json_per_s the same with client and server pinned to one CPU (no cross-CPU wake-up)
   sync_busy_poll_json_per_s  the same unpinned, both sides busy-polling (--busy-poll-us, smartgo.net.busy_poll)
@@ -44,6 +46,7 @@ from host_probe import HostProbe  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import RequestCode, SerializeType  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
+from smartgo.net.frame import FrameDecoder, codec_in_use, encode_command  # noqa: E402
 from smartgo.net.headers import decode_header, encode_header  # noqa: E402
 from smartgo.net.loop import run  # noqa: E402
 from smartgo.net.tls import client_context  # noqa: E402
@@ -72,6 +75,17 @@ def header_us(stype: int, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
         decode(stype, encode(cmd))
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def frame_us(stype: int, n: int) -> float:
+    cmd = send_request()
+    cmd.serialize_type = stype
+    decoder = FrameDecoder()
+    join = b"".join
+    start = time.perf_counter()
+    for _ in range(n):
+        decoder.feed(join(encode_command(cmd)))
     return (time.perf_counter() - start) / n * 1e6
 
 
@@ -212,6 +226,7 @@ def main() -> None:
         record("host_probe_ms", HostProbe.now())      # this VM's CPU speed varies: see host_probe.py
         for tname, stype in TYPES.items():
             record(f"header_{tname}_us", header_us(stype, int(50000 * scale)))
+            record(f"frame_{tname}_us", frame_us(stype, int(50000 * scale)))
         record("header_rocketmq_us", header_us(SerializeType.ROCKETMQ, int(50000 * scale)))
         port = free_port()
         server = start_server(port, args.loop, None)
@@ -253,7 +268,7 @@ def main() -> None:
             stop_server(server)
 
     figures: dict[str, object] = {name: round(statistics.median(v), 2) for name, v in samples.items()}
-    figures.update(runs=runs, loop=args.loop, window=args.window, busy_poll_us=args.busy_poll_us, quick=args.quick,
+    figures.update(runs=runs, codec=codec_in_use(), loop=args.loop, window=args.window, busy_poll_us=args.busy_poll_us, quick=args.quick,
                    tls=args.tls, permissive_plain=args.permissive_plain)
     certs.cleanup()
     for name, value in figures.items():

@@ -7,14 +7,15 @@ is rejected as soon as its four bytes arrive, so a peer cannot make us buffer mo
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import replace
 
-from smartgo.net.codes import FLAG_COMPRESSED, FLAG_SMARTGO
+from smartgo.net.codes import FLAG_COMPRESSED, FLAG_SMARTGO, LanguageCode, SerializeType
 from smartgo.net.command import Buffer, RemotingCommand
 from smartgo.net.errors import FrameError, HeaderError
-from smartgo.net.headers import DECODERS, encode_header
+from smartgo.net.headers import LANGUAGE_BY_NAME, LANGUAGE_NAMES, DECODERS, encode_header
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 #: zlib level for SmartGo body compression: level 1 keeps the CPU cost low on the hot path.
@@ -55,51 +56,13 @@ class FrameDecoder:
             buf = self._buf
         else:
             buf = data
-        out: list[RemotingCommand] = []
-        pos = 0
-        size = len(buf)
-        max_frame = self.max_frame
         try:
-            while size - pos >= 4:
-                if size - pos < 8:
-                    (length,) = _U32.unpack_from(buf, pos)
-                    self._check_length(length)
-                    break
-                length, mark = _PREFIX.unpack_from(buf, pos)
-                if length > max_frame or length < 4:
-                    self._check_length(length)
-                stype = mark >> 24
-                header_len = mark & 0xFFFFFF
-                decode = DECODERS.get(stype)
-                if decode is None:
-                    raise FrameError(f"unknown serialize type {stype}")
-                if header_len > length - 4:
-                    raise FrameError(f"header length {header_len} does not fit in frame length {length}")
-                end = pos + 4 + length
-                if end > size:
-                    break
-                start = pos + 8
-                body_start = start + header_len
-                if type(buf) is bytes:
-                    cmd = decode(buf[start:body_start])
-                    body = buf[body_start:end] if end > body_start else None
-                else:
-                    view = memoryview(buf)
-                    try:
-                        cmd = decode(view[start:body_start])
-                        body = bytes(view[body_start:end]) if end > body_start else None
-                    finally:
-                        view.release()
-                if cmd.flag & _COMPRESSED_BY_SMARTGO == _COMPRESSED_BY_SMARTGO:
-                    cmd.flag &= ~FLAG_COMPRESSED
-                    body = self._inflate(body)
-                cmd.body = body
-                out.append(cmd)
-                pos = end
+            out, pos = _split(buf, self.max_frame)
         except FrameError as exc:
             self._failed = exc.reason
             self._buf = bytearray()
             raise
+        size = len(buf)
         if buf is self._buf:
             if pos == size:
                 self._buf = bytearray()    # drop the capacity a large frame left behind
@@ -109,25 +72,74 @@ class FrameDecoder:
             self._buf = bytearray(memoryview(buf)[pos:])
         return out
 
-    def _check_length(self, length: int) -> None:
-        if length > self.max_frame:
-            raise FrameError(f"frame length {length} exceeds the limit of {self.max_frame} bytes")
-        if length < 4:
-            raise FrameError(f"frame length {length} is shorter than the header-length field")
 
-    def _inflate(self, body: bytes | None) -> bytes:
-        if not body:
-            raise HeaderError("compressed flag set on an empty body")
-        inflater = zlib.decompressobj()
-        try:
-            plain = inflater.decompress(body, self.max_frame)
-        except zlib.error as exc:
-            raise HeaderError(f"compressed body does not inflate: {exc}") from None
-        if inflater.unconsumed_tail:
-            raise HeaderError(f"compressed body inflates beyond the limit of {self.max_frame} bytes")
-        if not inflater.eof:
-            raise HeaderError("compressed body is truncated")
-        return plain
+def split_frames(buf: Buffer, max_frame: int) -> tuple[list[RemotingCommand], int]:
+    """The complete frames at the start of buf and how many bytes they take (the reference of
+    _codec.split). A length over max_frame raises as soon as its four bytes are there."""
+    out: list[RemotingCommand] = []
+    pos = 0
+    size = len(buf)
+    while size - pos >= 4:
+        if size - pos < 8:
+            (length,) = _U32.unpack_from(buf, pos)
+            _check_length(length, max_frame)
+            break
+        length, mark = _PREFIX.unpack_from(buf, pos)
+        if length > max_frame or length < 4:
+            _check_length(length, max_frame)
+        stype = mark >> 24
+        header_len = mark & 0xFFFFFF
+        decode = DECODERS.get(stype)
+        if decode is None:
+            raise FrameError(f"unknown serialize type {stype}")
+        if header_len > length - 4:
+            raise FrameError(f"header length {header_len} does not fit in frame length {length}")
+        end = pos + 4 + length
+        if end > size:
+            break
+        start = pos + 8
+        body_start = start + header_len
+        if type(buf) is bytes:
+            cmd = decode(buf[start:body_start])
+            body = buf[body_start:end] if end > body_start else None
+        else:
+            view = memoryview(buf)
+            try:
+                cmd = decode(view[start:body_start])
+                body = bytes(view[body_start:end]) if end > body_start else None
+            finally:
+                view.release()
+        cmd.body = body
+        if cmd.flag & _COMPRESSED_BY_SMARTGO == _COMPRESSED_BY_SMARTGO:
+            _inflate_body(cmd, max_frame)
+        out.append(cmd)
+        pos = end
+    return out, pos
+
+
+def _check_length(length: int, max_frame: int) -> None:
+    if length > max_frame:
+        raise FrameError(f"frame length {length} exceeds the limit of {max_frame} bytes")
+    if length < 4:
+        raise FrameError(f"frame length {length} is shorter than the header-length field")
+
+
+def _inflate_body(cmd: RemotingCommand, max_frame: int) -> None:
+    """A SmartGo peer's compressed body, inflated in place (at most max_frame bytes)."""
+    cmd.flag &= ~FLAG_COMPRESSED
+    body = cmd.body
+    if not body:
+        raise HeaderError("compressed flag set on an empty body")
+    inflater = zlib.decompressobj()
+    try:
+        plain = inflater.decompress(body, max_frame)
+    except zlib.error as exc:
+        raise HeaderError(f"compressed body does not inflate: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise HeaderError(f"compressed body inflates beyond the limit of {max_frame} bytes")
+    if not inflater.eof:
+        raise HeaderError("compressed body is truncated")
+    cmd.body = plain
 
 
 def _size(buf: Buffer) -> int:
@@ -157,6 +169,10 @@ def encode_command(cmd: RemotingCommand, extra_flags: int = 0, compress_threshol
             cmd = replace(cmd, flag=cmd.flag | _COMPRESSED_BY_SMARTGO, body=packed)
             bodies = (packed,)
             body_len = len(packed)
+    if _head is not None:
+        head = _head(cmd, extra_flags, body_len)
+        if head is not None:
+            return [head, *bodies]
     header = encode_header(cmd, extra_flags)
     header_len = len(header)
     if header_len > 0xFFFFFF:
@@ -168,3 +184,36 @@ def encode_command(cmd: RemotingCommand, extra_flags: int = 0, compress_threshol
 def encode_frame(cmd: RemotingCommand, extra_flags: int = 0, compress_threshold: int = 0) -> bytes:
     """One frame as a single bytes object (tests, tools and the blocking paths)."""
     return b"".join(encode_command(cmd, extra_flags, compress_threshold))
+
+
+def use_codec(name: str) -> None:
+    """"c" (smartgo.net._codec, built at install when a C compiler is there) or "python": the
+    frame loop and the msgpack/JSON header work of every FrameDecoder and encode_command from now
+    on. Both give the same commands and bytes; the environment's SMARTGO_CODEC picks at import
+    (default: c when built)."""
+    global _split, _head
+    if name == "c":
+        if _codec is None:
+            raise RuntimeError("smartgo.net._codec is not built (no C compiler at install?)")
+        _split, _head = _codec.split, _codec.head
+    elif name == "python":
+        _split, _head = split_frames, None
+    else:
+        raise ValueError(f"codec {name!r}: c or python")
+
+
+def codec_in_use() -> str:
+    return "python" if _head is None else "c"
+
+
+try:
+    from smartgo.net import _codec
+except ImportError:
+    _codec = None
+else:
+    _codec.configure(RemotingCommand, FrameError, DECODERS, LANGUAGE_BY_NAME, LanguageCode.OTHER,
+                     LANGUAGE_BY_NAME.get("JAVA", LanguageCode.OTHER), LANGUAGE_NAMES, _inflate_body,
+                     SerializeType.JSON, SerializeType.MSGPACK, _COMPRESSED_BY_SMARTGO)
+_split = split_frames
+_head = None
+use_codec(os.environ.get("SMARTGO_CODEC") or ("c" if _codec is not None else "python"))

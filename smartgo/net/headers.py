@@ -23,8 +23,9 @@ from smartgo.net.codes import LanguageCode, SerializeType
 from smartgo.net.command import Buffer, RemotingCommand
 from smartgo.net.errors import HeaderError
 
-_LANGUAGE_NAMES = {int(c): c.name for c in LanguageCode}
-_LANGUAGE_BY_NAME = {c.name: int(c) for c in LanguageCode}
+#: What JSON headers write for a language code, and read back.
+LANGUAGE_NAMES = {int(c): c.name for c in LanguageCode}
+LANGUAGE_BY_NAME = {c.name: int(c) for c in LanguageCode}
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
 
@@ -75,7 +76,7 @@ def _int32(name: str, value: object) -> int:
 
 def _language(value: object) -> int:
     if type(value) is str:
-        return _LANGUAGE_BY_NAME.get(value, LanguageCode.OTHER)
+        return LANGUAGE_BY_NAME.get(value, LanguageCode.OTHER)
     if type(value) is int:
         return value
     raise HeaderError(f"header field language must be a name or a number, got {value!r}")
@@ -113,7 +114,7 @@ def encode_json_header(cmd: RemotingCommand, extra_flags: int = 0) -> bytes:
                 cmd.code,
                 ',"extFields":{' + _json_ext(ext) + "}" if ext is not None else "",
                 cmd.flag | extra_flags,
-                _LANGUAGE_NAMES.get(cmd.language, "OTHER"),
+                LANGUAGE_NAMES.get(cmd.language, "OTHER"),
                 cmd.opaque,
                 ',"remark":' + _quote(remark) if remark is not None else "",
                 cmd.version)).encode("ascii")

@@ -36,3 +36,14 @@ def echo_server() -> Iterator[tuple[subprocess.Popen, int]]:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module", params=["c", "python"])
+def each_codec(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The module's tests once on the C codec and once on the pure-Python one."""
+    from smartgo.net import frame
+    frame.use_codec(request.param)
+    try:
+        yield request.param
+    finally:
+        frame.use_codec("c")

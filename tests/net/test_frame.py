@@ -13,6 +13,8 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import FrameError
 from smartgo.net.frame import FrameDecoder, encode_command, encode_frame
 
+pytestmark = pytest.mark.usefixtures("each_codec")    # the C codec and the Python one alike
+
 
 def _cmd(body: object = b"hello", stype: int = SerializeType.JSON) -> RemotingCommand:
     return RemotingCommand(310, opaque=5, ext_fields={"b": "T"}, body=body, serialize_type=stype)  # type: ignore[arg-type]

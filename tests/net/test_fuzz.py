@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +12,8 @@ from smartgo.net.codes import FLAG_COMPRESSED, FLAG_SMARTGO, SerializeType
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import FrameError
 from smartgo.net.frame import FrameDecoder, encode_frame
+
+pytestmark = pytest.mark.usefixtures("each_codec")    # the C codec and the Python one alike
 
 INT32 = st.integers(-(1 << 31), (1 << 31) - 1)
 TEXT = st.text(max_size=40)
