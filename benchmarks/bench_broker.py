@@ -16,8 +16,8 @@ Scenarios (128-byte bodies, loopback, async flush unless noted):
 Every figure is the median of --runs runs (each on a fresh node). The machine is shared (2 vCPU):
 the load average is reported with the results, and with each scenario its host_probe_ms (the
 CPU time of a fixed pure-Python workload, sampled during the runs: higher is a slower host; see
-HostProbe). `codec` says which remoting codec ran (c, or python under SMARTGO_CODEC=python, which every
-process of the run inherits). --json: the last line is one JSON object.
+HostProbe). `accel` says which C accelerators ran (smartgo.accel: none under SMARTGO_PURE_PYTHON=1,
+which every process of the run inherits). --json: the last line is one JSON object.
 --profile DIR: cProfile the net and commit actors during the batch and sync scenarios.
 """
 
@@ -44,13 +44,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from host_probe import HostProbe  # noqa: E402
+from smartgo import accel  # noqa: E402
 from smartgo.actors.testing import Node  # noqa: E402
 from smartgo.broker.testing import (batch_command, message_properties, pull_command, send_command,  # noqa: E402
                                     start_broker, uniq_key)
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import FLAG_SMARTGO, ResponseCode, SerializeType, code_name  # noqa: E402
 from smartgo.net.busy_poll import poller_for  # noqa: E402
-from smartgo.net.frame import FrameDecoder, codec_in_use, encode_command  # noqa: E402
+from smartgo.net.frame import FrameDecoder, encode_command  # noqa: E402
 
 BODY = b"b" * 128
 TOPIC = "Bench"
@@ -565,7 +566,7 @@ def main() -> None:
         extra["net_busy_poll_us"] = args.busy_poll_us
     if args.profile:
         os.environ["SMARTGO_PROFILE_DIR"] = str(Path(args.profile).resolve())
-    results: dict = {"quick": quick, "codec": codec_in_use(), "raw_producers": args.raw_producers,
+    results: dict = {"quick": quick, "accel": accel.in_use(), "raw_producers": args.raw_producers,
                      "sync_processes": args.sync_processes,
                      "sync_connections": args.sync_connections,
                      "loadavg_before": [round(x, 2) for x in os.getloadavg()]}

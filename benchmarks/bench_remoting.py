@@ -3,7 +3,7 @@
 Figures (medians of --runs runs):
   header_<type>_us       encode + decode of a typical SEND_MESSAGE_V2 request header (the Python codec)
   frame_<type>_us        encode_command + FrameDecoder.feed of that request with its body: the codec in use
-                         (`codec`: c, smartgo.net._codec, unless SMARTGO_CODEC=python)
+                         (`codec`: c, smartgo.net._codec, unless SMARTGO_PURE_PYTHON=1)
   sync_<type>_per_s      sequential round trips on one connection (await each response)
   sync_pinned_json_per_s the same with client and server pinned to one CPU (no cross-CPU wake-up)
   sync_busy_poll_json_per_s  the same unpinned, both sides busy-polling (--busy-poll-us, smartgo.net.busy_poll)

@@ -7,11 +7,11 @@ is rejected as soon as its four bytes arrive, so a peer cannot make us buffer mo
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from dataclasses import replace
 
+from smartgo import accel
 from smartgo.net.codes import FLAG_COMPRESSED, FLAG_SMARTGO, LanguageCode, SerializeType
 from smartgo.net.command import Buffer, RemotingCommand
 from smartgo.net.errors import FrameError, HeaderError
@@ -187,10 +187,10 @@ def encode_frame(cmd: RemotingCommand, extra_flags: int = 0, compress_threshold:
 
 
 def use_codec(name: str) -> None:
-    """"c" (smartgo.net._codec, built at install when a C compiler is there) or "python": the
-    frame loop and the msgpack/JSON header work of every FrameDecoder and encode_command from now
-    on. Both give the same commands and bytes; the environment's SMARTGO_CODEC picks at import
-    (default: c when built)."""
+    """"c" (smartgo.net._codec, where it was built) or "python": the frame loop and the
+    msgpack/JSON header work of every FrameDecoder and encode_command from now on. Both give the
+    same commands and bytes; a process starts on c when built, unless SMARTGO_PURE_PYTHON
+    (smartgo.accel)."""
     global _split, _head
     if name == "c":
         if _codec is None:
@@ -206,14 +206,11 @@ def codec_in_use() -> str:
     return "python" if _head is None else "c"
 
 
-try:
-    from smartgo.net import _codec
-except ImportError:
-    _codec = None
-else:
+_codec = accel.load("smartgo.net._codec")
+if _codec is not None:
     _codec.configure(RemotingCommand, FrameError, DECODERS, LANGUAGE_BY_NAME, LanguageCode.OTHER,
                      LANGUAGE_BY_NAME.get("JAVA", LanguageCode.OTHER), LANGUAGE_NAMES, _inflate_body,
                      SerializeType.JSON, SerializeType.MSGPACK, _COMPRESSED_BY_SMARTGO)
 _split = split_frames
 _head = None
-use_codec(os.environ.get("SMARTGO_CODEC") or ("c" if _codec is not None else "python"))
+use_codec("c" if _codec is not None and accel.ENABLED else "python")

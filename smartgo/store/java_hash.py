@@ -20,7 +20,17 @@ _POWERS = [pow(31, k, 1 << 32) for k in range(_CHUNK + 1)]
 _SUFFIX = [_POWERS[n - 1::-1] if n else [] for n in range(_CHUNK + 1)]
 _mul = operator.mul
 
+from smartgo import accel
 from smartgo.store.lazy_numpy import np as _np    # vectorised hashing of a dispatch round's tags and keys
+
+_c = accel.load("smartgo.store._java_hash")
+#: (seed * 31**len(data) + hash(data)) mod 2**32 of ASCII bytes, None if not ASCII (_java_hash.c);
+#: None when not built or turned off: the Python code below does it.
+ascii_hash = _c.ascii_hash if _c is not None and accel.ENABLED else None
+
+
+def accelerated() -> bool:
+    return ascii_hash is not None
 
 
 @functools.cache
@@ -58,7 +68,11 @@ def java_hash_u32(value: str | bytes | bytearray | memoryview) -> int:
         if value.isascii():
             return _hash_units(value.encode("ascii"))
         return _hash_units(_utf16_units(value))
-    if value.isascii() if not isinstance(value, memoryview) else bytes(value).isascii():
+    if ascii_hash is not None:
+        h = ascii_hash(value)
+        if h is not None:
+            return h
+    elif value.isascii() if not isinstance(value, memoryview) else bytes(value).isascii():
         return _hash_units(value)
     return _hash_units(_utf16_units(bytes(value).decode("utf-8", "replace")))
 
@@ -95,9 +109,14 @@ def index_hashes(topics: list[bytes], keys: list[bytes], prefix_cache: dict[byte
     suffix = _SUFFIX
     powers = _POWERS
     mul = _mul
+    fast = ascii_hash
     for topic, key, prefix in zip(topics, keys, _prefixes(topics, prefix_cache)):
         n = len(key)
-        if n <= _CHUNK and key.isascii():
+        if fast is not None:
+            h = fast(key, prefix)
+            if h is None:
+                h = java_hash_u32(topic + b"#" + key)
+        elif n <= _CHUNK and key.isascii():
             h = (prefix * powers[n] + sum(map(mul, key, suffix[n]))) & _MASK
         else:
             h = java_hash_u32(topic + b"#" + key)

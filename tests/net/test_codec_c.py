@@ -4,7 +4,6 @@ field types and errors for any input, garbled or not, and the same bytes out."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 import zlib
 
@@ -13,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from smartgo import accel
 from smartgo.net import frame
 from smartgo.net.codes import FLAG_COMPRESSED, FLAG_SMARTGO, LanguageCode, SerializeType
 from smartgo.net.command import RemotingCommand
@@ -84,9 +84,9 @@ def frame_of(stype: int, header: bytes, body: bytes = b"") -> bytes:
 
 def test_the_c_codec_is_built_and_in_use():
     """The install builds it (gcc and the Python headers are on every machine this project runs
-    on); the suite runs on it unless SMARTGO_CODEC says otherwise."""
+    on); the suite runs on it unless SMARTGO_PURE_PYTHON says otherwise."""
     assert frame._codec is not None, "smartgo.net._codec was not built: see the pip install output"
-    assert frame.codec_in_use() == (os.environ.get("SMARTGO_CODEC") or "c")
+    assert frame.codec_in_use() == ("c" if accel.ENABLED else "python")
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

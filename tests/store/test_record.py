@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError, MessageIllegalError
+from smartgo.store import java_hash as java_hash_module
 from smartgo.store.java_hash import index_hashes, index_hashes_vectorized, java_hash, positive_index_hash, tags_code
 from smartgo.store.record import (
     BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, POS_PHYSICALOFFSET, POS_QUEUEOFFSET, POS_STORETIMESTAMP, BatchItem,
@@ -119,7 +120,18 @@ def test_properties_codec():
     assert decode_properties(b"") == {}
 
 
-def test_java_hash_vectors():
+@pytest.fixture(params=["c", "python"])
+def hash_impl(request, monkeypatch):
+    """The hash tests on the C accelerator (smartgo/store/_java_hash.c) and on the Python code."""
+    if request.param == "python":
+        monkeypatch.setattr(java_hash_module, "ascii_hash", None)
+    else:
+        assert java_hash_module._c is not None, "smartgo.store._java_hash was not built: see the pip install output"
+        monkeypatch.setattr(java_hash_module, "ascii_hash", java_hash_module._c.ascii_hash)
+    return request.param
+
+
+def test_java_hash_vectors(hash_impl):
     assert java_hash("TagA") == 2598919
     assert java_hash("") == 0
     assert java_hash("hello") == 99162322
@@ -146,9 +158,36 @@ def _reference_hash(text: str) -> int:
 @given(st.text(max_size=600))
 def test_java_hash_matches_reference(text):
     assert java_hash(text) == _reference_hash(text)
+    with_c = java_hash(text.encode("utf-8", "surrogatepass"))
+    saved, java_hash_module.ascii_hash = java_hash_module.ascii_hash, None
+    try:
+        assert java_hash(text.encode("utf-8", "surrogatepass")) == with_c     # bytes: the same on both paths
+    finally:
+        java_hash_module.ascii_hash = saved
 
 
-def test_vectorized_index_hashes_match_scalar():
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, (1 << 32) - 1))
+def test_c_ascii_hash_continues_a_prefix_exactly(data, seed):
+    """(seed * 31**n + hash(data)) mod 2**32, the hash of prefix + data; None past ASCII."""
+    ascii_hash = java_hash_module._c.ascii_hash
+    expected = seed
+    for b in data:
+        expected = (expected * 31 + b) & 0xFFFFFFFF
+    assert ascii_hash(data, seed) == (expected if data.isascii() else None)
+    assert ascii_hash(bytearray(data)) == ascii_hash(memoryview(data)) == (
+        java_hash_module._hash_units(data) if data.isascii() else None)
+
+
+def test_c_ascii_hash_refuses_what_is_not_bytes():
+    from array import array
+    with pytest.raises(TypeError):
+        java_hash_module._c.ascii_hash(array("H", [1, 2]))
+    with pytest.raises(TypeError):
+        java_hash_module._c.ascii_hash("text")
+
+
+def test_vectorized_index_hashes_match_scalar(hash_impl):
     pytest.importorskip("numpy")
     topics = [b"Topic%d" % (i % 3) for i in range(301)]
     keys = [b"K" * (i % 40 + 1) + b"%d" % i for i in range(300)] + [b"polygenelubricants"[5:]]
