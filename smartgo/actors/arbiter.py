@@ -37,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from smartgo import accel
 from smartgo.actors.actor import actor_main, recovery_main
 from smartgo.actors.board import (NO_EXIT, NODE_FIELDS, SUPERVISOR, Board, BoardLayout, NodeState, SupState,
                                   monotonic_ns)
@@ -142,8 +143,8 @@ class Arbiter:
             if self.config.start_method == "forkserver":
                 mods = {"smartgo.actors.actor"} | {s.cls.partition(":")[0] for s in self.specs}
                 self.ctx.set_forkserver_preload(sorted(mods))
-            log.info("node starting: role %s, store %s, %d actors", self.config.role, self.config.store_path,
-                     len(self.specs))
+            log.info("node starting: role %s, store %s, %d actors, C accelerators %s", self.config.role,
+                     self.config.store_path, len(self.specs), _accelerators())
             return self._run_nodes()
         except StartupError as e:
             log.error("cannot start: %s", e)
@@ -674,3 +675,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"supervisor.py: error: {e}", file=sys.stderr)
         return 2
     return arbiter.run()
+
+
+def _accelerators() -> str:
+    """Which C accelerators the actors run (they inherit this process's SMARTGO_PURE_PYTHON)."""
+    used = accel.in_use()
+    return ", ".join(name for name, on in used.items() if on) or "none (pure Python)"
