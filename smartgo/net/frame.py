@@ -206,11 +206,16 @@ def codec_in_use() -> str:
     return "python" if _head is None else "c"
 
 
+def _configure_codec(decoders: dict) -> None:
+    """Give the C codec this module's types, tables and the Python decoders it hands over to."""
+    _codec.configure(RemotingCommand, FrameError, decoders, LANGUAGE_BY_NAME, LanguageCode.OTHER,
+                     LANGUAGE_BY_NAME["JAVA"], LANGUAGE_NAMES, _inflate_body, SerializeType.JSON,
+                     SerializeType.MSGPACK, _COMPRESSED_BY_SMARTGO)
+
+
 _codec = accel.load("smartgo.net._codec")
 if _codec is not None:
-    _codec.configure(RemotingCommand, FrameError, DECODERS, LANGUAGE_BY_NAME, LanguageCode.OTHER,
-                     LANGUAGE_BY_NAME.get("JAVA", LanguageCode.OTHER), LANGUAGE_NAMES, _inflate_body,
-                     SerializeType.JSON, SerializeType.MSGPACK, _COMPRESSED_BY_SMARTGO)
+    _configure_codec(DECODERS)
 _split = split_frames
 _head = None
 use_codec("c" if _codec is not None and accel.ENABLED else "python")

@@ -65,9 +65,9 @@ def _utf16_units(text: str):
 def java_hash_u32(value: str | bytes | bytearray | memoryview) -> int:
     """Unsigned 32-bit Java hashCode of a str, or of UTF-8 bytes (decoded only if not ASCII)."""
     if isinstance(value, str):
-        if value.isascii():
-            return _hash_units(value.encode("ascii"))
-        return _hash_units(_utf16_units(value))
+        if not value.isascii():
+            return _hash_units(_utf16_units(value))
+        value = value.encode("ascii")
     if ascii_hash is not None:
         h = ascii_hash(value)
         if h is not None:
