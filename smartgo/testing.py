@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -27,6 +28,24 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def held_port_outside_ephemeral_range(host: str = LOOPBACK) -> socket.socket:
+    """A listening socket on a port below the kernel's ephemeral range, for a test that holds a
+    port, lets it go and expects a service to bind it next: no connect() and no bind to port 0
+    (free_port, every other test's nodes) can take such a port in between, as one of the
+    ephemeral range can."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 12_000), low), 200):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((host, port))
+        except OSError:
+            s.close()
+            continue
+        s.listen()
+        return s
+    raise OSError(f"no free port below the ephemeral range (from {low})")
 
 
 def free_ports(n: int, host: str = LOOPBACK) -> list[int]:

@@ -439,9 +439,8 @@ def test_a_taken_ha_port_costs_replication_not_the_broker(tmp_path, slaves):
     which takes "address already in use" for a clash of the node's own ports and retries.)"""
     from smartgo.broker.testing import start_broker
     from smartgo.net.client import BlockingRemotingClient
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", 0))
-    holder.listen()
+    from smartgo.testing import held_port_outside_ephemeral_range
+    holder = held_port_outside_ephemeral_range()      # not one a connection elsewhere could take once it is let go
     port = holder.getsockname()[1]
     node = start_broker(tmp_path / "master", {"topics": "Rep:4", "ha_port": port, "listen_host": "127.0.0.1"},
                         wait=False)
