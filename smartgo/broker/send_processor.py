@@ -183,6 +183,7 @@ class SendProcessor:
         self._overflow: deque[tuple[int, bytes, float]] = deque()
         self._overflow_task: asyncio.Task | None = None
         self._born_hosts: dict[str, bytes] = {}
+        self._turns: dict[Connection, asyncio.Future] = {}     # each connection's last send still waiting its turn
         self.commit_down_since = 0.0
         # sync flush: heap of (end offset, seq, pending) and the same entries in arrival order
         self._waiting: list[tuple[int, int, PendingSend]] = []
@@ -196,11 +197,33 @@ class SendProcessor:
     async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         h = parse_header(request)
         queue_id = self.check(conn, request, h)
-        if queue_id is None:
-            queue_id = await self.check_created(conn, request, h)
+        if queue_id is None or conn in self._turns:
+            return await self._in_turn(conn, request, h, queue_id)
         if type(queue_id) is not int:
             return queue_id
         return self.put(conn, request, h, queue_id)
+
+    async def _in_turn(self, conn: Connection, request: RemotingCommand, h: SendHeader,
+                       queue_id: int | RemotingCommand | None) -> RemotingCommand | None:
+        """A send that creates its topic first, or one behind such a send on its connection: it is
+        stored after the one before it, as 4.x's single send thread stores a connection's sends
+        in order (else a send that arrives once the topic table has moved on, but before the
+        creating call's answer, would overtake the sends that created the topic)."""
+        before = self._turns.get(conn)
+        mine = self._turns[conn] = asyncio.get_running_loop().create_future()
+        try:
+            if before is not None:
+                await before
+            if queue_id is None:
+                queue_id = await self.check_created(conn, request, h)
+            if type(queue_id) is not int:
+                return queue_id
+            return self.put(conn, request, h, queue_id)
+        finally:
+            if not mine.done():            # cancelled with the task of the send behind it, if that one was
+                mine.set_result(None)
+            if self._turns.get(conn) is mine:
+                del self._turns[conn]
 
     def check(self, conn: Connection, request: RemotingCommand, h: SendHeader,
               cfg: TopicConfig | None = None) -> int | RemotingCommand | None:

@@ -189,6 +189,33 @@ def test_a_oneway_send_whose_producer_hangs_up_at_once_is_stored(broker):
     [msg] = wait_until(stored, message="the oneway message")
     assert (msg.uniq_key, msg.body) == (key, b"fire and forget")
 
+def test_sends_on_one_connection_are_stored_in_order_while_the_first_creates_the_topic(broker):
+    """Oneway sends to a new topic, each its own write, and a sync send behind them on one
+    connection: the first creates the topic (a call to the broker actor), and those that arrive
+    once the topic table has moved on but before that call's answer still wait their turn, as
+    4.x's single send thread stores them."""
+    from smartgo.net.frame import FrameDecoder
+    rounds, oneways = 6, 150
+    decoder, answered, sent = FrameDecoder(), [], {}
+    with socket.create_connection(("127.0.0.1", broker.node.port), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for r in range(rounds):
+            topic = f"InOrder{r}"
+            keys = [uniq_key() for _ in range(oneways + 1)]
+            for i, key in enumerate(keys):
+                cmd = send_command(topic, b"%d" % i, uniq=key, default_queues=1)
+                cmd.flag |= FLAG_ONEWAY if i < oneways else 0
+                s.sendall(b"".join(bytes(b) for b in encode_command(cmd)))
+            sent[topic] = keys
+            while len(answered) <= r:
+                data = s.recv(65536)
+                assert data, "the broker closed the connection"
+                answered.extend(decoder.feed(data))
+    assert [c.code for c in answered] == [ResponseCode.SUCCESS] * rounds
+    for topic, keys in sent.items():
+        assert [m.uniq_key for m in pull_until(broker, topic, 0, 0, len(keys))] == keys, topic
+
+
 def test_update_and_create_topic_reaches_routes_and_net_actors(broker):
     """UPDATE_AND_CREATE_TOPIC (17) is served by the broker actor through the request channel."""
     def create(topic, read, write, perm=6):
