@@ -13,11 +13,13 @@ MAX_WORKERS = 8
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto` (pyproject's addopts): a worker per usable CPU, counted as for the broker's own
-    defaults (xdist alone counts the host's physical cores, blind to the affinity mask and the
-    cgroup's quota), at most MAX_WORKERS: each worker's tests start whole nodes, and past that the
-    longest file bounds the run."""
-    return min(MAX_WORKERS, usable_cpus())
+    """`-n auto` (pyproject's addopts): three workers per two usable CPUs, counted as for the
+    broker's own defaults (xdist alone counts the host's physical cores, blind to the affinity
+    mask and the cgroup's quota), at most MAX_WORKERS: each worker's tests start whole nodes, and
+    past that the longest file bounds the run. Not one per CPU: a third of a 2-worker run on two
+    CPUs is idle, tests waiting on clients' timers and restarts (7:12 at -n 2, 5:37 at -n 3 on
+    the same 2-vCPU host; docs/BENCHMARKS.md, "The test suite")."""
+    return max(1, min(MAX_WORKERS, usable_cpus() * 3 // 2))
 
 
 @pytest.fixture

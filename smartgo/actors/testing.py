@@ -155,6 +155,14 @@ class Node:
     def log_text(self) -> str:
         return log_text(self.store)
 
+    def logged(self, *texts: str, timeout: float = 10.0) -> str:
+        """The node log once it holds every one of texts: an actor's records reach it through the
+        supervisor, so a line may land after the answer or event that followed it."""
+        def present() -> str | None:
+            log = self.log_text()
+            return log if all(t in log for t in texts) else None
+        return wait_until(present, timeout=timeout, message=f"the node log to show {texts}")
+
     def reap(self) -> None:
         """Kill the node and every process it had. The supervisor is stopped first, so no actor it
         restarts between the listing and the kill escapes (one did, still writing its store)."""

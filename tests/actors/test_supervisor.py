@@ -34,9 +34,8 @@ def test_kill_9_restarts_the_actor_and_the_registry_serves_again(start_node):
     assert again["incarnation"] == 2
     response = registry_request(node.port, opaque=12)
     assert response["opaque"] == 12 and response["flag"] & 1 == 1
-    log = node.log_text()
-    assert f"actor registry (pid {first['pid']}) was killed by SIGKILL" in log
-    assert f"registry[{again['pid']}]" in log          # the actor's own records, tagged, in the node log
+    # the actor's own records, tagged, in the node log
+    node.logged(f"actor registry (pid {first['pid']}) was killed by SIGKILL", f"registry[{again['pid']}]")
 
 
 def test_actors_are_named_in_ps_and_run_under_the_configured_policy(start_node):
@@ -54,7 +53,7 @@ def test_a_hung_actor_is_killed_and_restarted(start_node):
     report = node.wait_healthy(check=lambda r: r["actors"][1]["restarts"] >= 1)
     assert report["actors"][1]["pid"] != hung
     assert not psutil.pid_exists(hung) or psutil.Process(hung).status() == psutil.STATUS_ZOMBIE
-    assert "hung; killing it" in node.log_text()
+    node.logged("hung; killing it")
     assert report["actors"][0]["restarts"] == 0              # one-for-one: the registry was left alone
 
 
@@ -65,7 +64,7 @@ def test_restart_intensity_restarts_the_node_and_reruns_recovery(start_node):
         role="test", launcher=LAUNCHER, wait=False)
     node.wait_healthy(check=lambda r: r["node"]["restarts"] == 1)
     assert len((node.store / "recoveries").read_text().splitlines()) == 2
-    assert "restart intensity exceeded" in node.log_text()
+    node.logged("restart intensity exceeded")
     assert node.stop() == 0
 
 
@@ -93,7 +92,7 @@ def test_dependents_wait_for_readiness_without_a_busy_supervisor(start_node, tmp
     assert waited > 0.5 and sum(sup.cpu_times()[:2]) - cpu0 < 0.15   # a spinning loop would burn most of it
     node.wait_healthy()
     assert events(ev) == [("start", "slow"), ("start", "after-slow")]
-    log = node.log_text()
+    log = node.logged("slow ready", "started after-slow")
     assert log.index("slow ready") < log.index("started after-slow")
 
 
@@ -110,7 +109,7 @@ def test_sigterm_stops_in_reverse_dependency_order_and_exits_0(start_node, tmp_p
     assert time.monotonic() - t0 < 10
     assert events(ev)[2:] == [("stop", "b"), ("stop", "a")]
     wait_gone(children, 5)
-    log = node.log_text()
+    log = node.logged("stopping b", "stopping a", "stopping registry")
     assert log.index("stopping b") < log.index("stopping a") < log.index("stopping registry")
 
 
@@ -145,7 +144,7 @@ def test_a_stop_that_overruns_shutdown_timeout_is_killed(start_node, tmp_path):
     t0 = time.monotonic()
     assert node.stop() == 0
     assert time.monotonic() - t0 < 5
-    assert "still running after shutdown_timeout" in node.log_text()
+    node.logged("still running after shutdown_timeout")
     wait_gone(children, 5)
 
 

@@ -49,8 +49,7 @@ def test_a_damaged_record_loses_only_its_message_after_a_restart(start_node):
     broker.node = restart_broker(broker.node)
     assert pull_bodies(broker) == [b"%d" % i for i in range(60) if i != 30]
     assert broker.call(send_command(TOPIC, b"after")).ext_fields["queueOffset"] == "60"
-    log = broker.node.log_text()
-    assert "fail the record checks below the flushed offset" in log and "replaced by a filler" in log
+    broker.node.logged("fail the record checks below the flushed offset", "replaced by a filler")
     assert len(list((broker.node.store / "damaged").iterdir())) == 1
 
 
@@ -83,7 +82,8 @@ def test_damage_met_by_the_running_dispatch_is_repaired_by_the_node_itself(start
     assert pull_bodies(broker) == [b"%d" % i for i in range(60) if i != 30]
     after = broker.call(send_command(TOPIC, b"after"))
     assert after.code == ResponseCode.SUCCESS and after.ext_fields["queueOffset"] == "60"
-    assert "restarting the node" in broker.node.log_text() and (broker.node.store / "damaged").is_dir()
+    broker.node.logged("restarting the node")
+    assert (broker.node.store / "damaged").is_dir()
 
 
 @pytest.mark.timeout(120)
@@ -105,7 +105,7 @@ def test_the_background_scrub_finds_rot_in_old_data_and_the_next_start_repairs_i
         f.seek(phys + POS_BODY + 3)
         f.write(bytes([byte ^ 1]))
     wait_until(lambda: broker.board("scrub.damaged") >= 1, timeout=30, message="the scrub to find the damage")
-    assert "background scrub" in broker.node.log_text()
+    broker.node.logged("background scrub")
     found = broker.node.store / "damaged" / "found.jsonl"
     assert [json.loads(line)["begin"] for line in found.read_text().splitlines()] == [phys]
     assert broker.node.stop() == 0

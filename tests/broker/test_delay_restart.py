@@ -150,7 +150,7 @@ def test_kill_9_of_the_whole_node_with_copies_not_yet_counted(start_node, tmp_pa
         wait_until(lambda: stopped(pid), timeout=10, message=f"the schedule actor to stop at {step}")
         broker.node.kill()                                        # ... and the node dies around it
         broker.node = restart_broker(broker.node)
-    assert "abnormal" in broker.node.log_text()
+    broker.node.logged("abnormal")
     counts = exactly_once(broker, keys)
     assert len(counts) == 180
     assert broker.node.log_text().count(RESOLVED) >= 2
@@ -167,7 +167,7 @@ def test_graceful_restart_in_the_middle_of_a_delay_and_a_corrupt_offsets_file(st
     offsets = broker.node.store / "config" / "delayOffset.json"
     offsets.write_bytes(b'{"offsetTable":{"1":')                  # corrupt: the .bak holds the state before
     broker.node = restart_broker(broker.node)
-    assert "loaded the backup" in broker.node.log_text()
+    broker.node.logged("loaded the backup")
     exactly_once(broker, first + later)
     for q in range(QUEUES):
         for m in pull_all(broker.call, TOPIC, q):

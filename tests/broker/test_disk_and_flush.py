@@ -35,7 +35,7 @@ def test_disk_full_refuses_sends_with_a_remark_while_pulls_go_on(start_node, tmp
     usage.write_text("0.80")
     wait_until(lambda: broker.board("flag.disk_full") == 0, message="the flag to drop")
     assert broker.call(send_command("Full", b"after")).code == ResponseCode.SUCCESS
-    assert "refusing sends" in broker.node.log_text()
+    broker.node.logged("refusing sends")
 
 
 def test_forced_cleanup_deletes_old_files_and_pulls_below_the_minimum_move(start_node, tmp_path):
@@ -98,7 +98,7 @@ def test_deletions_asked_for_run_now_whatever_the_hour(start_node, tmp_path, cap
     assert minimum == 2 * 64 * 1024 == broker.board("commitlog.min")    # answered after the deletion
     assert sorted((broker.node.store / "commitlog").iterdir()) == files[2:]
     assert not (broker.node.store / "consumequeue" / "Aged" / "0" / f"{0:020d}").exists()
-    assert "expired CommitLog files deleted as asked" in broker.node.log_text()
+    broker.node.logged("expired CommitLog files deleted as asked")
 
     broker.node.stop()                                     # a file deleted by hand leaves its queue files
     (broker.node.store / "commitlog" / files[2].name).unlink()
@@ -143,7 +143,7 @@ def test_a_deleted_topics_expired_queues_go_at_the_next_start(start_node, tmp_pa
         broker.node = restart_broker(broker.node)
         assert not (queues / "Gone").exists()
         assert (queues / "Quiet" / "0").is_dir() and (queues / "Kept" / "0").is_dir()
-        assert "deleted 1 queues of deleted topics, every message in them expired: Gone:0" in broker.node.log_text()
+        broker.node.logged("deleted 1 queues of deleted topics, every message in them expired: Gone:0")
         admin.create_topic("Gone", 1, broker_addr=broker.addr)
     again = broker.call(send_command("Gone", b"new"))
     assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "0"

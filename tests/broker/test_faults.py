@@ -178,7 +178,7 @@ def test_kill_9_of_the_whole_node_under_sync_flush_keeps_every_acknowledged_mess
     settled(broker)
     counts = stored_keys(broker)
     check_exactly_once(load, counts)
-    assert "abnormal" in broker.node.log_text()
+    broker.node.logged("abnormal")
 
 
 @pytest.mark.timeout(90)

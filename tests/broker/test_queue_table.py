@@ -46,9 +46,8 @@ def test_a_full_queue_table_refuses_new_queues_and_a_restart_sizes_it(start_node
     assert f"queues {LIMIT} of {LIMIT}" in render(report)
     page = parse_metrics(scrape_metrics(broker.node.metrics_port)[2])
     assert metric_value(page, "smartgo_queue_table_queues") == metric_value(page, "smartgo_queue_limit") == LIMIT
-    log = broker.node.log_text()
-    assert "send refused: no room for queue 8 of topic More: the broker holds 48 queues" in log
-    assert "topic Third refused" in log
+    broker.node.logged("send refused: no room for queue 8 of topic More: the broker holds 48 queues",
+                       "topic Third refused")
 
     broker.node.stop()                          # smaller than the store's 48 queues: dispatch failed to start before
     config = broker.node.store.with_name(broker.node.store.name + ".toml")
@@ -79,7 +78,5 @@ def test_a_slave_whose_table_overflows_restarts_sized_from_its_store(start_node,
             return False
         return answer.code == ResponseCode.SUCCESS and [m.body for m in decode_records(answer.body_bytes())] == [b"w39"]
     wait_until(copied, timeout=60, message="the slave serves the 40th queue")
-    log = slave.log_text()
-    assert "the board's queue table is full (24 queues" in log
-    assert "the board's queue table is sized for" in log and "the store has" in log
+    slave.logged("the board's queue table is full (24 queues", "the board's queue table is sized for", "the store has")
     assert slave.wait_healthy()["healthy"]

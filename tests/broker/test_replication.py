@@ -159,7 +159,7 @@ def test_a_late_slave_catches_up_across_files_and_resumes_after_restart_and_kill
     slave = restart_broker(slave, role="slave")
     slaves.made.append(slave)
     assert_same_log(master.node, slave)
-    assert "starting at %d" % first in slave.log_text()         # resumed, not copied again
+    slave.logged("starting at %d" % first)                     # resumed, not copied again
 
     send_many(master, "Rep", 300, 1000, start=1800)
     slave.kill()                                        # kill -9 of the whole slave, maybe mid-frame
@@ -273,7 +273,7 @@ def test_a_slave_fed_garbage_drops_the_connection_and_keeps_its_log(tmp_path, st
         wait_until(lambda: len(served) >= 2, timeout=15)
         wait_until(lambda: "not an HA frame" in slave.log_text(), timeout=10,     # logged through the supervisor
                    message="the second connection's error in the slave's log")
-        assert "the master sent data for 4096, this slave's log ends at 0" in slave.log_text()
+        slave.logged("the master sent data for 4096, this slave's log ends at 0")
         assert field(slave, "commitlog.written") == 0
         assert slave.health()["healthy"]
         wait_until(lambda: len(served) >= 5, timeout=15, message="three more reconnects")
@@ -296,7 +296,7 @@ def test_a_new_slave_of_a_master_past_its_first_file_starts_at_the_oldest_file(t
     assert 0 < first < end
     assert commitlog_bytes(slave.store, end, start=first) == commitlog_bytes(master.node.store, end, start=first)
     wait_until(lambda: field(slave, "commitlog.dispatched") == end, timeout=10)
-    assert f"the CommitLog starts at {first}, past 0: dispatching from there" in slave.log_text()
+    slave.logged(f"the CommitLog starts at {first}, past 0: dispatching from there")
     assert slave.health()["healthy"]
 
 

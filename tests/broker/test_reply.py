@@ -154,8 +154,7 @@ def test_malformed_replies_get_a_clear_error_and_the_connection_goes_on(broker, 
     assert not req.pushed                                    # none of those reached the requester
     assert broker.call(reply_command(b"fine", reply_props(req))).code == ResponseCode.SUCCESS
     wait_until(lambda: [p.body_bytes() for p in req.pushed] == [b"fine"], timeout=5, message="the good reply")
-    log = broker.node.log_text()
-    assert "has no REPLY_TO_CLIENT property" in log and "has no CORRELATION_ID property" in log
+    broker.node.logged("has no REPLY_TO_CLIENT property", "has no CORRELATION_ID property")
 
 
 # ---- two net actors, replies not stored -----------------------------------------------------------------

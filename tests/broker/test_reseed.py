@@ -56,10 +56,8 @@ def test_a_slave_behind_the_masters_oldest_file_starts_over_as_its_copy(tmp_path
     slave = restart_broker(slave, role="slave")
     slaves.made.append(slave)
     end = caught_up(master.node, slave)
-    log = slave.log_text()
-    assert f"its oldest file starts at {oldest}, this slave ends at {stopped_at}" in log
-    assert "store emptied: 1 CommitLog files" in log
-    assert f"empty slave: the master's CommitLog starts at {oldest}" in log
+    slave.logged(f"its oldest file starts at {oldest}, this slave ends at {stopped_at}",
+                 "store emptied: 1 CommitLog files", f"empty slave: the master's CommitLog starts at {oldest}")
     assert segment_starts(slave.store / "commitlog")[0] == oldest
     assert commitlog_bytes(slave.store, end, start=oldest) == commitlog_bytes(master.node.store, end, start=oldest)
     wait_until(lambda: field(slave, "commitlog.dispatched") == end, timeout=10)

@@ -100,8 +100,8 @@ def test_a_switchover_under_load_loses_nothing_even_with_async_replication(regis
     assert (demoted["role"], demoted["broker_id"], demoted["epoch"]) == ("slave", 1, 1)
     assert_same_log(slave, master.node)                 # the old master copies the new one
     assert "cut at" not in master.node.log_text()        # it had nothing the new master lacked
-    assert "switchover: promoted " + slave_addr in registry.log_text()
-    assert f"with the last copy of {master.addr}'s tables" in slave.log_text()
+    registry.logged("switchover: promoted " + slave_addr)
+    slave.logged(f"with the last copy of {master.addr}'s tables")
     offset = master.client.invoke(slave_addr, group_command(RequestCode.QUERY_CONSUMER_OFFSET, "OG", topic="Fo",
                                                             queueId=2))
     assert offset.ext_fields["offset"] == "77"           # the new master has the offsets as they stood

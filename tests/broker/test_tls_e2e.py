@@ -50,7 +50,7 @@ def test_a_permissive_node_serves_tls_and_plain_clients(tmp_path, cert, capsys):
         assert main(["send", "-n", registry, "--tls", "--tls-ca-file", cert[0], "--topic", "TlsTopic",
                      "--body", "via cli", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["status"] == "SEND_OK"
-        assert "(TLS permissive)" in node.log_text()
+        node.logged("(TLS permissive)")
         assert main(["health", "--broker", f"127.0.0.1:{node.port}", "--tls", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["healthy"] is True
     finally:
