@@ -38,6 +38,7 @@ from smartgo.broker.rings import (SEND, STATUS_DISK_FULL, STATUS_FENCED, STATUS_
 from smartgo.broker.schedule_message import half_rewrite, schedule_rewrite, timer_rewrite
 from smartgo.broker.settings import delay_levels, is_slave, timer_settings
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
+from smartgo.broker.turns import Turns
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
@@ -183,7 +184,7 @@ class SendProcessor:
         self._overflow: deque[tuple[int, bytes, float]] = deque()
         self._overflow_task: asyncio.Task | None = None
         self._born_hosts: dict[str, bytes] = {}
-        self._turns: dict[Connection, asyncio.Future] = {}     # each connection's last send still waiting its turn
+        self._turns = Turns()              # connections with a send waiting for its topic's creation
         self.commit_down_since = 0.0
         # sync flush: heap of (end offset, seq, pending) and the same entries in arrival order
         self._waiting: list[tuple[int, int, PendingSend]] = []
@@ -209,21 +210,12 @@ class SendProcessor:
         stored after the one before it, as 4.x's single send thread stores a connection's sends
         in order (else a send that arrives once the topic table has moved on, but before the
         creating call's answer, would overtake the sends that created the topic)."""
-        before = self._turns.get(conn)
-        mine = self._turns[conn] = asyncio.get_running_loop().create_future()
-        try:
-            if before is not None:
-                await before
+        async with self._turns.turn(conn):
             if queue_id is None:
                 queue_id = await self.check_created(conn, request, h)
             if type(queue_id) is not int:
                 return queue_id
             return self.put(conn, request, h, queue_id)
-        finally:
-            if not mine.done():            # cancelled with the task of the send behind it, if that one was
-                mine.set_result(None)
-            if self._turns.get(conn) is mine:
-                del self._turns[conn]
 
     def check(self, conn: Connection, request: RemotingCommand, h: SendHeader,
               cfg: TopicConfig | None = None) -> int | RemotingCommand | None:
