@@ -2,7 +2,9 @@
 same key waits for that to finish, while other keys go on.
 
 The send processor uses it to store a connection's sends in arrival order while one of them waits
-for its topic's creation; everything else on the hot path only asks `key in turns`.
+for its topic's creation; everything else on the hot path only asks `key in turns`. A key's turns
+are an asyncio.Lock, which hands itself on in FIFO order and drops a waiter cancelled while it
+waits; the table only keeps a key while some turn of it is taken or waiting.
 """
 
 from __future__ import annotations
@@ -10,33 +12,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Hashable
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class _Key:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    turns: int = 0                  # taken or waiting
 
 
 class Turns:
     def __init__(self) -> None:
-        self._last: dict[Hashable, asyncio.Future] = {}   # each key's last turn taken and not over
+        self._keys: dict[Hashable, _Key] = {}
 
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._last
+        return key in self._keys
 
     @contextlib.asynccontextmanager
     async def turn(self, key: Hashable) -> AsyncIterator[None]:
-        """Enter once every earlier turn of key is over. A turn cancelled while it waits hands its
-        place on: the next one still waits for those before it (shield: the cancellation does not
-        reach the earlier turn's future)."""
-        before = self._last.get(key)
-        mine = self._last[key] = asyncio.get_running_loop().create_future()
+        """Enter once every earlier turn of key is over."""
+        entry = self._keys.get(key)
+        if entry is None:
+            entry = self._keys[key] = _Key()
+        entry.turns += 1
         try:
-            if before is not None:
-                await asyncio.shield(before)
-            yield
+            async with entry.lock:
+                yield
         finally:
-            if before is not None and not before.done():
-                before.add_done_callback(lambda _: self._over(key, mine))
-            else:
-                self._over(key, mine)
-
-    def _over(self, key: Hashable, mine: asyncio.Future) -> None:
-        mine.set_result(None)
-        if self._last.get(key) is mine:
-            del self._last[key]
+            entry.turns -= 1
+            if not entry.turns:
+                del self._keys[key]

@@ -40,14 +40,14 @@ class Sender:
         self.timer = timer
         self.acked: list[str] = []
         self.failed: list[str] = []
-        self.running = True
+        self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         with BlockingRemotingClient() as client:
             i = 0
-            while self.running:
+            while not self.stopping.is_set():
                 key = uniq_key()
                 cmd = send_command(TOPIC, b"t", queue_id=i % QUEUES, uniq=key,
                                    extra={"TIMER_DELAY_MS": str(100 + i * 37 % 1400)}) if self.timer \
@@ -58,10 +58,10 @@ class Sender:
                 except Exception:
                     self.failed.append(key)
                 i += 1
-                time.sleep(self.pace)
+                self.stopping.wait(self.pace)               # the pace, cut short by stop()
 
     def stop(self) -> None:
-        self.running = False
+        self.stopping.set()
         self.thread.join(30)
 
 

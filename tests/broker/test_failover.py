@@ -168,8 +168,7 @@ def old_master_returns(registry, plain: str, start_node, slaves) -> None:
                message="the old master registered as a slave")
     assert brokers(plain) == {0: slave_addr, 1: old_addr}         # never routed there as master again
     assert role_file(old) == {"role": "slave", "broker_id": 1, "epoch": 1, "epoch_start": -1, "truncate_to": -1}
-    old.logged(f"commitlog cut from {tail_end} to {replicated}")
-    old.logged("demoted")
+    old.logged(f"commitlog cut from {tail_end} to {replicated}", "demoted")
     end = assert_same_log(slave, old)                # the tail is gone; the new master's messages replicated
     assert end > replicated
     wait_until(lambda: field(old, "commitlog.dispatched") == end, timeout=10, message="the old master's dispatch")

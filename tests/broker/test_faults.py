@@ -13,7 +13,6 @@ import os
 import random
 import signal
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -195,8 +194,14 @@ def test_sends_wait_for_a_restarting_commit_actor_then_get_system_busy_if_it_sta
     pool = ThreadPoolExecutor(1)
     try:                                                   # commit's restarts now fail on the store lock
         waiting = pool.submit(broker.call, send_command("Patient", b"waits"), 20.0)
-        time.sleep(4.0)
-        refused = broker.call(send_command("Patient", b"refused"))
+
+        def refused_now():            # until commit is down COMMIT_DOWN_BUSY (3 s), a send waits in the ring too
+            try:
+                r = broker.call(send_command("Patient", b"refused"), 0.5)
+            except RemotingTimeoutError:
+                return None
+            return r if r.code == ResponseCode.SYSTEM_BUSY else None
+        refused = wait_until(refused_now, timeout=15, interval=0.1, message="sends refused while commit stays down")
         assert refused.code == ResponseCode.SYSTEM_BUSY and "commit" in refused.remark
         assert not waiting.done()
     finally:

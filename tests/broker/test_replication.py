@@ -25,7 +25,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.frame import FrameDecoder, encode_command
 from smartgo.net.ha_codec import encode_header
 from smartgo.store.record import decode_records, pack_host
-from smartgo.testing import free_port, steady_disk_usage, wait_until
+from smartgo.testing import free_port, held_port_outside_ephemeral_range, steady_disk_usage, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -439,7 +439,6 @@ def test_a_taken_ha_port_costs_replication_not_the_broker(tmp_path, slaves):
     which takes "address already in use" for a clash of the node's own ports and retries.)"""
     from smartgo.broker.testing import start_broker
     from smartgo.net.client import BlockingRemotingClient
-    from smartgo.testing import held_port_outside_ephemeral_range
     holder = held_port_outside_ephemeral_range()      # not one a connection elsewhere could take once it is let go
     port = holder.getsockname()[1]
     node = start_broker(tmp_path / "master", {"topics": "Rep:4", "ha_port": port, "listen_host": "127.0.0.1"},

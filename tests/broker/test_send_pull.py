@@ -10,7 +10,7 @@ import pytest
 from smartgo.broker.testing import batch_command, message_properties, pull_command, send_command, uniq_key
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.net.frame import encode_command
+from smartgo.net.frame import FrameDecoder, encode_command
 from smartgo.store.record import decode_records, parse_offset_msg_id
 from smartgo.testing import wait_until
 
@@ -194,7 +194,6 @@ def test_sends_on_one_connection_are_stored_in_order_while_the_first_creates_the
     connection: the first creates the topic (a call to the broker actor), and those that arrive
     once the topic table has moved on but before that call's answer still wait their turn, as
     4.x's single send thread stores them."""
-    from smartgo.net.frame import FrameDecoder
     rounds, oneways = 6, 150
     decoder, answered, sent = FrameDecoder(), [], {}
     with socket.create_connection(("127.0.0.1", broker.node.port), timeout=5) as s:
