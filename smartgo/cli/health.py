@@ -1,11 +1,14 @@
 """`smartgo health`: is this node healthy? Exit status 0 when it is, 1 when not (a container probe).
 
-    smartgo health --store-dir DIR [--run-dir DIR] [--json] [--cpu-interval SECONDS]
-    smartgo health --broker HOST:PORT [--json] [--timeout SECONDS]
+    smartgo health [--verbose] [--json]     # the node `python supervisor.py --role master` starts
+    smartgo health --store-dir DIR [--run-dir DIR] [--verbose] [--json] [--cpu-interval SECONDS]
+    smartgo health --broker HOST:PORT [--verbose] [--json] [--timeout SECONDS]
 
---store-dir reads the node's board on this machine; --broker asks a broker over the wire
+--store-dir reads the node's board on this machine (default: the store dir a master started
+without --store-dir uses, ~/smartgo/master); --broker asks a broker over the wire
 (GET_BROKER_RUNTIME_INFO, whose smartgoHealth entry is the same report). An unreachable broker,
-or one that does not report its health, is unhealthy (exit 1).
+or one that does not report its health, is unhealthy (exit 1). The first line names the node
+checked; --verbose adds the board's counters, which --json always carries.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from smartgo.actors.board import Board, BoardError
 from smartgo.actors.health import node_health
 from smartgo.cli.errors import CliError
+from smartgo.config import NodeConfig
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -29,11 +33,13 @@ from smartgo.net.tls import client_context
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("health", help="show a node's actors and whether the node is healthy",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--store-dir", type=Path, metavar="DIR", help="the node's store dir (reads its board)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--store-dir", type=Path, metavar="DIR",
+                        help="the node's store dir (reads its board; default: a bare master's, ~/smartgo/master)")
     source.add_argument("--broker", metavar="HOST:PORT", help="a broker's address (asks it over the wire)")
     p.add_argument("--run-dir", type=Path, metavar="DIR", help="the node's run dir if not <store-dir>/run")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--verbose", "-v", action="store_true", help="also print the board's counters (always in --json)")
     p.add_argument("--cpu-interval", type=float, default=0.2, metavar="SECONDS",
                    help="--store-dir: CPU %% is measured over this interval (default: 0.2)")
     p.add_argument("--tls", action="store_true", default=os.environ.get("SMARTGO_TLS") == "1",
@@ -43,22 +49,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+_BARE_MASTER = "`python supervisor.py --role master`"
+
+
 def run(args: argparse.Namespace) -> int:
-    report = broker_report(args.broker, args.timeout, args.tls) if args.broker else board_report(args)
-    print(json.dumps(report) if args.json else render(report))
+    if args.broker:
+        report = broker_report(args.broker, args.timeout, args.tls)
+        report["checked"] = {"broker": args.broker}
+    else:
+        report = board_report(args)
+    print(json.dumps(report) if args.json else render(report, args.verbose))
     return 0 if report["healthy"] else 1
 
 
 def board_report(args: argparse.Namespace) -> dict:
-    path = (args.run_dir or args.store_dir.expanduser() / "run") / "board"
+    """The report of the node on --store-dir, or of the one a master started without it runs
+    (its default comes from NodeConfig, as the supervisor's does)."""
+    default = args.store_dir is None
+    store = NodeConfig(role="master").store_path if default else args.store_dir.expanduser()
+    path = (args.run_dir.expanduser() if args.run_dir else store / "run") / "board"
     try:
         board = Board.open(path, writable=False)
     except (BoardError, OSError) as e:
-        raise CliError(str(e)) from None
+        hint = (f"; checked the default store dir of {_BARE_MASTER}: give --store-dir DIR or --broker HOST:PORT "
+                "for another node") if default else ""
+        raise CliError(f"{e}{hint}") from None
     try:
-        return node_health(board, cpu_interval=args.cpu_interval)
+        report = node_health(board, cpu_interval=args.cpu_interval)
     finally:
         board.close()
+    report["checked"] = {"store_dir": str(store), "default": default}
+    return report
 
 
 def broker_report(addr: str, timeout: float, tls: bool = False) -> dict:
@@ -92,10 +113,21 @@ def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def render(report: dict) -> str:
+def _checked(checked: dict | None) -> list[str]:
+    if not checked:
+        return []
+    if "broker" in checked:
+        return [f"checked: broker {checked['broker']}"]
+    return [f"checked: store dir {checked['store_dir']}" + (f" (the default of {_BARE_MASTER})"
+                                                            if checked["default"] else "")]
+
+
+def render(report: dict, verbose: bool = False) -> str:
+    """The table; the board's counters (one long line) only when verbose."""
     node = report["node"]
-    lines = [f"node {node['role']}  pid {node['pid']}  {node['state']}  node restarts {node['restarts']}  "
-             f"queues {node['queues']} of {node['queue_limit']}  store {node['store_dir']}"]
+    lines = _checked(report.get("checked"))
+    lines.append(f"node {node['role']}  pid {node['pid']}  {node['state']}  node restarts {node['restarts']}  "
+                 f"queues {node['queues']} of {node['queue_limit']}  store {node['store_dir']}")
     rows = [("ACTOR", "PID", "STATE", "HEARTBEAT", "RESTARTS", "CPU%", "RSS", "MAILBOX")]
     for a in report["actors"]:
         rows.append((a["name"], str(a["pid"] or "-"), a["state"],
@@ -104,7 +136,7 @@ def render(report: dict) -> str:
                      "-" if a["mailbox_depth"] is None else str(a["mailbox_depth"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    if report["fields"]:
+    if verbose and report["fields"]:
         lines.append("  ".join(f"{k}={v}" for k, v in report["fields"].items()))
     lines.append(report["verdict"])
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from smartgo.actors.testing import ROOT
+from smartgo.broker.testing import start_broker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,8 +34,9 @@ def test_health_of_a_running_then_stopped_node(start_node):
     table = smartgo("health", "--store-dir", str(node.store))
     assert table.returncode == 0
     lines = table.stdout.splitlines()
-    assert lines[1].split() == ["ACTOR", "PID", "STATE", "HEARTBEAT", "RESTARTS", "CPU%", "RSS", "MAILBOX"]
-    assert lines[2].split()[:3] == ["registry", str(actor["pid"]), "running"]
+    assert lines[0] == f"checked: store dir {node.store}"
+    assert lines[2].split() == ["ACTOR", "PID", "STATE", "HEARTBEAT", "RESTARTS", "CPU%", "RSS", "MAILBOX"]
+    assert lines[3].split()[:3] == ["registry", str(actor["pid"]), "running"]
     assert lines[-1] == "healthy"
 
     assert node.stop() == 0
@@ -54,7 +56,37 @@ def test_errors_are_one_line(tmp_path):
     assert out.returncode == 1 and "not a SmartGo board" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_bare_health_checks_the_node_a_bare_master_command_starts(tmp_path, monkeypatch):
+    """README: `python supervisor.py --role master`, then `smartgo health`: both resolve
+    ~/smartgo/master (HOME is tmp_path for the node and the CLI); the board, not a port, finds it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    store = tmp_path / "smartgo" / "master"
+    assert smartgo("health").stderr.strip() == (
+        f"smartgo health: no board at {store}/run/board (has the node ever started with this store dir?); "
+        "checked the default store dir of `python supervisor.py --role master`: "
+        "give --store-dir DIR or --broker HOST:PORT for another node")
+    node = start_broker(store)
+    try:
+        out = smartgo("health")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0] == f"checked: store dir {store} (the default of `python supervisor.py --role master`)"
+        assert lines[1].startswith(f"node master  pid {node.proc.pid}  running") and lines[-1] == "healthy"
+        assert not [line for line in lines if "schedule.idle=" in line]      # counters only with --verbose
+
+        verbose = smartgo("health", "--verbose").stdout.splitlines()
+        assert "schedule.idle=" in verbose[-2] and verbose[-1] == "healthy"
+        report = json.loads(smartgo("health", "--json").stdout)
+        assert report["checked"] == {"store_dir": str(store), "default": True}
+        assert report["node"]["pid"] == node.proc.pid and "schedule.idle" in report["fields"]
+
+        wire = smartgo("health", "--broker", f"127.0.0.1:{node.port}")
+        assert wire.returncode == 0 and wire.stdout.splitlines()[0] == f"checked: broker 127.0.0.1:{node.port}"
+    finally:
+        node.reap()
+
+
 def test_usage_errors_exit_2():
-    out = smartgo("health")
-    assert out.returncode == 2 and "--store-dir" in out.stderr
+    out = smartgo("health", "--store-dir", "/nowhere", "--broker", "127.0.0.1:1")
+    assert out.returncode == 2 and "not allowed with argument" in out.stderr
     assert smartgo("no-such-command").returncode == 2
