@@ -130,6 +130,9 @@ class Arbiter:
         self._lock_fd = -1
         self._port_claims: list[socket.socket] = []
         self._fields: dict[str, Any] = {}
+        self._ready = False         # every actor ready, and said so (the "node ready" line)
+        self._ready_once = False    # said at least once since the supervisor started
+        self._unready_since = time.monotonic()
 
     # ---- entry point ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -204,6 +207,7 @@ class Arbiter:
         self._failure = ""
         self._asked = False
         self._draining = False
+        self._note_readiness(False)
         if self.node_restarts:
             self._configure()
         self._create_board()
@@ -259,6 +263,25 @@ class Arbiter:
         if not self._draining and not self.oneshot:
             all_ready = all(c.state in (SupState.READY, SupState.STOPPED) for c in self.children)
             self._set("node.state", NodeState.RUNNING if all_ready else NodeState.STARTING)
+            self._note_readiness(all_ready)
+
+    def _note_readiness(self, all_ready: bool) -> None:
+        """Log the line an operator or a script waits on when every actor is ready: "node ready"
+        once per start, "node ready again" after each degradation (an actor or node restart)."""
+        if all_ready == self._ready:
+            return
+        self._ready = all_ready
+        now = time.monotonic()
+        if not all_ready:
+            self._unready_since = now
+            return
+        ports = " ".join(f"{what}={port}" for what, port in self.role.ports(self.config))
+        line = f"role={self.config.role} store={self.config.store_path} {ports}".rstrip()
+        if self._ready_once:
+            log.info("node ready again: %s (%.3fs after it degraded)", line, now - self._unready_since)
+        else:
+            log.info("node ready: %s (%.3fs after start)", line, now - self._unready_since)
+        self._ready_once = True
 
     def _watched(self) -> list[Child]:
         return self.children + ([self.oneshot] if self.oneshot else [])

@@ -38,6 +38,8 @@ class Role:
     # Ports its actors share through SO_REUSEPORT: the supervisor locks them for its life, since the
     # kernel would let a second node of the same user bind them too and take half the connections.
     shared_ports: Callable[[NodeConfig], Sequence[int]] = field(default=lambda config: ())
+    # Every port the node listens on, (what, port) in the order the "node ready" line names them.
+    ports: Callable[[NodeConfig], Sequence[tuple[str, int]]] = field(default=lambda config: ())
 
 
 def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
@@ -140,12 +142,21 @@ def _net_ports(config: NodeConfig) -> Sequence[int]:
     return [port for port in (config.listen_port, vip_port(config)) if port]
 
 
+def _broker_ports(config: NodeConfig) -> Sequence[tuple[str, int]]:
+    """Clients, VIP channel, replication (a master serves it; a slave's ha actor only connects),
+    the embedded registry (without --registry) and the metrics page; a port that is off is left out."""
+    ports = [("clients", config.listen_port), ("vip", vip_port(config)),
+             ("ha", 0 if is_slave(config) else config.ha_port or config.listen_port + 1),
+             ("registry", 0 if config.registry else config.embedded_registry_port), ("metrics", config.metrics_port)]
+    return [(what, port) for what, port in ports if port]
+
+
 ROLES: dict[str, Role] = {
-    "registry": Role("registry", 9876, _registry_actors),
+    "registry": Role("registry", 9876, _registry_actors, ports=lambda config: [("registry", config.listen_port)]),
     "master": Role("master", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
-                   shared_ports=_net_ports, queue_demand=queue_demand),
+                   shared_ports=_net_ports, queue_demand=queue_demand, ports=_broker_ports),
     "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
-                  shared_ports=_net_ports, queue_demand=queue_demand),
+                  shared_ports=_net_ports, queue_demand=queue_demand, ports=_broker_ports),
 }
 
 
