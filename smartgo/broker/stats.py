@@ -288,7 +288,7 @@ class StatsBook:
         self.forwarded: Counter[tuple[int, str]] = Counter()
         self.broker_rates = Samples(1.0, 3601)
         self.cluster = cluster
-        self.items = StatsItems(now, minute_sample_ms)
+        self.items = StatsItems(now, now_ms, minute_sample_ms)
 
     def _end_of(self, stamp_ms: int) -> int:
         return -(-stamp_ms // self.window_ms) * self.window_ms

@@ -323,10 +323,41 @@ def test_stats_items_follow_4x_statsitem_arithmetic():
     assert items.get(stats_items.BROKER_PUT_NUMS, "C").figures(0) == {"avgpt": 0.0, "sum": 720, "tps": 12.0}
     assert items.get(stats_items.GROUP_GET_NUMS, "T@other") is None and book.group_tps("other", "T") == 0.0
     assert items.get("NO_SUCH_NAME", "T") is None
-    late = StatsBook(60, 0, now=0.0)                   # an item born after a list's last sample
-    late.sample(0.0, 0)
-    late.items.add(stats_items.TOPIC_PUT_NUMS, "U", 3, 1)
-    assert late.items.get(stats_items.TOPIC_PUT_NUMS, "U").figures(2) == {"avgpt": 0.0, "sum": 0, "tps": 0.0}
+
+
+def test_a_young_items_hour_and_day_sums_hold_its_counts_until_they_expire():
+    """An item born between samples (5 min after the start's): its counts are in the hour's and
+    the day's sums from the next minute-list sample on, and stay there while the minute list rolls
+    over, until they are older than the hour (the hour list's 7th sample after) or the day (the
+    day list's 25th). 4.x showed 0 for the day until its next hourly sample, 0 for the hour until
+    the next 10-minute one."""
+    book = StatsBook(60, 0, now=0.0)
+    born_s, step_s = 300, 10
+    seen: dict[int, tuple[int, int, int]] = {}
+    for t in range(0, 25 * 3600 + step_s, step_s):
+        if t == born_s:
+            for _ in range(5):
+                book.items.add(stats_items.TOPIC_PUT_NUMS, "U", 1, 1)
+        book.sample(float(t), t * 1000)
+        item = book.items.get(stats_items.TOPIC_PUT_NUMS, "U")
+        if item is not None:
+            seen[t] = tuple(item.figures(r)["sum"] for r in (2, 1, 0))
+    assert seen[born_s] == (5, 5, 5)                  # sampled on the tick that counted them
+    assert seen[born_s + 60] == (5, 5, 0)             # the minute rolled over, the hour and day hold them
+    assert all(s == (5, 5, 0) for t, s in seen.items() if born_s + 60 <= t < 4200)
+    assert all(s == (5, 0, 0) for t, s in seen.items() if 4200 <= t < 25 * 3600)   # the hour list from 600 s
+    assert seen[25 * 3600] == (0, 0, 0)               # the day list from 3600 s: 24 h without them
+    expired = book.items.get(stats_items.TOPIC_PUT_NUMS, "U").figures(2)
+    assert expired["tps"] == 0.0 and expired["avgpt"] == 0.0
+    book = StatsBook(60, 0, now=0.0)                  # tps and avgpt over the same span as the sum
+    book.sample(0.0, 0)
+    for _ in range(4):
+        book.items.add(stats_items.TOPIC_PUT_NUMS, "V", 2, 1)
+    assert book.items.get(stats_items.TOPIC_PUT_NUMS, "V").figures(2) == {"avgpt": 0.0, "sum": 0, "tps": 0.0}
+    book.sample(10.0, 10_000)
+    assert book.items.get(stats_items.TOPIC_PUT_NUMS, "V").stats_data() == {
+        "statsDay": {"avgpt": 2.0, "sum": 8, "tps": 0.8}, "statsHour": {"avgpt": 2.0, "sum": 8, "tps": 0.8},
+        "statsMinute": {"avgpt": 2.0, "sum": 8, "tps": 0.8}}
 
 
 def test_a_shorter_minute_sample_interval_and_its_check():
