@@ -8,7 +8,8 @@ lines with --json) and a final summary.
 
 These reproduce the broker issue's figures: batched send (--batch 32 --concurrency 1), single
 sync sends from 16 concurrent producers (--concurrency 16), pull from a backlog (consume --pull),
-and end-to-end latency (e2e).
+and end-to-end latency (e2e). e2e measures only the messages it sends: its group starts at the
+queues' max offsets (after any backlog), and a message counts only if it carries the run's id.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from smartgo.cli.errors import CliError
 from smartgo.client import AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, Message, PullStatus
 from smartgo.net.loop import run as run_loop
 from smartgo.store.record import MessageExt
+
+#: The user property carrying a `bench e2e` run's id: only the run's own messages are timed.
+RUN_PROPERTY = "benchRunId"
 
 
 def client_options(args: argparse.Namespace) -> dict:
@@ -102,8 +106,8 @@ class Meter:
                 "avg_rt_ms": round(sum(lat) / len(lat), 3) if lat else 0.0, "p50_rt_ms": pct(0.5),
                 "p99_rt_ms": pct(0.99), "max_rt_ms": round(lat[-1], 3) if lat else 0.0}
 
-    def finish(self) -> None:
-        s = self.summary()
+    def finish(self, **extra: object) -> None:
+        s = {**self.summary(), **extra}
         if self.args.json:
             emit(s)
             return
@@ -113,11 +117,17 @@ class Meter:
               f"p50 {s['p50_rt_ms']}, p99 {s['p99_rt_ms']}, max {s['max_rt_ms']}; failed {s['failed']}")
 
 
-async def _reporting(meter: Meter, args: argparse.Namespace, work: list[asyncio.Task]) -> None:
+async def _reporting(meter: Meter, args: argparse.Namespace, work: list[asyncio.Task],
+                     stop: asyncio.Event | None = None) -> None:
+    """Report every interval for --duration; then set stop and give the work a request timeout
+    to end by itself (a send cut off in flight may be stored, uncounted) before cancelling it."""
     deadline = time.monotonic() + args.duration
     while time.monotonic() < deadline and not all(t.done() for t in work):
         await asyncio.sleep(min(args.interval, max(0.0, deadline - time.monotonic())))
         meter.report()
+    if stop is not None:
+        stop.set()
+        await asyncio.wait(work, timeout=args.timeout + 1)
     for t in work:
         t.cancel()
     results = await asyncio.gather(*work, return_exceptions=True)
@@ -126,18 +136,22 @@ async def _reporting(meter: Meter, args: argparse.Namespace, work: list[asyncio.
         raise errors[0]
 
 
-async def _senders(producer: AsyncProducer, args: argparse.Namespace, meter: Meter, batch: int) -> list[asyncio.Task]:
+async def _senders(producer: AsyncProducer, args: argparse.Namespace, meter: Meter, batch: int,
+                   stop: asyncio.Event, properties: dict[str, str] | None = None) -> list[asyncio.Task]:
     body = b"x" * args.size
     clock = time.perf_counter  # uvloop's loop.time() has millisecond resolution
 
+    def message() -> Message:
+        return Message(args.topic, body, tags=args.tags, properties=dict(properties or {}))
+
     async def sender() -> None:
-        while True:
+        while not stop.is_set():
             t0 = clock()
             try:
                 if batch > 1:
-                    await producer.send_batch([Message(args.topic, body, tags=args.tags) for _ in range(batch)])
+                    await producer.send_batch([message() for _ in range(batch)])
                 else:
-                    await producer.send(Message(args.topic, body, tags=args.tags))
+                    await producer.send(message())
             except Exception:
                 meter.failed += batch
                 await asyncio.sleep(0.01)
@@ -149,8 +163,9 @@ async def _senders(producer: AsyncProducer, args: argparse.Namespace, meter: Met
 
 async def _produce(args: argparse.Namespace) -> None:
     meter = Meter(args, "Send")
+    stop = asyncio.Event()
     async with AsyncProducer("benchmark_producer", args.registry, **client_options(args)) as producer:
-        await _reporting(meter, args, await _senders(producer, args, meter, args.batch))
+        await _reporting(meter, args, await _senders(producer, args, meter, args.batch, stop), stop)
     meter.finish()
 
 
@@ -184,23 +199,54 @@ async def _consume(args: argparse.Namespace) -> None:
     meter.finish()
 
 
+async def _start_after_backlog(args: argparse.Namespace) -> tuple[int, int]:
+    """Commit the group's offset at every queue's max offset, so that its consumer starts after
+    what the topic holds (a new group starts at 0 while a queue's first message is in memory);
+    (messages skipped, queues)."""
+    async with AsyncPullConsumer(args.group, args.registry, **client_options(args)) as pc:
+        queues = await pc.fetch_queues(args.topic)
+        ends = await asyncio.gather(*(pc.max_offset(q) for q in queues))
+        firsts = await asyncio.gather(*(pc.min_offset(q) for q in queues))
+        await asyncio.gather(*(pc.update_consume_offset(q, end) for q, end in zip(queues, ends)))
+    return sum(ends) - sum(firsts), len(queues)
+
+
 async def _e2e(args: argparse.Namespace) -> None:
-    sent = Meter(args, "Send")
-    received = Meter(args, "Receive(send->receipt)")
+    run_id = os.urandom(6).hex()
+    received: Meter | None = None       # made as the sends start, so that its clock times them alone
+    ignored = 0
 
     async def on_message(msg: MessageExt) -> ConsumeResult:
-        _received(received, msg)
+        nonlocal ignored
+        if received is not None and msg.properties.get(RUN_PROPERTY) == run_id:
+            _received(received, msg)
+        else:
+            ignored += 1
         return ConsumeResult.SUCCESS
     async with AsyncProducer("benchmark_producer", args.registry, **client_options(args)) as producer:
         await producer.send(Message(args.topic, b"warm-up"))  # the topic exists before the consumer looks
+        skipped, queues = await _start_after_backlog(args)
+        if args.json:
+            emit({"type": "start", "run_id": run_id, "group": args.group, "topic": args.topic, "queues": queues,
+                  "skipped": skipped})
+        else:
+            print(f"e2e: run {run_id}: only this run's messages count (property {RUN_PROPERTY}); group {args.group} "
+                  f"starts after the {skipped} messages already in {args.topic}'s {queues} queues", flush=True)
         consumer = AsyncPushConsumer(args.group, args.registry, listener=on_message, **client_options(args))
         consumer.subscribe(args.topic)
         async with consumer:
             await asyncio.sleep(1.0)  # let the consumer take its queues
-            await _reporting(received, args, await _senders(producer, args, sent, 1))
-            await asyncio.sleep(0.5)
+            sent, received, stop = Meter(args, "Send"), Meter(args, "Receive(send->receipt)"), asyncio.Event()
+            await _reporting(received, args, await _senders(producer, args, sent, 1, stop, {RUN_PROPERTY: run_id}),
+                             stop)
+            deadline = time.monotonic() + args.timeout      # the last ones sent are still on their way
+            while received.count < sent.count and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
     sent.finish()
-    received.finish()
+    received.finish(sent=sent.count, ignored=ignored, run_id=run_id)
+    if not args.json:
+        print(f"e2e: received {received.count} of the {sent.count} messages this run sent; ignored {ignored} others "
+              "(sent before it or by others)")
 
 
 def run(args: argparse.Namespace) -> int:
