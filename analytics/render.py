@@ -8,17 +8,29 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from analytics.stats_tables import TimeRange
 from analytics.timespec import format_time
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 log = logging.getLogger("smartgo.analytics.render")
 
+CHARTS = ("topic_tps", "group_tps", "consumer_lag", "top_topics", "top_groups", "latency", "broker_load")
 TOP_LINES = 10  # series per time plot (the rest is summed as "other" where that makes sense)
 TOP_BARS = 20
+SHORT_SERIES = 60  # points up to which a line also marks each point
+NO_DATA = "no data in this range"
+# Tick labels per scale (years, months, days, hours, minutes, seconds) and the date beside them.
+DATE_FORMATS = ["%Y", "%Y-%m", "%m-%d", "%H:%M", "%H:%M", "%H:%M:%S"]
+DATE_OFFSETS = ["", "%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%d", "%Y-%m-%d"]
 HTML_ROWS = 25
 
 
@@ -26,7 +38,7 @@ HTML_ROWS = 25
 class Section:
     title: str
     text: str
-    plot: str | None  # PNG file name (None: no data to plot; "": a section of tables only)
+    chart: str  # name in CHARTS, shown as <chart>.png ("": a section of tables only)
     tables: list[str] = field(default_factory=list)  # table names shown (head) and linked
 
 
@@ -46,69 +58,115 @@ def write_tables(out: Path, frames: Mapping[str, object]) -> None:
 # ----------------------------------------------------------------------------- plots
 
 def _figure(rows: int = 1):
-    import matplotlib
+    """A Figure outside pyplot (no global state to close); Agg draws it on savefig."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(rows, 1, figsize=(11, 3.6 * rows), squeeze=False, sharex=rows > 1)
-    return plt, fig, [a[0] for a in axes]
+    fig = Figure(figsize=(11, 3.6 * rows))
+    axes = fig.subplots(rows, 1, squeeze=False, sharex=rows > 1)
+    return fig, [a[0] for a in axes]
 
 
-def _save(plt, fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path.name
+def _days(ts):
+    """Epoch ms to matplotlib date numbers (days), the x values of every time plot."""
+    import numpy as np
+    from matplotlib.dates import date2num
+
+    return date2num(np.asarray(ts, dtype="int64").astype("datetime64[ms]"))
+
+
+def _style(points: int) -> dict:
+    """A line of one point draws nothing: short series get markers."""
+    return {"linewidth": 1, "marker": "o", "markersize": 3} if points <= SHORT_SERIES else {"linewidth": 1}
+
+
+def _no_data(ax) -> None:
+    ax.text(0.5, 0.5, NO_DATA, transform=ax.transAxes, ha="center", va="center", color="grey", fontsize=12)
+    ax.set_yticks([])
+
+
+def _time_axis(ax, ts, period: TimeRange) -> None:
+    """x spans the plotted minutes (the report's range when there are none), padded so the
+    end markers show (a lone point by one window each side), labelled at the scale of that
+    span: seconds, minutes, hours or days, in UTC."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+    first, last = (int(min(ts)), int(max(ts))) if len(ts) else (period.first_ts, period.last_ts)
+    pad = max((last - first) * 0.03, 1000 * period.window_s / 2) if last > first else 1000 * period.window_s
+    ax.set_xlim(*_days([first - pad, last + pad]))
+    locator = AutoDateLocator(tz=timezone.utc, minticks=3, maxticks=9)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc, formats=DATE_FORMATS,
+                                                      zero_formats=[""] + DATE_FORMATS[:-1],
+                                                      offset_formats=DATE_OFFSETS))
+    ax.set_xlabel("time (UTC)")
 
 
 def _time_lines(ax, frame, key: str, value: str, order: list, other: bool) -> None:
     """One line per key in order (top first), the rest summed as 'other'."""
-    from matplotlib.dates import DateFormatter
-
     if frame.empty:
+        _no_data(ax)
         return
-    pivot = frame.pivot_table(index="time", columns=key, values=value, aggfunc="sum").fillna(0.0)
+    pivot = frame.pivot_table(index="ts", columns=key, values=value, aggfunc="sum").fillna(0.0)
+    x, style = _days(pivot.index), _style(len(pivot))
     shown = [k for k in order if k in pivot.columns][:TOP_LINES]
     for k in shown:
-        ax.plot(pivot.index, pivot[k], label=str(k), linewidth=1)
+        ax.plot(x, pivot[k], label=str(k), **style)
     rest = [c for c in pivot.columns if c not in shown]
     if other and rest:
-        ax.plot(pivot.index, pivot[rest].sum(axis=1), label=f"other ({len(rest)})", linewidth=1, color="grey")
+        ax.plot(x, pivot[rest].sum(axis=1), label=f"other ({len(rest)})", color="grey", **style)
+    top = ax.get_ylim()[1] if pivot.to_numpy().max() > 0 else 1
+    ax.set_ylim(-0.03 * top, top)  # rates and counts from 0, a line at 0 just above the axis
     ax.legend(loc="upper left", fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
-    ax.xaxis.set_major_formatter(DateFormatter("%m-%d %H:%M", tz=timezone.utc))
+
+
+def _decades(ax) -> float:
+    """Decades a log y axis spans: within one, its minor ticks are labelled too."""
+    lo, hi = ax.get_ylim()
+    return math.log10(hi / lo)
+
+
+def _latency_lines(ax, part) -> None:
+    """p50/p90/p99 over the minutes that had requests (an idle minute has no percentiles)."""
+    from matplotlib.ticker import FuncFormatter
+
+    for q in ("p50_ms", "p90_ms", "p99_ms"):
+        points = part[part[q] > 0]
+        if not points.empty:
+            ax.plot(_days(points["ts"]), points[q], label=q, **_style(len(points)))
+    if not ax.get_lines():
+        _no_data(ax)
+        return
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.2 rather than 2x10^-1
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _decades(ax) < 1 else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=7)
 
 
 def _bars(ax, frame, key: str, value: str) -> None:
+    if frame.empty:
+        _no_data(ax)
+        ax.set_xticks([])
+        return
     head = frame.head(TOP_BARS).iloc[::-1]
     ax.barh(head[key].astype(str), head[value])
     ax.grid(alpha=0.3, axis="x")
 
 
-def _with_time(frame):
-    import pandas as pd
-
-    frame = frame.copy()
-    frame["time"] = pd.to_datetime(frame["ts"], unit="ms", utc=True)
-    return frame
-
-
-def plot_all(out: Path, f: Mapping[str, object]) -> dict[str, str | None]:
-    """Every plot the report shows: section key -> PNG name (None when there is no data)."""
-    plots: dict[str, str | None] = {}
+def charts(f: Mapping[str, object], period: TimeRange) -> dict[str, Figure]:
+    """Every chart the report shows, by name (CHARTS); an empty one says so on the chart."""
+    figures: dict[str, Figure] = {}
     top_topics = list(f["top_topics"]["topic"])
     top_groups = list(f["top_groups"]["group"])
 
     def timed(key, frame, series, value, order, title, ylabel):
-        if frame.empty:
-            plots[key] = None
-            return
-        plt, fig, (ax,) = _figure()
-        _time_lines(ax, _with_time(frame), series, value, order, other=False)  # 'other' would dwarf them
+        fig, (ax,) = _figure()
+        _time_lines(ax, frame, series, value, order, other=False)  # 'other' would dwarf them
+        _time_axis(ax, frame["ts"], period)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
-        plots[key] = _save(plt, fig, out / f"{key}.png")
+        figures[key] = fig
 
     timed("topic_tps", f["topic_tps"], "topic", "tps", top_topics, f"Put TPS, top {TOP_LINES} topics", "messages/s")
     timed("group_tps", f["group_tps"], "group", "tps", top_groups, f"Pull TPS, top {TOP_LINES} consumer groups",
@@ -120,46 +178,41 @@ def plot_all(out: Path, f: Mapping[str, object]) -> dict[str, str | None]:
 
     for key, frame, col, value, title in (("top_topics", f["top_topics"], "topic", "put_msgs", "Top topics (put)"),
                                           ("top_groups", f["top_groups"], "group", "get_msgs", "Top groups (pull)")):
-        if frame.empty:
-            plots[key] = None
-            continue
-        plt, fig, (ax,) = _figure()
+        fig, (ax,) = _figure()
         _bars(ax, frame, col, value)
         ax.set_title(title)
         ax.set_xlabel("messages")
-        plots[key] = _save(plt, fig, out / f"{key}.png")
+        figures[key] = fig
 
     latency = f["latency"]
-    if latency.empty:
-        plots["latency"] = None
-    else:
-        latency = _with_time(latency)
-        plt, fig, axes = _figure(2)
-        for ax, kind in zip(axes, ("send", "pull")):
-            part = latency[latency["kind"] == kind]
-            for q in ("p50_ms", "p90_ms", "p99_ms"):
-                ax.plot(part["time"], part[q], label=q, linewidth=1)
-            ax.set_title(f"{kind} latency (histograms merged across brokers)")
-            ax.set_ylabel("ms")
-            ax.set_yscale("log", nonpositive="mask")
-            ax.grid(alpha=0.3)
-            ax.legend(loc="upper left", fontsize=7)
-        plots["latency"] = _save(plt, fig, out / "latency.png")
+    fig, axes = _figure(2)
+    for ax, kind in zip(axes, ("send", "pull")):
+        _latency_lines(ax, latency[latency["kind"] == kind])
+        ax.set_title(f"{kind} latency (histograms merged across brokers)")
+        ax.set_ylabel("ms")
+    _time_axis(axes[-1], latency.loc[latency["count"] > 0, "ts"], period)
+    figures["latency"] = fig
 
-    minutes = f["broker_minutes"]
-    if minutes.empty:
-        plots["broker_load"] = None
-    else:
-        minutes = _with_time(minutes)
-        minutes["label"] = minutes["broker"] + minutes["broker_id"].map(lambda i: f"#{i}" if i else "")
-        order = list(minutes.groupby("label")["put_msgs"].sum().sort_values(ascending=False).index)
-        plt, fig, axes = _figure(2)
-        for ax, value, title in zip(axes, ("put_tps", "get_tps"), ("put TPS per broker", "pull TPS per broker")):
-            _time_lines(ax, minutes, "label", value, order, other=True)
-            ax.set_title(title)
-            ax.set_ylabel("messages/s")
-        plots["broker_load"] = _save(plt, fig, out / "broker_load.png")
-    return plots
+    minutes = f["broker_minutes"].copy()
+    minutes["label"] = minutes["broker"] + minutes["broker_id"].map(lambda i: f"#{i}" if i else "")
+    order = list(minutes.groupby("label")["put_msgs"].sum().sort_values(ascending=False).index)
+    fig, axes = _figure(2)
+    for ax, value, title in zip(axes, ("put_tps", "get_tps"), ("put TPS per broker", "pull TPS per broker")):
+        _time_lines(ax, minutes, "label", value, order, other=True)
+        ax.set_title(title)
+        ax.set_ylabel("messages/s")
+    _time_axis(axes[-1], minutes["ts"], period)
+    figures["broker_load"] = fig
+    return figures
+
+
+def plot_all(out: Path, f: Mapping[str, object], period: TimeRange) -> dict[str, Figure]:
+    """<out>/<name>.png for every chart; the drawn Figures by name."""
+    figures = charts(f, period)
+    for name, fig in figures.items():
+        fig.tight_layout()
+        fig.savefig(out / f"{name}.png", dpi=90)
+    return figures
 
 
 # ----------------------------------------------------------------------------- HTML
@@ -188,22 +241,21 @@ def _frame_html(frame, name: str) -> str:
             f"<a href='tables/{name}.parquet'>{name}.parquet</a></p>")
 
 
-def write_html(out: Path, summary, time_range, plots: Mapping[str, str | None], frames: Mapping[str, object],
-               generated: str) -> Path:
+def write_html(out: Path, summary, time_range, frames: Mapping[str, object], generated: str) -> Path:
     sections = [
         Section("Put TPS per topic over time", "Messages stored per second, summed over brokers; the top "
-                f"{TOP_LINES} topics by volume (every topic in topic_tps).", plots.get("topic_tps"), ["top_topics"]),
-        Section("Top topics", "By messages stored in the range.", plots.get("top_topics"), []),
+                f"{TOP_LINES} topics by volume (every topic in topic_tps).", "topic_tps", ["top_topics"]),
+        Section("Top topics", "By messages stored in the range.", "top_topics", []),
         Section("Top consumer groups", "By messages pulled in the range; per group and topic in consumption.",
-                plots.get("top_groups"), ["top_groups", "consumption"]),
-        Section("Pull TPS per group over time", "", plots.get("group_tps"), []),
+                "top_groups", ["top_groups", "consumption"]),
+        Section("Pull TPS per group over time", "", "group_tps", []),
         Section("Consumer lag per group over time", "Sum over queues and brokers of (queue max offset - "
                 "committed offset), as each broker snapshotted it at the end of the minute.",
-                plots.get("consumer_lag"), ["lag_summary"]),
+                "consumer_lag", ["lag_summary"]),
         Section("Send and pull latency percentiles", "Server-side latency: per minute, the brokers' histograms "
                 "are added and p50/p90/p99 read off the merged histogram (never averaged).",
-                plots.get("latency"), ["latency_overall"]),
-        Section("Per-broker load", "", plots.get("broker_load"), ["broker_load"]),
+                "latency", ["latency_overall"]),
+        Section("Per-broker load", "", "broker_load", ["broker_load"]),
         Section("Transactions and dead letters", "Transactions committed and rolled back per topic; messages "
                 "each consumer group sent to its dead-letter queue, per original topic.", "",
                 ["transactions", "dead_letters"]),
@@ -231,9 +283,8 @@ def write_html(out: Path, summary, time_range, plots: Mapping[str, str | None], 
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
         if s.text:
             parts.append(f"<p class='note'>{html.escape(s.text)}</p>")
-        if s.plot != "":
-            parts.append(f"<img src='{html.escape(s.plot)}' alt='{html.escape(s.title)}'>" if s.plot
-                         else "<p class='note'>no data in the range</p>")
+        if s.chart:
+            parts.append(f"<img src='{html.escape(s.chart)}.png' alt='{html.escape(s.title)}'>")
         for name in s.tables:
             parts.append(_frame_html(frames[name], name))
     links = ", ".join(f"<a href='tables/{n}.csv'>{n}</a>" for n in frames)

@@ -33,6 +33,7 @@ class ReportResult:
     out: Path
     summary: InputSummary
     frames: dict  # table name -> pandas DataFrame
+    charts: dict  # chart name -> the matplotlib Figure saved as <out>/<name>.png
     seconds: float
 
 
@@ -72,10 +73,10 @@ def run_report(spark, folders: list[str], out: Path, since_ms: int = 0, until_ms
     with progress.step("writing CSV and Parquet"):
         write_tables(out, frames)
     with progress.step("plotting"):
-        plots = plot_all(out, frames)
+        charts = plot_all(out, frames, period)
     with progress.step("writing index.html"):
-        write_html(out, summary, period, plots, frames, format_time(int(time.time() * 1000)))
-    return ReportResult(out, summary, frames, time.monotonic() - started)
+        write_html(out, summary, period, frames, format_time(int(time.time() * 1000)))
+    return ReportResult(out, summary, frames, charts, time.monotonic() - started)
 
 
 def _empty_reason(summary: InputSummary, since_ms: int, until_ms: int) -> str:
