@@ -131,6 +131,8 @@ class NodeConfig:
     client_expiry: float = setting(120.0, "seconds without a heartbeat after which a client connection leaves "
                                           "its groups")
     client_scan_interval: float = setting(10.0, "seconds between scans for expired client connections")
+    presumed_member_ttl: float = setting(35.0, "seconds a restarted broker serves the consumer group members it "
+                                              "persisted until their clients heartbeat (clients do every 30 s)")
     queue_lock_lease: float = setting(60.0, "seconds an orderly consumer's queue lock lasts without renewal")
     stats_interval: int = setting(60, "seconds per statistics record (a divisor of 3600; docs/STATS.md)")
     stats_sample_interval: float = setting(10.0, "seconds between the samples behind the 4.x stats items' "

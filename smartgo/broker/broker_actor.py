@@ -2,9 +2,9 @@
 
 It owns the topic table (topics.py: default topics, the `topics` setting, auto-creation through
 TBW102, admin changes), the subscription groups (groups.py), the consumer offsets (offsets.py),
-the client connections (clients.py), the orderly consumers' queue locks (locks.py), the
-settings changeable at runtime (broker_config.py) and the statistics (stats.py,
-stats_files.py). It persists them (persist.py: atomic files with a .bak under
+the client connections (clients.py) and the consumer groups' members (members.py), the orderly
+consumers' queue locks (locks.py), the settings changeable at runtime (broker_config.py) and the
+statistics (stats.py, stats_files.py). It persists them (persist.py: atomic files with a .bak under
 <store>/config/), registers the topic table with every registry (at start, at once on every
 change, every register_interval) and hands the net actors what they need without a round trip
 per request:
@@ -33,6 +33,7 @@ from datetime import date
 
 from smartgo.acl import node_client
 from smartgo.actors.actor import Actor, ActorContext
+from smartgo.actors.board import NodeState
 from smartgo.actors.health import CpuSampler
 from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell
 from smartgo.broker.acl_processor import AclProcessor
@@ -46,6 +47,7 @@ from smartgo.broker.cleanup_processor import CleanupProcessor
 from smartgo.broker.clients import Changes, ClientTable
 from smartgo.broker.groups import SubscriptionGroups
 from smartgo.broker.locks import RebalanceLocks
+from smartgo.broker.members import PERSIST_INTERVAL, MemberFile
 from smartgo.broker.metrics import BrokerMetrics
 from smartgo.broker.metrics_http import MetricsServer
 from smartgo.broker.net_view import NetView
@@ -110,6 +112,7 @@ class BrokerActor(Actor):
         self.every(cfg.register_interval, self.register_soon, "register")
         self.every(cfg.offset_persist_interval, self.persist_offsets, "persist offsets")
         self.every(cfg.client_scan_interval, self.scan_clients, "scan clients")
+        self.every(PERSIST_INTERVAL, self.persist_members, "persist members")
         self.every(1.0, self.sample_stats, "sample stats")
         if not is_slave(cfg):                               # a slave stores nothing of its own
             self.every(cfg.transaction_check_interval, self.check_transactions, "transaction check")
@@ -133,6 +136,9 @@ class BrokerActor(Actor):
         self.groups = SubscriptionGroups.load(store)
         self.offsets = ConsumerOffsets.load(store)
         self.clients = ClientTable(cfg.client_expiry)
+        self.node_state = board.scalar("node.state")
+        self.members = MemberFile(store)
+        self._restore_members(cfg.presumed_member_ttl)
         self.locks = RebalanceLocks(cfg.queue_lock_lease)
         self.view = NetView(board, store, StoreReader(store_config(cfg)))
         self.transactions = TransactionChecker(self)
@@ -145,7 +151,7 @@ class BrokerActor(Actor):
         self.identity = {"cluster": cfg.cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,
                          "addr": broker_addr(cfg)}
         self.published: dict[str, list] = {}            # group -> the state the net actors have
-        for name in set(self.groups.table):
+        for name in set(self.groups.table) | set(self.clients.consumers):
             self.published[name] = self.group_state(name)
         self.channel = ChannelServer(
             {net: self.ring(f"ctl.{net}", CONSUMER, CTL_RING_CAPACITY) for net in self.nets},
@@ -277,6 +283,41 @@ class BrokerActor(Actor):
             self.log.info("client connections expired (no heartbeat for %gs): groups %s",
                           self.clients.expiry, sorted(changes.notify | changes.state))
             self.apply(changes)
+        self.expire_presumed()
+
+    # ---- the members persisted for a restart (members.py) -------------------------------------------------
+    def _restore_members(self, ttl: float) -> None:
+        saved = self.members.load()
+        if not saved:
+            return
+        self.clients.restore(saved, ttl)
+        self.log.info("%d consumer groups with %d members from before the restart: presumed members for %gs, "
+                      "until their clients heartbeat", len(saved), self.clients.presumed_count(), ttl)
+        self.spawn(self._end_presumed(ttl), "presumed members")
+
+    async def _end_presumed(self, ttl: float) -> None:
+        await asyncio.sleep(ttl)
+        self.expire_presumed()
+
+    def expire_presumed(self) -> None:
+        left = self.clients.presumed_count()
+        changes = self.clients.expire_presumed()
+        if changes:
+            self.log.info("%d presumed members did not heartbeat within %gs of the restart: they left groups %s",
+                          left, self.config.presumed_member_ttl, sorted(changes.notify | changes.state))
+            self.apply(changes)
+
+    def persist_members(self) -> None:
+        """Write the member table when it changed - not while the node stops or restarts: its net
+        actors close every connection first, and a clean restart should find the members as they were."""
+        if not self.clients.dirty or self.node_state.get() in (NodeState.STOPPING, NodeState.RESTARTING):
+            return
+        self.clients.dirty = False
+        try:
+            self.members.save(self.clients.consumers.values())
+        except OSError as exc:
+            self.clients.dirty = True               # tried again in PERSIST_INTERVAL
+            self.log.error("consumer members not persisted: %s", exc)
 
     def _on_conn_closed(self, net: str, args: dict) -> None:
         self.apply(self.clients.connection_closed(net, args["conn"]))
@@ -472,6 +513,7 @@ class BrokerActor(Actor):
         window), the broker unregisters."""
         try:
             self.offsets.persist()
+            self.persist_members()
         finally:
             self._write_window(self.stats.open_end(_now_ms()))
         await asyncio.gather(*(t for t in (self._register_task, self._catch_up) if t is not None),

@@ -111,7 +111,7 @@ class ClientProcessor:
     def get_consumer_connection_list(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         group = request.ext_str("consumerGroup")
         info = self.b.clients.consumers.get(group)
-        if info is None:
+        if info is None or not info.channels:           # presumed members (a restart) are not connections
             return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(info.connection_json()))
 

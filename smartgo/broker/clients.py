@@ -8,13 +8,18 @@ heartbeat for client_expiry (120 s; scanned every client_scan_interval, 10 s). E
 returns which groups changed membership (their consumers get NOTIFY_CONSUMER_IDS_CHANGED) and
 which groups changed what pulls see (their state is published to the net actors). The clock
 is injectable, so expiry is tested without waiting.
+
+A restarted broker actor `restore`s the members persisted before (members.py) as presumed
+members: client ids without a connection, counted in the consumer id list until their client's
+first heartbeat replaces them or presumed_member_ttl passes (`expire_presumed`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from smartgo.broker.bodies import BodyError, Fields, as_int, parse_body
 from smartgo.broker.channel import ClientRef
@@ -30,6 +35,9 @@ CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_M
                 "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
                 "CONSUME_FROM_TIMESTAMP")
 ChannelKey = tuple[str, int]          # (net actor, connection id)
+
+if TYPE_CHECKING:
+    from smartgo.broker.members import SavedGroup
 
 
 @dataclass(slots=True)
@@ -73,7 +81,7 @@ class HeartbeatData:
     producers: list[str]
 
 
-def _subscription(f: Fields) -> SubscriptionData:
+def parse_subscription(f: Fields) -> SubscriptionData:
     codes = [as_int(c, f"{f.body}: {f.path}.codeSet[{i}]") for i, c in enumerate(f.array("codeSet", []))]
     tags = f.array("tagsSet", [])
     if not all(isinstance(t, str) for t in tags):
@@ -90,7 +98,7 @@ def parse_heartbeat(raw: bytes | None) -> HeartbeatData:
         consumers.append(ConsumerData(c.text("groupName"), c.enum("consumeType", CONSUME_TYPES, "CONSUME_PASSIVELY"),
                                       c.enum("messageModel", MODELS, "CLUSTERING"),
                                       c.enum("consumeFromWhere", CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
-                                      [_subscription(s) for s in c.objects("subscriptionDataSet")]))
+                                      [parse_subscription(s) for s in c.objects("subscriptionDataSet")]))
     producers = [p.text("groupName") for p in hb.objects("producerDataSet")]
     return HeartbeatData(hb.text("clientID"), consumers, producers)
 
@@ -124,6 +132,12 @@ class ConsumerGroupInfo:
     consume_from_where: str
     channels: dict[ChannelKey, ClientChannel] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+    presumed: set[str] = field(default_factory=set)     # client ids restored from before a restart
+
+    def member_ids(self) -> list[str]:
+        """The client ids of the group: its connections', then presumed ones not among them."""
+        ids = [ch.client_id for ch in self.channels.values()]
+        return ids + sorted(self.presumed.difference(ids))
 
     def connection_json(self) -> dict:
         """ConsumerConnection (GET_CONSUMER_CONNECTION_LIST)."""
@@ -165,6 +179,8 @@ class ClientTable:
         self.expiry = expiry
         self.clock = clock
         self.consumers: dict[str, ConsumerGroupInfo] = {}
+        self.presumed_until = 0.0           # when the presumed members left (clock time)
+        self.dirty = False                  # the consumer groups changed since members.py last saved them
         self.producers: dict[str, dict[ChannelKey, ClientChannel]] = {}
         self._producer_ids: dict[str, tuple[str, ChannelKey]] = {}    # client id -> (group, channel): a hint
 
@@ -183,10 +199,14 @@ class ClientTable:
                 changes.state.add(data.group)
             if info.message_model != data.message_model:
                 changes.state.add(data.group)
+            if (info.consume_type, info.consume_from_where) != (data.consume_type, data.consume_from_where):
+                self.dirty = True
             info.consume_type, info.message_model = data.consume_type, data.message_model
             info.consume_from_where = data.consume_from_where
-            if self._touch(info.channels, key, ref, hb.client_id, language, version, now):
+            came = self._touch(info.channels, key, ref, hb.client_id, language, version, now)
+            if came and hb.client_id not in info.presumed:      # a presumed one back: the id list stays
                 changes.notify.add(data.group)
+            info.presumed.discard(hb.client_id)
             topics_changed, state_changed = info.update_subscriptions(data.subscriptions)
             if topics_changed:
                 changes.notify.add(data.group)
@@ -195,6 +215,7 @@ class ClientTable:
         for group in hb.producers:
             self._touch(self.producers.setdefault(group, {}), key, ref, hb.client_id, language, version, now)
             self._producer_ids[hb.client_id] = (group, key)
+        self.dirty |= bool(changes)
         return changes
 
     @staticmethod
@@ -252,12 +273,38 @@ class ClientTable:
                 continue
             for k in dropped:
                 del info.channels[k]
-            if info.channels:
-                changes.notify.add(group)
-            else:
-                del self.consumers[group]          # the last one left: the group's subscriptions go too
-                changes.state.add(group)
+            self._left(info, changes)
         return changes
+
+    def _left(self, info: ConsumerGroupInfo, changes: Changes) -> None:
+        self.dirty = True
+        if info.channels or info.presumed:
+            changes.notify.add(info.name)
+        else:
+            del self.consumers[info.name]          # the last one left: the group's subscriptions go too
+            changes.state.add(info.name)
+
+    # ---- presumed members (a restart) -------------------------------------------------------------------
+    def restore(self, groups: Iterable[SavedGroup], ttl: float) -> None:
+        """Take the groups persisted before a restart as presumed members until ttl from now."""
+        self.presumed_until = self.clock() + ttl
+        for g in groups:
+            self.consumers[g.name] = ConsumerGroupInfo(g.name, g.consume_type, g.message_model, g.consume_from_where,
+                                                       subscriptions={s.topic: s for s in g.subscriptions},
+                                                       presumed=set(g.client_ids))
+
+    def expire_presumed(self) -> Changes:
+        """Once the TTL has passed: presumed members that did not heartbeat since the restart leave."""
+        changes = Changes()
+        if self.clock() < self.presumed_until:
+            return changes
+        for info in [i for i in self.consumers.values() if i.presumed]:
+            info.presumed.clear()
+            self._left(info, changes)
+        return changes
+
+    def presumed_count(self) -> int:
+        return sum(len(info.presumed) for info in self.consumers.values())
 
     # ---- queries ---------------------------------------------------------------------------------
     def consumer_channels(self, group: str) -> list[ClientChannel]:
@@ -265,7 +312,9 @@ class ClientTable:
         return [] if info is None else list(info.channels.values())
 
     def consumer_ids(self, group: str) -> list[str]:
-        return [ch.client_id for ch in self.consumer_channels(group)]
+        """GET_CONSUMER_LIST_BY_GROUP: presumed members too, so clients rebalance as before a restart."""
+        info = self.consumers.get(group)
+        return [] if info is None else info.member_ids()
 
     def consumer_refs(self, group: str) -> list[ClientRef]:
         return [ch.ref for ch in self.consumer_channels(group)]
