@@ -96,9 +96,9 @@ class ClientProcessor:
         return {"topic": topic, "queue_id": queue_id % config.queue_limit, "delay": delay, "config": config.to_json()}
 
     def unregister_client(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
-        request.ext_str("clientID")                      # required (@CFNotNull), though the connection decides
+        client_id = request.ext_str("clientID")          # required (@CFNotNull); names a presumed member
         self.b.apply(self.b.clients.unregister(client, request.ext_str("producerGroup", None),
-                                               request.ext_str("consumerGroup", None)))
+                                               request.ext_str("consumerGroup", None), client_id))
         return request.make_response(ResponseCode.SUCCESS)
 
     def get_consumer_list_by_group(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:

@@ -229,14 +229,21 @@ class ClientTable:
         ch.client_id, ch.last_update = client_id, now
         return False
 
-    def unregister(self, ref: ClientRef, producer_group: str | None, consumer_group: str | None) -> Changes:
-        """UNREGISTER_CLIENT: the connection leaves the named groups."""
+    def unregister(self, ref: ClientRef, producer_group: str | None, consumer_group: str | None,
+                   client_id: str = "") -> Changes:
+        """UNREGISTER_CLIENT: the connection leaves the named groups; so does client_id when it is
+        a presumed member (a client that stops before it heartbeat a restarted broker)."""
         key = (ref.net, ref.conn)
         if producer_group:
             self._drop_producer(producer_group, lambda k, ch: k == key)
-        if consumer_group and consumer_group in self.consumers:
-            return self._drop_consumers(lambda k, ch: k == key, [consumer_group])
-        return Changes()
+        info = self.consumers.get(consumer_group or "")
+        if info is None:
+            return Changes()
+        changes = self._drop_consumers(lambda k, ch: k == key, [info.name])
+        if client_id in info.presumed:
+            info.presumed.discard(client_id)
+            self._left(info, changes)
+        return changes
 
     def connection_closed(self, net: str, conn: int) -> Changes:
         return self._drop_everywhere(lambda k, ch: k == (net, conn))

@@ -76,6 +76,17 @@ def test_the_last_real_member_leaving_keeps_a_group_with_presumed_ones(tmp_path)
     assert table.subscription("G", "T") is not None
 
 
+def test_a_presumed_member_that_unregisters_leaves_at_once(tmp_path):
+    """A client that stops before it heartbeat the restarted broker: its UNREGISTER_CLIENT comes
+    on a new connection, which is no member; the id it names is."""
+    table = saved_table(tmp_path, Clock())
+    ref = ClientRef("net-0", 20, "127.0.0.1:20")
+    assert table.unregister(ref, None, "G", "b@2").notify == {"G"}
+    assert table.consumer_ids("G") == ["a@1"]
+    assert table.unregister(ref, None, "H", "c@3").state == {"H"} and "H" not in table.consumers
+    assert not table.unregister(ref, None, "G", "nobody@9")
+
+
 def test_the_file_is_written_only_when_the_table_changed(tmp_path):
     table = ClientTable()
     members = MemberFile(tmp_path)
