@@ -23,7 +23,6 @@ import fcntl
 import importlib.util
 import logging
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import resource
 import select
@@ -42,6 +41,7 @@ from smartgo.actors.actor import actor_main, recovery_main
 from smartgo.actors.board import (NO_EXIT, NODE_FIELDS, SUPERVISOR, Board, BoardLayout, NodeState, SupState,
                                   monotonic_ns)
 from smartgo.actors.control import ParentEnd, make_pipes
+from smartgo.actors.helpers import Helpers, become_subreaper, exited, pidfd
 from smartgo.actors.logs import emit_forwarded, remove_handlers, setup_node_logging
 from smartgo.actors.roles import Role, node_actors
 from smartgo.actors.spec import PERMANENT, TEMPORARY, ActorSpec, SpecError, start_layers
@@ -51,6 +51,7 @@ log = logging.getLogger("smartgo.actors.arbiter")
 
 TICK = 0.05           # the loop turns at least this often: heartbeat checks, the node heartbeat
 STOPPED, RESTART, KILLED = "stopped", "restart", "killed"
+LOST_STATUS = 255     # multiprocessing's exit code for a process whose fork server died before reporting it
 _PEERCRED = struct.Struct("3i")      # struct ucred: pid, uid, gid
 
 
@@ -85,6 +86,14 @@ class Child:
     last_exit: int = NO_EXIT
     pid: int = 0
     kill_reason: str = ""
+    pidfd: int = -1                 # readable once the process exits, whoever its parent is
+    adopted: bool = False           # its fork server died: watched through pidfd, reaped by the supervisor
+
+    @property
+    def exit_fd(self) -> int:
+        """What the loop selects on for this process's exit: the fork server's status pipe
+        (multiprocessing's sentinel) while the fork server that reports it lives, else the pidfd."""
+        return self.pidfd if self.adopted else self.proc.sentinel
 
     @property
     def name(self) -> str:
@@ -116,6 +125,7 @@ class Arbiter:
             if importlib.util.find_spec(module) is None:     # find, don't import: that is the children's job
                 raise SpecError(f"no module {module!r} (from {path!r})")
         self.ctx = multiprocessing.get_context(config.start_method)
+        self.helpers = Helpers(self.ctx, config.start_method == "forkserver")
         self.board: Board | None = None
         self.children: list[Child] = []
         self.oneshot: Child | None = None
@@ -142,9 +152,11 @@ class Arbiter:
             self._lock_store()
             self._lock_ports()
             raise_open_files_limit()
+            become_subreaper()
             self._install_signals()
             if self.config.start_method == "forkserver":
-                mods = {"smartgo.actors.actor"} | {s.cls.partition(":")[0] for s in self.specs}
+                mods = {"smartgo.actors.actor", "smartgo.actors.helpers"}
+                mods |= {s.cls.partition(":")[0] for s in self.specs}
                 self.ctx.set_forkserver_preload(sorted(mods))
             log.info("node starting: role %s, store %s, %d actors, C accelerators %s", self.config.role,
                      self.config.store_path, len(self.specs), _accelerators())
@@ -160,6 +172,7 @@ class Arbiter:
             self._restore_signals()
             if self.board is not None:
                 self.board.close()
+            self.helpers.close()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
             for claim in self._port_claims:
@@ -240,9 +253,10 @@ class Arbiter:
         watched = [c for c in self._watched() if c.alive]
         fds = [self._sig_r]
         for c in watched:
-            fds.append(c.proc.sentinel)
+            fds.append(c.exit_fd)
             if c.end is not None:
                 fds.append(c.end.fd)
+        fds += self.helpers.fds()
         timeout = TICK
         if not self._draining and self.oneshot is None:
             for c in self._startable():
@@ -253,8 +267,12 @@ class Arbiter:
             if c.end is not None and c.end.fd in ready:
                 self._read_control(c)
         for c in watched:
-            if c.proc.sentinel in ready:
+            if c.exit_fd in ready:
                 self._reaped(c)
+        if self.helpers.lost(ready):
+            self._publish_helpers()
+            if not self._draining and not self._stopping:      # else the next spawn starts them
+                self._ensure_helpers()
         if not self._draining and not self._stopping:
             self._check_heartbeats()
             if self.oneshot is None:            # no actor starts while the recovery hook runs
@@ -300,7 +318,7 @@ class Arbiter:
                 self._spawn(c, actor_main, (c.spec.to_dict(), self.config.to_dict(), c.slot, c.incarnation + 1))
 
     def _spawn(self, c: Child, target: Any, args: tuple) -> None:
-        self._ensure_forkserver()
+        self._ensure_helpers()
         end, (down, up) = make_pipes(self.ctx)
         proc = self.ctx.Process(target=target, args=(*args, down, up), name=f"smartgo-{c.name}")
         c.incarnation += 1
@@ -315,26 +333,22 @@ class Arbiter:
             down.close()   # the child has its own copies; ours would hide its EOF
             up.close()
         c.proc, c.end, c.pid = proc, end, proc.pid
+        # a fork server's actor outlives it: then its pidfd tells its exit (spawn: the supervisor is the parent)
+        c.pidfd, c.adopted = pidfd(c.pid) if self.helpers.forkserver else -1, False
         c.state = SupState.SPAWNED
         c.spawned_at = time.monotonic()
         c.kill_reason = ""
         log.info("started %s (pid %d, incarnation %d)", c.name, c.pid, c.incarnation)
         self._publish(c)
 
-    def _ensure_forkserver(self) -> None:
-        """(Re)start the fork server with SIGTERM ignored (kept across its exec).
+    def _ensure_helpers(self) -> None:
+        """Start the fork server and the resource tracker if they are not running (helpers.py)."""
+        self.helpers.ensure()
+        self._publish_helpers()
 
-        A SIGTERM to the whole process group (systemd, `timeout`, a terminal) must not kill the
-        fork server: it reports the actors' exit statuses, and actors forked from it inherit the
-        disposition until their loop installs its own SIGTERM handler.
-        """
-        if self.config.start_method != "forkserver":
-            return
-        old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            multiprocessing.forkserver.ensure_running()
-        finally:
-            signal.signal(signal.SIGTERM, old)
+    def _publish_helpers(self) -> None:
+        for name, pid in self.helpers.pids().items():
+            self._set(name, pid)
 
     # ---- control messages -----------------------------------------------------------------------------
     def _read_control(self, c: Child) -> None:
@@ -363,6 +377,10 @@ class Arbiter:
 
     # ---- exits and restarts --------------------------------------------------------------------------
     def _reaped(self, c: Child) -> None:
+        if not c.adopted and c.pidfd >= 0 and not exited(c.pidfd):
+            c.adopted = True                         # its fork server died, not the actor
+            log.info("actor %s (pid %d) lost its fork server and runs on; watching it directly", c.name, c.pid)
+            return
         if c.end is not None:                        # last words: log records still in the pipe
             while msgs := c.end.receive():
                 for m in msgs:
@@ -370,12 +388,15 @@ class Arbiter:
                         emit_forwarded(m, c.name, c.pid)
             c.end.close()
             c.end = None
-        c.proc.join(0.1)
-        code = c.proc.exitcode
-        if code is not None:
+        code = self._exit_code(c)
+        if c.proc.exitcode is not None:
             c.proc.close()
         c.proc = None
-        self._ensure_gone(c)
+        if c.pidfd >= 0:
+            os.close(c.pidfd)
+            c.pidfd = -1
+        else:
+            self._ensure_gone(c)                     # no pidfd told that it exited
         c.last_exit = code if code is not None else NO_EXIT
         if c is self.oneshot:
             return
@@ -388,9 +409,24 @@ class Arbiter:
         self._broadcast({"op": "peer_down", "name": c.name, "pid": c.pid, "exit": c.last_exit}, c)
 
     @staticmethod
+    def _exit_code(c: Child) -> int | None:
+        """The exit code; an actor whose fork server died is the supervisor's child (a child
+        subreaper) and reaped here, its status lost (None) if that failed."""
+        c.proc.join(0.1)
+        code = c.proc.exitcode
+        if c.adopted or code == LOST_STATUS:
+            try:
+                pid, status = os.waitpid(c.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None if c.adopted else code
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+        return code
+
+    @staticmethod
     def _ensure_gone(c: Child) -> None:
         """Make sure an actor reported dead is dead: if its fork server died, its status was lost
-        (reported as 255) while the process may run on as an orphan; a restart must not run beside it."""
+        (reported as 255) while the process may run on; a restart must not run beside it."""
         try:
             os.kill(c.pid, 0)
         except ProcessLookupError:
@@ -400,6 +436,11 @@ class Arbiter:
             os.kill(c.pid, signal.SIGKILL)
         except ProcessLookupError:
             return
+        try:
+            os.waitpid(c.pid, 0)                     # the supervisor's child now (a child subreaper)
+            return
+        except ChildProcessError:
+            pass
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             try:
@@ -552,6 +593,7 @@ class Arbiter:
         self._set("node.started_ns", time.time_ns())
         self._set("node.restarts", self.node_restarts)
         self._set("node.heartbeat_ns", monotonic_ns())
+        self._publish_helpers()
 
     def _queue_capacity(self) -> int:
         """board_queue_capacity, or room for twice the store's queues within the 75% load limit

@@ -102,6 +102,8 @@ NODE_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("node.heartbeat_ns", SUPERVISOR, "CLOCK_MONOTONIC of the supervisor loop's last turn"),
     FieldSpec("node.started_ns", SUPERVISOR, "wall clock (ns) when this board was created"),
     FieldSpec("node.restarts", SUPERVISOR, "whole-node restarts since the supervisor started"),
+    FieldSpec("node.forkserver_pid", SUPERVISOR, "multiprocessing's fork server; 0 while being replaced, -1: none"),
+    FieldSpec("node.tracker_pid", SUPERVISOR, "multiprocessing's resource tracker; 0 while being replaced"),
 )
 
 

@@ -98,6 +98,28 @@ def actor_health(view: SlotView, now_ns: int, sampler: CpuSampler) -> dict:
             "healthy": not problem, "problem": problem or None}
 
 
+HELPERS = {"forkserver_pid": "fork server", "tracker_pid": "resource tracker"}
+
+
+def _helper_problems(scalars: dict[str, int]) -> list[str]:
+    """multiprocessing's helpers of the node (smartgo.actors.helpers): -1 not used, 0 being replaced."""
+    problems = []
+    for name, what in HELPERS.items():
+        pid = scalars.get(f"node.{name}", -1)
+        if pid == 0:
+            problems.append(f"{what} being replaced")
+        elif pid > 0 and not _running(pid):
+            problems.append(f"{what} (pid {pid}) is not running")
+    return problems
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def node_health(board: Board, sampler: CpuSampler | None = None, cpu_interval: float = 0.0) -> dict:
     """Everything `smartgo health` shows, as plain data.
 
@@ -123,11 +145,13 @@ def node_health(board: Board, sampler: CpuSampler | None = None, cpu_interval: f
         problems.append(f"node is {node_state}")
     if sup_alive:
         problems += [f"{a['name']}: {a['problem']}" for a in actors if a["problem"]]
+        problems += _helper_problems(scalars)
     cpu, rss = sampler.read(sup_pid) if sup_alive else (None, None)
     node = {"role": board.meta.get("role"), "store_dir": board.meta.get("store_dir"), "board": str(board.path),
             "pid": sup_pid, "state": node_state if sup_alive else "down", "restarts": scalars["node.restarts"],
             "heartbeat_age_s": round(sup_age, 3), "cpu_percent": cpu, "rss_bytes": rss,
             "started": scalars["node.started_ns"] / 1e9,
+            **{name: scalars.get(f"node.{name}", -1) for name in HELPERS},
             "queues": board.queues.count, "queue_limit": board.queues.limit}
     fields = {k: v for k, v in scalars.items() if not k.startswith("node.")}
     return {"healthy": not problems, "verdict": "healthy" if not problems else "unhealthy: " + "; ".join(problems),
