@@ -80,23 +80,28 @@ class HAService:
 
     async def start(self) -> None:
         self.actor.spawn(self._follow(), "follow")
-        self.actor.spawn(self._listen(), "listen")
+        if not await self._bind():              # listening before the actor says it is ready ("node ready")
+            self.actor.spawn(self._listen(), "listen")
 
     async def _listen(self) -> None:
         """A taken HA port costs replication, not the broker: clients are served meanwhile, and
         the error is logged until the port is free (4.x would not start at all)."""
-        cfg = self.actor.config
         while True:
-            try:
-                self.server = await asyncio.start_server(self._serve, cfg.listen_host, cfg.ha_port,
-                                                         reuse_address=True)
-                break
-            except OSError as exc:
-                log.error("replication port %s:%d unavailable (%s): no slave can connect; trying again in %gs",
-                          cfg.listen_host, cfg.ha_port, exc, BIND_RETRY)
-                await asyncio.sleep(BIND_RETRY)
+            await asyncio.sleep(BIND_RETRY)
+            if await self._bind():
+                return
+
+    async def _bind(self) -> bool:
+        cfg = self.actor.config
+        try:
+            self.server = await asyncio.start_server(self._serve, cfg.listen_host, cfg.ha_port, reuse_address=True)
+        except OSError as exc:
+            log.error("replication port %s:%d unavailable (%s): no slave can connect; trying again in %gs",
+                      cfg.listen_host, cfg.ha_port, exc, BIND_RETRY)
+            return False
         log.info("replication service on %s:%d (%s)", cfg.listen_host, cfg.ha_port,
                  "sync: sends wait for a slave" if cfg.replication == "sync" else "async")
+        return True
 
     def _waits_for_acked(self, word: int) -> bool:
         return 0 < word <= self.acked.get()

@@ -46,6 +46,8 @@ def test_a_master_says_once_that_it_is_ready_naming_every_port_and_again_after_a
                         "vip": str(vip), "ha": str(node.ha_port), "registry": str(node.registry_port),
                         "metrics": str(node.metrics_port)}
         assert vip and all(listening(int(port)) for what, port in said.items() if what not in ("role", "store"))
+        log = node.log_text()           # each actor is ready once it listens: the ha actor too
+        assert log.index(f"replication service on 127.0.0.1:{node.ha_port}") < log.index("ha ready (pid")
 
         commit = node.actor("commit")["pid"]
         os.kill(commit, signal.SIGKILL)
