@@ -64,7 +64,7 @@ async def _acl_delete(admin: AsyncAdmin, args: argparse.Namespace) -> None:
 @command("acl-white", "replace the global white list, the addresses let in without an account "
          "(UPDATE_GLOBAL_WHITE_ADDRS_CONFIG; mqadmin updateGlobalWhiteAddr)",
          options((("--addrs",), {"required": True, "metavar": "P,...", "help": "comma list of address patterns "
-                                 "(10.1.*, 10.1.1.1-9, *); '' empties it"}), CLUSTER, BROKER))
+                                 "(10.1.1.*, 10.1.1.1-9, *); '' empties it"}), CLUSTER, BROKER))
 async def _acl_white(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     _done(args, "global white list updated",
           await admin.update_global_white_addrs(split_list(args.addrs) or [], cluster=args.cluster,

@@ -10,7 +10,8 @@ queue directly with a pull consumer from --from on, commits nothing, and needs n
 on the broker. --lite polls a lite pull consumer (Java's DefaultLitePullConsumer) of the group
 and commits each batch once it is printed. --sql takes the messages whose properties a SQL92 expression selects (the
 broker evaluates it, as for MessageSelector.bySql). Stops after --count messages, after
---idle-timeout seconds without one, or on ^C.
+--idle-timeout seconds without one, or on ^C. After a quiet spell of 2 s it says once on stderr
+what it has and what it waits for, so a terminal that has gone quiet is not a mystery.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import time
 
 from smartgo.cli._common import add_common, add_trace, client_options, emit, guarded, trace_options
@@ -27,6 +29,8 @@ from smartgo.client import (AsyncLitePullConsumer, AsyncPullConsumer, AsyncPushC
 from smartgo.client.message import message_to_json
 from smartgo.net.loop import run as run_loop, wait_within
 from smartgo.store.record import MessageExt
+
+QUIET_SPELL = 2.0   # seconds without a message before the one waiting line on stderr
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,12 +74,14 @@ class _Printer:
         self.count = 0
         self.last = time.monotonic()
         self.done = asyncio.Event()
+        self.told = False           # the waiting line of this quiet spell is out
 
     def show(self, msg: MessageExt) -> None:
         if self.done.is_set():
             return
         self.count += 1
         self.last = time.monotonic()
+        self.told = False
         doc = message_to_json(msg, self.args.body_limit)
         if self.args.json:
             emit(doc)
@@ -86,13 +92,26 @@ class _Printer:
         if self.args.count and self.count >= self.args.count:
             self.done.set()
 
-    @property
     def idle(self) -> bool:
-        return bool(self.args.idle_timeout) and time.monotonic() - self.last >= self.args.idle_timeout
+        """Past --idle-timeout without a message; else, once per quiet spell, say on stderr what it waits for."""
+        quiet = time.monotonic() - self.last
+        if self.args.idle_timeout and quiet >= self.args.idle_timeout:
+            return True
+        if quiet >= QUIET_SPELL and not self.told and not self.done.is_set():
+            self.told = True
+            print(self.waiting_line(), file=sys.stderr, flush=True)
+        return False
+
+    def waiting_line(self) -> str:
+        count, idle = self.args.count, self.args.idle_timeout
+        has = f"received {self.count} of {count}; waiting for {count - self.count} more" if count else \
+            f"received {self.count}; waiting for more"
+        ends = f"stops after {idle:g} s without one, or Ctrl-C" if idle else "Ctrl-C to stop"
+        return f"{has} ({ends})"
 
     async def wait(self) -> None:
         while not self.done.is_set():
-            if self.idle:
+            if self.idle():
                 return
             try:
                 await wait_within(self.done.wait(), 0.1)
@@ -130,7 +149,7 @@ async def _lite(args: argparse.Namespace, printer: _Printer) -> None:
                                      **client_options(args), **trace_options(args))
     consumer.subscribe(args.topic, _selector(args))
     async with consumer:
-        while not printer.done.is_set() and not printer.idle:
+        while not printer.done.is_set() and not printer.idle():
             batch = await consumer.poll(0.1)
             shown = batch[:args.count - printer.count] if args.count else batch
             for msg in shown:

@@ -630,7 +630,7 @@ class AsyncAdmin:
 
     async def update_global_white_addrs(self, patterns: Iterable[str], *, cluster: str | None = None,
                                         broker_addr: str | None = None) -> list[str]:
-        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: the addresses (patterns such as 10.1.*) let in without
+        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: the addresses (patterns such as 10.1.1.*) let in without
         an account become `patterns`; an empty list lets in no one that way."""
         return await self._acl_change(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
                                       {"globalWhiteAddrs": ",".join(patterns)}, "update the global white list",

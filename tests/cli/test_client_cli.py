@@ -89,6 +89,26 @@ def test_consume_pull_json_lines(cluster, capsys):
     assert {d["keys"][0] for d in docs} == {"k0", "k1", "k2"}
 
 
+def test_consume_says_once_on_stderr_what_it_has_and_waits_for(cluster, capsys):
+    """One message of the ten asked for, then quiet: one line on stderr says what came, what it
+    waits for and how it ends, once for the whole quiet spell (not every 2 s); --idle-timeout ends it."""
+    registry, broker = cluster
+    record = broker.record("T", 0, 0, b"m0", {"TAGS": "A"})
+
+    def pull(conn, cmd):
+        offset, held = int(cmd.ext_fields["queueOffset"]), int(cmd.ext_fields["queueId"] == "0")
+        if offset < held:
+            return pull_response(cmd, 0, 1, 0, 1, record)
+        return pull_response(cmd, ResponseCode.PULL_NOT_FOUND, offset, 0, held)
+    broker.handlers[RequestCode.PULL_MESSAGE] = pull
+    broker.handlers[RequestCode.GET_MIN_OFFSET] = lambda c, cmd: response(cmd, ext={"offset": "0"})
+    status, out, err = run_cli(capsys, "consume", "-n", registry, "--topic", "T", "--pull", "--from", "first",
+                               "--count", "10", "--idle-timeout", "4.5")
+    assert status == 0, err
+    assert out.splitlines()[-1] == "1 message(s)"
+    assert err.splitlines() == ["received 1 of 10; waiting for 9 more (stops after 4.5 s without one, or Ctrl-C)"]
+
+
 def test_consume_sql_sends_the_selector_and_refuses_a_bad_one(cluster, capsys):
     registry, broker = cluster
     records = [broker.record("T", 0, 0, b"m0", {"a": "1"})]
