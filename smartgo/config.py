@@ -254,7 +254,10 @@ class NodeConfig:
                                                 "(the default policy)", choices=("batch", "other"))
     heartbeat_interval: float = setting(0.2, "seconds between an actor's heartbeats on the board")
     heartbeat_deadline: float = setting(5.0, "an actor whose heartbeat is older than this (s) is killed and "
-                                             "restarted; an actor spec may set its own")
+                                             "restarted, unless its progress counter still moves (busy, not "
+                                             "hung: a warning); an actor spec may set its own")
+    heartbeat_busy_limit: float = setting(30.0, "a busy actor (progress, no heartbeat) is killed all the same once "
+                                                "its heartbeat is this old (s)")
     start_timeout: float = setting(60.0, "seconds an actor may take to start before it is killed")
     restart_backoff: float = setting(0.05, "delay (s) before the first restart of a crashed actor; doubles "
                                            "with each further restart inside restart_window")

@@ -8,7 +8,10 @@ the subclass's hooks:
     -> await stop() -> state STOPPED -> exit 0
 
 The heartbeat is a task on the actor's own loop, so a loop blocked by a stuck callback stops
-heartbeating and the supervisor kills and restarts the actor. An exception escaping start(),
+heartbeating and the supervisor kills and restarts the actor - unless the actor's progress
+counter (`progress_cell`, bumped by its hot path) still moves: then it is busy, not hung, and
+the supervisor only warns, up to heartbeat_busy_limit. Each heartbeat also publishes how late its
+timer fired (the loop lag: the longest the loop went without a turn). An exception escaping start(),
 stop() or a periodic task ends the process with status 1 (after stop() where possible): let it
 crash, the supervisor restarts it from a clean state.
 
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smartgo.actors.board import ActorState, Board
+from smartgo.actors.board import ActorState, Board, monotonic_ns
 from smartgo.actors.control import ChildEnd, ForwardingHandler
 from smartgo.actors.ring import PRODUCER, Doorbell, Ring
 from smartgo.actors.spec import ActorSpec, import_object
@@ -93,6 +96,11 @@ class Actor:
         return sum(r.backlog() for r in self._inbound)
 
     # ---- services for subclasses --------------------------------------------------------------------
+    def progress_cell(self) -> memoryview:
+        """This actor's progress counter on the board (a one-item view): count units of work
+        with `cell[0] += 1` where they are done, so they show while the loop is not turning."""
+        return self.board.self_writer(self.ctx.slot).progress_cell()
+
     def every(self, interval: float, fn: Callable[[], Awaitable[None] | None], name: str | None = None) -> None:
         """Run fn (sync or async) every `interval` seconds while the actor runs (fixed delay)."""
         entry = (interval, fn, name or getattr(fn, "__name__", "periodic"))
@@ -157,13 +165,17 @@ class Actor:
     async def _heartbeat(self) -> None:
         slot = self.board.self_writer(self.ctx.slot)
         interval = self.config.heartbeat_interval
+        step = int(interval * 1e9)
+        lag = 0
         while True:
             try:
                 depth = self.mailbox_depth()
             except Exception:
                 depth = -1
-            slot.heartbeat(depth)
+            slot.heartbeat(depth, lag if self._running else 0)     # start()'s steps: start_timeout bounds them
+            due = monotonic_ns() + step
             await asyncio.sleep(interval)
+            lag = max(0, monotonic_ns() - due)
 
     def _on_control(self, msg: dict) -> None:
         if msg.get("op") == "stop":

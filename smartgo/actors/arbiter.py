@@ -45,6 +45,7 @@ from smartgo.actors.helpers import Helpers, become_subreaper, exited, pidfd
 from smartgo.actors.logs import emit_forwarded, remove_handlers, setup_node_logging
 from smartgo.actors.roles import Role, node_actors
 from smartgo.actors.spec import PERMANENT, TEMPORARY, ActorSpec, SpecError, start_layers
+from smartgo.actors.watchdog import Verdict, Watchdog
 from smartgo.config import NodeConfig
 
 log = logging.getLogger("smartgo.actors.arbiter")
@@ -140,6 +141,7 @@ class Arbiter:
         self._lock_fd = -1
         self._port_claims: list[socket.socket] = []
         self._fields: dict[str, Any] = {}
+        self.watchdog = Watchdog(config.heartbeat_busy_limit)
         self._ready = False         # every actor ready, and said so (the "node ready" line)
         self._ready_once = False    # said at least once since the supervisor started
         self._unready_since = time.monotonic()
@@ -485,9 +487,14 @@ class Arbiter:
                     self._kill(c, f"not ready {self.config.start_timeout:g}s after spawn (start_timeout)")
             elif c.state == SupState.READY:
                 view = self.board.read_slot(c.slot)
-                age = (now_ns - view.heartbeat_ns) / 1e9
-                if view.current and age > c.deadline:
-                    self._kill(c, f"heartbeat {age:.2f}s old (deadline {c.deadline:g}s): hung")
+                if not view.current:
+                    continue
+                verdict, why = self.watchdog.check(c.slot, view, c.deadline, now_ns)
+                if verdict in (Verdict.HUNG, Verdict.OVERDUE):
+                    self._kill(c, why)
+                elif why:
+                    level = logging.WARNING if verdict is Verdict.BUSY else logging.INFO
+                    log.log(level, "actor %s (pid %d) %s", c.name, c.pid, why)
 
     def _kill(self, c: Child, reason: str) -> None:
         c.kill_reason = reason

@@ -46,13 +46,14 @@ NAME_BYTES = 32       # actor names in slots
 TOPIC_BYTES = 128     # RocketMQ topics are at most 127 bytes (signed length byte in the store)
 SUPERVISOR = "supervisor"
 
-# Actor slot layout, in 8-byte words of one 128-byte slot. Words 0..7: the supervisor's record
+# Actor slot layout, in 8-byte words of one 192-byte slot. Words 0..7: the supervisor's record
 # under a seqlock (seq, pid, incarnation, restarts, sup_state, deadline_ns, spawned_ns,
-# last_exit); 8..11: fields the actor itself writes, one store each; bytes 96..127: the name.
-SLOT_SIZE = 128
+# last_exit); 8..14: fields the actor itself writes, one store each (pid, heartbeat, state,
+# mailbox depth, progress, loop lag, its maximum); bytes 160..191: the name.
+SLOT_SIZE = 192
 _SUP_WORDS = 8
-_SELF_PID, _HEARTBEAT, _STATE, _DEPTH = 8, 9, 10, 11
-_NAME = 96
+_SELF_PID, _HEARTBEAT, _STATE, _DEPTH, _PROGRESS, _LAG, _LAG_MAX = range(8, 15)
+_NAME = 160
 
 # Queue-table entry, in words: hash (published last), queue id, topic length, values..., then
 # the topic bytes.
@@ -307,7 +308,7 @@ class Board:
                 give_up = now + 1.0
             elif now > give_up:                                 # the supervisor died mid-write
                 raise BoardError(f"actor slot {index} stays mid-write (seqlock odd)")
-        mine = w[i + _SELF_PID:i + _DEPTH + 1].tolist()
+        mine = w[i + _SELF_PID:i + _LAG_MAX + 1].tolist()
         raw = bytes(self.buf[off + _NAME:off + _NAME + NAME_BYTES]).rstrip(b"\0")
         return SlotView(raw.decode(), *sup[1:], *mine)
 
@@ -349,12 +350,23 @@ class SlotWriter:
         w, i = self._w, self._i
         w[i + _STATE] = ActorState.STARTING
         w[i + _HEARTBEAT] = monotonic_ns()
-        w[i + _DEPTH] = 0
+        w[i + _DEPTH] = w[i + _PROGRESS] = w[i + _LAG] = w[i + _LAG_MAX] = 0
         w[i + _SELF_PID] = pid
 
-    def heartbeat(self, depth: int) -> None:
-        self._w[self._i + _DEPTH] = depth
-        self._w[self._i + _HEARTBEAT] = monotonic_ns()
+    def heartbeat(self, depth: int, lag_ns: int) -> None:
+        """lag_ns: how late this heartbeat's timer fired, i.e. how long the loop went without a turn."""
+        w, i = self._w, self._i
+        w[i + _DEPTH] = depth
+        w[i + _LAG] = lag_ns
+        if lag_ns > w[i + _LAG_MAX]:
+            w[i + _LAG_MAX] = lag_ns
+        w[i + _HEARTBEAT] = monotonic_ns()
+
+    def progress_cell(self) -> memoryview:
+        """The slot's progress counter as a one-item view: the hot path counts its work with
+        `cell[0] += 1` (one store), inside a long synchronous stretch too, so the supervisor
+        can tell an actor that serves without turning its loop from a hung one."""
+        return self._w[self._i + _PROGRESS:self._i + _PROGRESS + 1]
 
     def state(self, state: int) -> None:
         self._w[self._i + _STATE] = state
@@ -375,6 +387,9 @@ class SlotView:
     heartbeat_ns: int
     state: int
     mailbox_depth: int
+    progress: int           # units of work done (the net actors: requests and woken pulls served)
+    loop_lag_ns: int        # the last heartbeat's lateness: the loop's latest gap between turns
+    loop_lag_max_ns: int    # the largest since this incarnation started
 
     @property
     def current(self) -> bool:

@@ -95,6 +95,9 @@ def actor_health(view: SlotView, now_ns: int, sampler: CpuSampler) -> dict:
             "restarts": view.restarts, "incarnation": view.incarnation,
             "cpu_percent": cpu, "rss_bytes": rss,
             "mailbox_depth": view.mailbox_depth if view.current else None,
+            "progress": view.progress if view.current else None,
+            "loop_lag_ms": round(view.loop_lag_ns / 1e6, 1) if view.current else None,
+            "loop_lag_max_ms": round(view.loop_lag_max_ns / 1e6, 1) if view.current else None,
             "healthy": not problem, "problem": problem or None}
 
 

@@ -4,7 +4,8 @@ A role gives its actors (ActorSpecs, in any order: `after` fixes the start order
 fields they publish (each with its single writer), and optionally a recovery hook the supervisor
 runs in a separate process before every (re)start of the node's actors.
 
-Extra actors from the config file's [[actor]] tables are appended to any role's list.
+Extra actors from the config file's [[actor]] tables are appended to any role's list; a table with
+only the name of one of the role's actors and a heartbeat_deadline sets that actor's own deadline.
 """
 
 from __future__ import annotations
@@ -161,10 +162,15 @@ ROLES: dict[str, Role] = {
 
 
 def node_actors(config: NodeConfig, role: Role) -> list[ActorSpec]:
-    """The role's actors plus the config file's extra ones."""
+    """The role's actors plus the config file's extra ones, with the deadlines it sets for its own."""
     specs = list(role.actors(config))
+    own = {s.name: i for i, s in enumerate(specs)}
     for i, table in enumerate(config.actor):
         if not isinstance(table, dict):
             raise ConfigError(f"[[actor]] entry {i + 1} is not a table")
-        specs.append(ActorSpec.from_dict(table))
+        if table.keys() == {"name", "heartbeat_deadline"} and table["name"] in own:
+            j = own[table["name"]]
+            specs[j] = replace(specs[j], heartbeat_deadline=float(table["heartbeat_deadline"]))
+        else:
+            specs.append(ActorSpec.from_dict(table))
     return specs

@@ -68,6 +68,31 @@ class HangingActor(Actor):
             asyncio.get_running_loop().call_later(self.hang_after, time.sleep, 3600)
 
 
+class BusyActor(Actor):
+    """busy_after seconds after start, works busy_for seconds without letting its loop turn,
+    counting each 10 ms of work on its progress counter (in its first busy_incarnations lives)."""
+
+    def __init__(self, ctx: ActorContext, busy_after: float = 0.2, busy_for: float = 2.0,
+                 busy_incarnations: int = 1) -> None:
+        super().__init__(ctx)
+        self.busy_after = busy_after
+        self.busy_for = busy_for
+        self.busy_incarnations = busy_incarnations
+
+    async def start(self) -> None:
+        if self.ctx.incarnation <= self.busy_incarnations:
+            asyncio.get_running_loop().call_later(self.busy_after, self._work)
+
+    def _work(self) -> None:
+        cell = self.progress_cell()
+        self.log.info("busy for %.2fs", self.busy_for)
+        end = time.monotonic() + self.busy_for
+        while time.monotonic() < end:
+            time.sleep(0.01)
+            cell[0] += 1
+        self.log.info("done being busy")
+
+
 class CrashingActor(Actor):
     """Crashes (exit status 1) crash_after seconds after start, for its first crash_times starts.
 

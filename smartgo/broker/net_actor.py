@@ -13,6 +13,10 @@ One pump task drains the three inbound rings and answers sends whose sync flush 
 sleeps on this actor's doorbell, which the commit, hold and broker actors ring through the
 rings and the flush actor rings through the board word `<me>.flush_wait`.
 
+Requests and woken pulls run within a per-turn time budget (smartgo.net.budget): the loop turns
+at least every 20 ms or so however many pulls 1,024 queues' consumers keep in flight, and each
+unit of work counts on the actor's board slot, the progress the supervisor's watchdog reads.
+
 Control plane: the broker actor's group states arrive as channel events into a GroupsView
 (pulls check subscriptions against it); at start, and whenever the broker actor restarts or an
 event went missing, the net actor asks for the whole table ("want_state") and, at start, waits
@@ -58,6 +62,7 @@ from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, ConnectionEvent
 from smartgo.net.errors import RemotingError, RemotingTimeoutError
+from smartgo.net.budget import TurnBudget
 from smartgo.net.loop import wait_within
 from smartgo.net.server import RemotingServer
 from smartgo.net.tls import node_server_options
@@ -97,6 +102,7 @@ class NetActor(Actor):
                                  "acl": self._on_acl})
         self.link.on_gap = self._want_state
         self.stats = NetStats()
+        self.budget = TurnBudget(asyncio.get_running_loop(), cell=self.progress_cell())
         self.groups = GroupsView()
         self._groups_loaded = asyncio.Event()
         self.heartbeats: dict[int, RemotingCommand] = {}       # connection id -> its last HEART_BEAT
@@ -146,7 +152,8 @@ class NetActor(Actor):
         tls = node_server_options(cfg.server_tls, me)
         self.server = RemotingServer(cfg.listen_host, ports, processors, reuse_port=True,
                                      max_frame=max(16 << 20, cfg.max_message_size + (1 << 20)),
-                                     listeners=[self._on_connection_event], busy_poll_us=cfg.net_busy_poll_us, **tls)
+                                     listeners=[self._on_connection_event], busy_poll_us=cfg.net_busy_poll_us,
+                                     budget=self.budget, **tls)
         self._pump = self.spawn(self._run_pump(), "pump", through_stop=True)   # stop() drains through it
         self._want_state()
         try:

@@ -23,8 +23,9 @@ group and topic; latency from arrival, or from the last wake-up of a parked pull
 
 A pull with the suspend flag that finds nothing (PULL_NOT_FOUND) is parked: the hold actor gets
 its token, queue, offset and deadline (now + suspendTimeoutMillis) and hands the token back when
-something arrives or the deadline passes; the pull then runs again and is answered. If the hold
-actor restarts, parked pulls are parked again; past its deadline (plus a grace) a pull is
+something arrives or the deadline passes; the pull then runs again and is answered, within
+the loop turn's budget (a wake of every queue at once is answered over several turns). If the
+hold actor restarts, parked pulls are parked again; past its deadline (plus a grace) a pull is
 answered here whatever happened to the hold actor.
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -110,6 +112,9 @@ class PullProcessor:
         self.auto_create_groups = net.config.auto_create_subscription_group == "true"
         self.parks = Batcher(net.park_ring)       # a full ring (hold down): the deadline sweep answers them
         self.parked: dict[int, ParkedPull] = {}
+        self.budget = net.budget
+        self._woken: deque[tuple[ParkedPull, bool]] = deque()     # and whether each may park again
+        self._deferred = False                                    # the budget resumes _answer_woken
         self._tokens = itertools.count(1)
         self.filters = net.filters
         self._served = 0
@@ -250,11 +255,25 @@ class PullProcessor:
 
     def on_wakes(self, records: list[memoryview]) -> None:
         now = monotonic_ms()
+        woken = self._woken
         for mv in records:
             for token, reason in iter_wakes(mv):
                 p = self.parked.pop(token, None)
                 if p is not None:
-                    self._answer(p, reason == WAKE_ARRIVED and now < p.deadline)
+                    woken.append((p, reason == WAKE_ARRIVED and now < p.deadline))
+        if not self._deferred:
+            self._answer_woken()
+
+    def _answer_woken(self) -> None:
+        """Run the woken pulls again while the turn's budget lasts; the rest next turn."""
+        self._deferred = False
+        woken, budget = self._woken, self.budget
+        while woken:
+            if not budget.take():
+                self._deferred = True
+                budget.defer(self._answer_woken)
+                return
+            self._answer(*woken.popleft())
 
     def _answer(self, p: ParkedPull, may_suspend: bool) -> None:
         if p.conn.closed:
@@ -282,5 +301,7 @@ class PullProcessor:
     def answer_all(self) -> None:
         """At stop: every parked pull gets its answer now."""
         parked, self.parked = self.parked, {}
-        for p in parked.values():
+        woken = [p for p, _ in self._woken]
+        self._woken.clear()
+        for p in [*parked.values(), *woken]:
             self._answer(p, False)

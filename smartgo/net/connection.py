@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from smartgo.net.budget import TurnBudget
 from smartgo.net.busy_poll import poller_for
 from smartgo.net.codes import (FLAG_ONEWAY, FLAG_RESPONSE, FLAG_SMARTGO, ResponseCode,
                                SerializeType)
@@ -92,6 +93,9 @@ class EndpointOptions:
     #: Called with every request this side sends, before it is encoded (RocketMQ's
     #: RPCHook.doBeforeRequest: the ACL signature).
     request_hook: Callable[[RemotingCommand], None] | None = None
+    #: Shared by the endpoint's connections: requests run while the loop turn's budget lasts, the
+    #: rest wait (reading paused) for the next turn (smartgo.net.budget). None: no bound.
+    budget: TurnBudget | None = None
 
 
 class Endpoint:
@@ -173,6 +177,8 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task] = set()
         self._oneway: set[asyncio.Task] = set()     # of _tasks: oneway requests', which outlive the connection
         self._backlog: deque[RemotingCommand] = deque()
+        self._budget = opts.budget
+        self._deferred = False      # the turn's budget ran out: the backlog goes on next turn
         self._out: list = []
         self._flush_scheduled = False
         self._receiving = False
@@ -323,8 +329,11 @@ class Connection(asyncio.Protocol):
                     self._on_smartgo_peer()
                 if cmd.flag & FLAG_RESPONSE:
                     self._on_response(cmd)
-                elif self._inflight_paused:
-                    self._backlog.append(cmd)   # over max_inflight: wait for running requests
+                elif self._inflight_paused or self._deferred:
+                    self._backlog.append(cmd)   # over max_inflight, or the turn's budget is spent: wait
+                elif self._budget is not None and not self._budget.take():
+                    self._backlog.append(cmd)
+                    self._defer()
                 else:
                     self._on_request(cmd)
         finally:
@@ -388,7 +397,7 @@ class Connection(asyncio.Protocol):
             self.last_active = self._loop.time()
 
     def _update_reading(self) -> None:
-        paused = self._inflight_paused or (
+        paused = self._inflight_paused or self._deferred or (
             self._write_paused and self._endpoint.options.pause_reading_on_backpressure)
         transport = self._transport
         if paused != self._read_paused and transport is not None and not transport.is_closing():
@@ -448,10 +457,28 @@ class Connection(asyncio.Protocol):
         if not self._inflight_paused or len(tasks) > self._max_inflight // 2:
             return
         self._inflight_paused = False
-        backlog = self._backlog
+        if not self._deferred:          # else the budget's next turn goes on with the backlog
+            self._run_backlog()
+
+    def _defer(self) -> None:
+        """The turn's budget is spent: stop reading, go on with the backlog next turn."""
+        self._deferred = True
+        self._update_reading()
+        self._budget.defer(self._resume)  # type: ignore[union-attr]
+
+    def _resume(self) -> None:
+        self._deferred = False
+        self._run_backlog()
+
+    def _run_backlog(self) -> None:
+        """Run the requests held back, in order, while max_inflight and the turn's budget allow."""
+        backlog, budget = self._backlog, self._budget
         self._receiving = True
         try:
             while backlog and not self._inflight_paused and self._transport is not None:
+                if budget is not None and not budget.take():
+                    self._defer()
+                    break
                 self._on_request(backlog.popleft())
         finally:
             self._receiving = False

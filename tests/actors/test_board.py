@@ -66,12 +66,17 @@ def test_actor_slots(board):
     me = board.self_writer(1)
     me.claim(42)
     me.state(ActorState.RUNNING)
-    me.heartbeat(depth=17)
+    me.heartbeat(depth=17, lag_ns=3000)
+    me.heartbeat(depth=17, lag_ns=1000)
+    cell = me.progress_cell()
+    cell[0] += 5
     reader = Board.open(board.path, writable=False)
     view = reader.read_slot(board.slot_of("net-0"))
     assert reader.actor_running("net-0") and not reader.actor_running("registry")
     assert (view.name, view.pid, view.incarnation, view.restarts, view.last_exit) == ("net-0", 42, 3, 2, -9)
     assert view.current and view.state == ActorState.RUNNING and view.mailbox_depth == 17
+    assert (view.progress, view.loop_lag_ns, view.loop_lag_max_ns) == (5, 1000, 3000)
+    cell.release()
     assert board.actor_names() == ["registry", "net-0"]
     with pytest.raises(BoardError):
         board.name_slot(2, "x" * 33)

@@ -66,6 +66,14 @@ def test_extra_actors_from_the_file(tmp_path: Path):
         node_actors(bad, ROLES["registry"])
 
 
+def test_a_table_naming_one_of_the_roles_actors_sets_its_heartbeat_deadline():
+    cfg = NodeConfig(role="registry", actor=[{"name": "registry", "heartbeat_deadline": 0.8}])
+    assert [(s.name, s.heartbeat_deadline) for s in node_actors(cfg, ROLES["registry"])] == [("registry", 0.8)]
+    other = NodeConfig(role="registry", actor=[{"name": "nobody", "heartbeat_deadline": 0.8}])
+    with pytest.raises(SpecError, match="nobody"):          # not one of the role's: an extra actor needs a cls
+        node_actors(other, ROLES["registry"])
+
+
 def _spec(name: str, *after: str) -> ActorSpec:
     return ActorSpec(name, "m:C", after=after)
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 
 import pytest
 
+from smartgo.net.budget import TurnBudget
 from smartgo.net.codes import FLAG_RESPONSE
 from smartgo.net.command import RemotingCommand
-from smartgo.net.connection import Connection, Endpoint, EndpointOptions
+from smartgo.net.connection import Connection, Endpoint, EndpointOptions, eager
 from smartgo.net.errors import ConnectionClosedError, RemotingTimeoutError
 from smartgo.net.frame import FrameDecoder, encode_frame
 
@@ -115,4 +118,46 @@ def test_callbacks_get_responses_timeouts_and_close_errors(arun) -> None:
         with pytest.raises(ConnectionClosedError):
             conn.invoke_async(RemotingCommand(13), 1.0, callback)
         assert isinstance(conn.invoke(RemotingCommand(14), 1.0).exception(), ConnectionClosedError)
+    arun(main())
+
+
+def test_requests_of_one_read_wait_for_the_next_turn_once_its_budget_is_spent(arun) -> None:
+    """A read carrying many requests (a consumer's pulls of 1,024 queues) runs them within the
+    loop turn's budget and the rest in later turns, reading paused meanwhile: the loop, its
+    timers and other connections get their turns. Every request is answered, in order."""
+    async def main() -> None:
+        turns = 0
+        seen: list[int] = []            # the turn each request ran in
+
+        @eager
+        async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+            time.sleep(0.004)           # a pull costing 4 ms of synchronous work
+            seen.append(turns)
+            return cmd.make_response(0, cmd.ext_fields["n"])
+
+        async def ticker() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        cell = memoryview(bytearray(8)).cast("q")
+        budget = TurnBudget(asyncio.get_running_loop(), limit=0.02, cell=cell)
+        conn = Connection(Endpoint(EndpointOptions(processors={11: slow}, budget=budget), scan_interval=1.0),
+                          dialled=False)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        ticking = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        conn.data_received(b"".join(encode_frame(RemotingCommand(11, opaque=n, ext_fields={"n": str(n)}))
+                                    for n in range(60)))
+        assert len(seen) < 60 and transport.calls == ["pause"]         # the rest waits, reading paused
+        while len(seen) < 60:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+        ticking.cancel()
+        per_turn = Counter(seen)
+        assert len(per_turn) >= 6 and max(per_turn.values()) <= 10, per_turn   # ~5 of 4 ms in a 20 ms turn
+        assert [c.remark for c in FrameDecoder().feed(bytes(transport.written))] == [str(n) for n in range(60)]
+        assert transport.calls[-1] == "resume" and cell[0] == 60
     arun(main())
