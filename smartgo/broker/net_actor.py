@@ -14,8 +14,8 @@ sleeps on this actor's doorbell, which the commit, hold and broker actors ring t
 rings and the flush actor rings through the board word `<me>.flush_wait`.
 
 Requests and woken pulls run within a per-turn time budget (smartgo.net.budget): the loop turns
-at least every 20 ms or so however many pulls 1,024 queues' consumers keep in flight, and each
-unit of work counts on the actor's board slot, the progress the supervisor's watchdog reads.
+about every 20 ms however many pulls the consumers of 1,024 queues keep in flight or wake at
+once, and each counts on the actor's board slot, the progress the supervisor's watchdog reads.
 
 Control plane: the broker actor's group states arrive as channel events into a GroupsView
 (pulls check subscriptions against it); at start, and whenever the broker actor restarts or an
