@@ -261,6 +261,10 @@ class BrokerMetrics:
         restarts = self.family("smartgo_actor_restarts_total", "counter", "Times the supervisor restarted the actor")
         age = self.family("smartgo_actor_heartbeat_age_seconds", "gauge", "Seconds since the actor's last heartbeat")
         mailbox = self.family("smartgo_actor_mailbox_depth", "gauge", "Control messages waiting for the actor")
+        lag = self.family("smartgo_actor_loop_lag_seconds", "gauge",
+                          "How late the actor's last heartbeat timer fired: its loop's latest gap between turns")
+        progress = self.family("smartgo_actor_progress_total", "counter",
+                               "Units of work the actor counted (net actors: requests and woken pulls run)")
         cpu = self.family("smartgo_process_cpu_seconds_total", "counter", "CPU time (user + system) of the process")
         rss = self.family("smartgo_process_resident_memory_bytes", "gauge", "Resident memory of the process")
         node = health["node"]
@@ -273,6 +277,8 @@ class BrokerMetrics:
                 age.add(labels, actor["heartbeat_age_s"])
             if actor["mailbox_depth"] is not None:
                 mailbox.add(labels, actor["mailbox_depth"])
+                lag.add(labels, actor["loop_lag_ms"] / 1000)
+                progress.add(labels, actor["progress"])
             processes.append((actor["name"], actor["pid"] or 0, actor["rss_bytes"]))
         for name, pid, resident in processes:
             times = self.sampler.cpu_seconds(pid) if pid else None
@@ -280,7 +286,7 @@ class BrokerMetrics:
                 cpu.add({"actor": name}, round(times, 3))
             if resident is not None:
                 rss.add({"actor": name}, resident)
-        return [healthy, up, restarts, age, mailbox, cpu, rss]
+        return [healthy, up, restarts, age, mailbox, lag, progress, cpu, rss]
 
 
 def _by_client(channels: Iterable[ClientChannel]) -> list[tuple[tuple[str, str], int]]:

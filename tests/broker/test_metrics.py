@@ -268,7 +268,9 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
             assert metric_value(samples, "smartgo_actor_restarts_total", actor=actor) == 0, actor
             assert metric_value(samples, "smartgo_process_resident_memory_bytes", actor=actor) > 1 << 20, actor
             assert metric_value(samples, "smartgo_process_cpu_seconds_total", actor=actor) is not None, actor
+            assert 0 <= metric_value(samples, "smartgo_actor_loop_lag_seconds", actor=actor) < 5, actor
         assert metric_value(samples, "smartgo_process_cpu_seconds_total", actor="supervisor") is not None
+        assert metric_value(samples, "smartgo_actor_progress_total", actor="net-0") >= sends  # each request counts
     finally:
         consumer.close()
         producer.close()
