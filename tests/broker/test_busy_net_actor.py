@@ -71,6 +71,9 @@ async def scenario(addr: str) -> dict[str, int]:
     sender = RemotingClient()
     try:
         await fill(addr, sender, BACKLOG, 128)
+        # connected before the 57,344 pulls are made: this process's own loop, busy making them,
+        # let a connect time out (3 s) on a slow host
+        await asyncio.gather(*(c.connection(addr) for c in connections))
         pulls = asyncio.ensure_future(consume(addr, connections))
         return await pulls_then_wake(addr, sender, pulls)
     finally:
@@ -81,7 +84,12 @@ async def scenario(addr: str) -> dict[str, int]:
 async def pulls_then_wake(addr: str, sender: RemotingClient, pulls: asyncio.Future) -> dict[str, int]:
     """Once every queue's backlog is drained (each group then has a pull parked per queue), a
     second backlog sent to every queue at once wakes them all in a few dispatch rounds."""
-    await asyncio.wait_for(drained(addr, sender), 240)
+    drain = asyncio.ensure_future(drained(addr, sender))
+    await asyncio.wait({drain, pulls}, timeout=240, return_when=asyncio.FIRST_COMPLETED)
+    if pulls.done():                # failed while draining: its error, not a 240 s wait
+        drain.cancel()
+        pulls.result()
+    await asyncio.wait_for(drain, 1)
     await fill(addr, sender, SECOND, QUEUES)
     return await asyncio.wait_for(pulls, 240)
 
