@@ -3,7 +3,8 @@
 What the broker's actors use:
     Actor, ActorContext            smartgo.actors.actor        (hooks: start, stop, on_control, every)
     ActorSpec                      smartgo.actors.spec         (one actor of a role)
-    Role, ROLES                    smartgo.actors.roles        (role -> actors, board fields, recovery)
+    Role                           smartgo.actors.role         (role -> actors, board fields, recovery;
+                                                               the roles themselves: smartgo.node.roles)
     Ring, Doorbell, wait_any       smartgo.actors.ring         (SPSC byte rings)
     Board, FieldSpec               smartgo.actors.board        (published positions, flags, queue table)
     node_health                    smartgo.actors.health       (what `smartgo health` shows)

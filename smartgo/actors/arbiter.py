@@ -33,6 +33,7 @@ import struct
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ from smartgo.actors.board import (NO_EXIT, NODE_FIELDS, SUPERVISOR, Board, Board
 from smartgo.actors.control import ParentEnd, make_pipes
 from smartgo.actors.helpers import Helpers, become_subreaper, exited, pidfd
 from smartgo.actors.logs import emit_forwarded, remove_handlers, setup_node_logging
-from smartgo.actors.roles import Role, node_actors
+from smartgo.actors.role import Role, node_actors
 from smartgo.actors.spec import PERMANENT, TEMPORARY, ActorSpec, SpecError, start_layers
 from smartgo.actors.watchdog import Verdict, Watchdog
 from smartgo.config import NodeConfig
@@ -724,11 +725,10 @@ def raise_open_files_limit() -> int:
     return soft
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python supervisor.py ...`: parse flags and config, run the role's node."""
+def main(roles: Mapping[str, Role], argv: list[str] | None = None) -> int:
+    """`python supervisor.py ...`: parse flags and config, run the node of one of `roles`."""
     import argparse
 
-    from smartgo.actors.roles import ROLES
     from smartgo.config import ConfigError, add_arguments, from_namespace
 
     parser = argparse.ArgumentParser(
@@ -739,9 +739,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = from_namespace(args)
-        role = ROLES.get(config.role)
+        role = roles.get(config.role)
         if role is None:
-            raise ConfigError(f"unknown role {config.role!r} (roles: {', '.join(ROLES)})")
+            raise ConfigError(f"unknown role {config.role!r} (roles: {', '.join(roles)})")
         arbiter = Arbiter(config.resolved(role.default_port), role)
     except (ConfigError, SpecError) as e:
         print(f"supervisor.py: error: {e}", file=sys.stderr)

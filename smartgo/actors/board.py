@@ -20,7 +20,7 @@ Rules that make it lock-free:
 
 The layout (field names, offsets, writers, table sizes) is written into the file as a msgpack
 directory, so readers need no code of their own: later issues add fields by declaring them in
-their role (smartgo/actors/roles.py) and `smartgo health` shows them without changes.
+their role (smartgo/node/roles.py) and `smartgo health` shows them without changes.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class FieldSpec:
     doc: str = ""
 
 
-# Fields every node has; roles append their own (smartgo/actors/roles.py).
+# Fields every node has; roles append their own (smartgo/node/roles.py).
 NODE_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("node.pid", SUPERVISOR, "supervisor pid"),
     FieldSpec("node.state", SUPERVISOR, "NodeState"),

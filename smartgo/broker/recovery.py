@@ -39,7 +39,7 @@ class Recovered:
 
 
 def recover_broker(config: NodeConfig) -> None:
-    """The role's `recover` hook (see smartgo.actors.roles)."""
+    """The role's `recover` hook (see smartgo.node.roles)."""
     cfg = store_config(config)
     with StoreLock(cfg.store_path):        # another broker (with another run dir) on this store: refuse
         start_over = reseed.pending(cfg.store_path)

@@ -4,9 +4,10 @@
 import sys
 
 from smartgo.actors.arbiter import main
-from smartgo.actors.roles import ROLES, Role
+from smartgo.actors.role import Role
+from smartgo.node.roles import ROLES
 
-ROLES["test"] = Role("test", 0, lambda config: [], recover="smartgo.actors.testing_actors:record_recovery")
+TEST_ROLES = {**ROLES, "test": Role("test", 0, lambda config: [], recover="smartgo.actors.testing_actors:record_recovery")}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(TEST_ROLES))

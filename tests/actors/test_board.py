@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from smartgo.actors.board import (NODE_FIELDS, ActorState, Board, BoardError, BoardFull, BoardLayout,
                                   FieldSpec, SupState)
-from smartgo.actors.roles import BROKER_FIELDS
+from smartgo.node.roles import BROKER_FIELDS
 
 LAYOUT = BoardLayout(fields=(*NODE_FIELDS, *BROKER_FIELDS), max_actors=8, queue_capacity=64,
                      meta={"role": "master"})

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.actors.roles import ROLES, node_actors
+from smartgo.actors.role import node_actors
 from smartgo.actors.spec import ActorSpec, SpecError, start_layers
 from smartgo.actors.testing import toml_dumps
 from smartgo.config import ConfigError, NodeConfig, add_arguments, from_namespace, load_file
+from smartgo.node.roles import ROLES
 
 
 def parse(argv: list[str]) -> NodeConfig:

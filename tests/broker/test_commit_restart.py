@@ -19,7 +19,7 @@ import pytest
 from smartgo.actors.actor import ActorContext
 from smartgo.actors.board import NODE_FIELDS, Board, BoardLayout
 from smartgo.actors.ring import CONSUMER, PRODUCER, Ring
-from smartgo.actors.roles import ROLES
+from smartgo.node.roles import ROLES
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker import recovery
 from smartgo.broker.commit_actor import CommitActor

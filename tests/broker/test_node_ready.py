@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.actors.roles import ROLES
+from smartgo.node.roles import ROLES
 from smartgo.actors.testing import launch_node
 from smartgo.broker.testing import FREE_PORT, start_broker
 from smartgo.config import NodeConfig

@@ -27,7 +27,7 @@ def launcher(tmp_path, limits: str):
     path.write_text(f"""
 import resource, sys
 sys.path.insert(0, {str(ROOT)!r})
-from smartgo.actors.arbiter import main
+from smartgo.node import main
 if __name__ == "__main__":
     resource.setrlimit(resource.RLIMIT_NOFILE, {limits})
     sys.exit(main())

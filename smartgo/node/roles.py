@@ -1,19 +1,19 @@
 """The role table: what each `--role` runs. The one place a role's actors are declared.
 
-A role gives its actors (ActorSpecs, in any order: `after` fixes the start order), the board
-fields they publish (each with its single writer), and optionally a recovery hook the supervisor
-runs in a separate process before every (re)start of the node's actors.
-
-Extra actors from the config file's [[actor]] tables are appended to any role's list; a table with
-only the name of one of the role's actors and a heartbeat_deadline sets that actor's own deadline.
+A role (smartgo.actors.role.Role) gives its actors (ActorSpecs, in any order: `after` fixes the
+start order), the board fields they publish (each with its single writer), and optionally a
+recovery hook the supervisor runs in a separate process before every (re)start of the node's
+actors. The entry point (smartgo.node.main) hands this table to the actor runtime, which imports
+no role.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
 from smartgo.actors.board import FieldSpec
+from smartgo.actors.role import Role
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker import failover
 from smartgo.broker.recovery import queue_demand
@@ -23,28 +23,8 @@ from smartgo.broker.stats import minute_sample_ms, window_seconds
 from smartgo.config import ConfigError, NodeConfig
 
 
-@dataclass(frozen=True)
-class Role:
-    name: str
-    default_port: int
-    actors: Callable[[NodeConfig], Sequence[ActorSpec]]
-    board_fields: Callable[[NodeConfig], Sequence[FieldSpec]] = field(default=lambda config: ())
-    # "package.module:function", called as function(config: NodeConfig) in a child process before
-    # the actors start; a non-zero exit (or an exception) fails the node start.
-    recover: str | None = None
-    # The config of each node life: automatic failover may have changed the role the command line gave.
-    configure: Callable[[NodeConfig], NodeConfig] = field(default=lambda config: config)
-    # Entries of the board's per-queue table this node life needs at least (the queues in its store).
-    queue_demand: Callable[[NodeConfig], int] = field(default=lambda config: 0)
-    # Ports its actors share through SO_REUSEPORT: the supervisor locks them for its life, since the
-    # kernel would let a second node of the same user bind them too and take half the connections.
-    shared_ports: Callable[[NodeConfig], Sequence[int]] = field(default=lambda config: ())
-    # Every port the node listens on, (what, port) in the order the "node ready" line names them.
-    ports: Callable[[NodeConfig], Sequence[tuple[str, int]]] = field(default=lambda config: ())
-
-
 def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
-    return [ActorSpec("registry", "smartgo.actors.registry_actor:RegistryActor")]
+    return [ActorSpec("registry", "smartgo.node.registry_actor:RegistryActor")]
 
 
 # Positions and flags a broker publishes, with their writers (ARCHITECTURE.md, sections actors and broker).
@@ -112,7 +92,7 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     specs = []
     broker_after: tuple[str, ...] = ()
     if not config.registry:
-        specs.append(ActorSpec("registry", "smartgo.actors.registry_actor:RegistryActor",
+        specs.append(ActorSpec("registry", "smartgo.node.registry_actor:RegistryActor",
                                kwargs={"port": config.embedded_registry_port, "subdir": "registry"}))
         broker_after = ("registry",)
     writer = commitlog_writer(config)
@@ -159,18 +139,3 @@ ROLES: dict[str, Role] = {
     "slave": Role("slave", 10911, _broker_actors, _broker_fields, recover=_RECOVER, configure=failover.apply,
                   shared_ports=_net_ports, queue_demand=queue_demand, ports=_broker_ports),
 }
-
-
-def node_actors(config: NodeConfig, role: Role) -> list[ActorSpec]:
-    """The role's actors plus the config file's extra ones, with the deadlines it sets for its own."""
-    specs = list(role.actors(config))
-    own = {s.name: i for i, s in enumerate(specs)}
-    for i, table in enumerate(config.actor):
-        if not isinstance(table, dict):
-            raise ConfigError(f"[[actor]] entry {i + 1} is not a table")
-        if table.keys() == {"name", "heartbeat_deadline"} and table["name"] in own:
-            j = own[table["name"]]
-            specs[j] = replace(specs[j], heartbeat_deadline=float(table["heartbeat_deadline"]))
-        else:
-            specs.append(ActorSpec.from_dict(table))
-    return specs

@@ -8,8 +8,8 @@ an embedded one leaves registrations open when the node has no account of its ow
 
 from __future__ import annotations
 
-from smartgo.actors.actor import Actor, ActorContext
 from smartgo.acl import node_client
+from smartgo.actors.actor import Actor, ActorContext
 from smartgo.broker import failover
 from smartgo.broker.acl_guard import node_guard
 from smartgo.net.tls import node_server_options
@@ -27,7 +27,7 @@ class RegistryActor(Actor):
             cfg.listen_host, port or cfg.listen_port, store, tls=node_server_options(cfg.server_tls, "registry"),
             failover_delay=cfg.failover_delay if decides else None,
             failover_client=node_client(cfg) if decides else None,
-            failover_unclean=cfg.failover_unclean_enable == "true",
+            failover_unclean=cfg.failover_unclean_enable,
             acl=node_guard(cfg, "registry"), guard_registrations=cfg.role == "registry" or bool(cfg.acl_access_key))
 
     async def start(self) -> None:
