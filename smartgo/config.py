@@ -38,8 +38,20 @@ class ConfigError(Exception):
     """A bad config file or value: the message names the file, the key and what is allowed."""
 
 
+FLAG_WORDS = ("true", "false")      # how a bool setting is spelt in the file, a flag and RocketMQ's properties
+
+
+def setting_text(value: object) -> str:
+    """A setting as the file, the flags and GET_BROKER_CONFIG spell it: bools as RocketMQ's true/false."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def setting(default: Any, help: str, *, flag: bool = True, choices: tuple[str, ...] | None = None,
             metavar: str | None = None) -> Any:
+    if isinstance(default, bool):
+        choices = FLAG_WORDS
     meta = {"help": help, "flag": flag, "choices": choices, "type": type(default),
             "metavar": metavar or {int: "N", float: "SECONDS"}.get(type(default))}
     if isinstance(default, list):
@@ -79,20 +91,19 @@ class NodeConfig:
     register_interval: float = setting(30.0, "seconds between full registrations with every registry")
     topics: str = setting("", "static topics, 'Name:queues[:perm];Other:queues' (created or reset at every start; "
                               "others come from UPDATE_AND_CREATE_TOPIC and auto-creation)", metavar="LIST")
-    auto_create_topic: str = setting("true", "create unknown topics on first send through TBW102 "
-                                             "(autoCreateTopicEnable; changeable at runtime)", choices=("true", "false"))
+    auto_create_topic: bool = setting(True, "create unknown topics on first send through TBW102 "
+                                              "(autoCreateTopicEnable; changeable at runtime)")
     default_topic_queues: int = setting(8, "queues of the TBW102 template topic (defaultTopicQueueNums)")
-    auto_create_subscription_group: str = setting("true", "create a consumer group's config on its first heartbeat "
-                                                          "or pull (autoCreateSubscriptionGroup; changeable at "
-                                                          "runtime)", choices=("true", "false"))
-    enable_property_filter: str = setting("true", "serve consumers that subscribe with a SQL92 expression on "
-                                                  "message properties (MessageSelector.bySql); false answers them "
-                                                  "SYSTEM_ERROR as 4.x does by default (enablePropertyFilter)",
-                                          choices=("true", "false"))
-    trace_topic_enable: str = setting("false", "create the message trace topic (1 queue) at start, for clients "
-                                               "with message trace on (traceTopicEnable); without it the topic is "
-                                               "auto-created on a traced client's first send, if auto-creation is "
-                                               "on", choices=("true", "false"))
+    auto_create_subscription_group: bool = setting(True, "create a consumer group's config on its first heartbeat "
+                                                           "or pull (autoCreateSubscriptionGroup; changeable at "
+                                                           "runtime)")
+    enable_property_filter: bool = setting(True, "serve consumers that subscribe with a SQL92 expression on "
+                                                   "message properties (MessageSelector.bySql); false answers them "
+                                                   "SYSTEM_ERROR as 4.x does by default (enablePropertyFilter)")
+    trace_topic_enable: bool = setting(False, "create the message trace topic (1 queue) at start, for clients "
+                                                "with message trace on (traceTopicEnable); without it the topic is "
+                                                "auto-created on a traced client's first send, if auto-creation is "
+                                                "on")
     msg_trace_topic_name: str = setting("RMQ_SYS_TRACE_TOPIC", "the topic trace_topic_enable creates "
                                                                "(msgTraceTopicName)", metavar="TOPIC")
     metrics_port: int = setting(0, "port of the broker's Prometheus endpoint, GET /metrics (RocketMQ 5.x's "
@@ -110,13 +121,12 @@ class NodeConfig:
                                         choices=tuple(CLIENT_AUTH))
     tls_trust_cert_file: str = setting("", "PEM CA certificates the clients' certificates must lead to "
                                            "(tls.server.trustCertPath)", metavar="PATH")
-    tls_enable: str = setting("false", "this node's own connections (registration with the registries, a "
-                                       "slave's sync from its master) speak TLS, showing tls_cert_file when "
-                                       "asked (tls.enable)", choices=("true", "false"))
-    acl_enable: str = setting("false", "check every request against the ACL file: access key, signature and "
-                                       "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable); on a "
-                                       "registry its writes (admin accounts) and broker registrations",
-                              choices=("true", "false"))
+    tls_enable: bool = setting(False, "this node's own connections (registration with the registries, a "
+                                        "slave's sync from its master) speak TLS, showing tls_cert_file when "
+                                        "asked (tls.enable)")
+    acl_enable: bool = setting(False, "check every request against the ACL file: access key, signature and "
+                                        "topic/group permissions, as RocketMQ 4.x's plain ACL (aclEnable); on a "
+                                        "registry its writes (admin accounts) and broker registrations")
     acl_file: str = setting("", "the ACL file, RocketMQ's plain_acl.yml format, read again when it changes; "
                                 "default <store-dir>/plain_acl.yml", metavar="FILE")
     acl_access_key: str = setting("", "the node's own account: a broker signs its registrations with it (an "
@@ -180,16 +190,15 @@ class NodeConfig:
     message_delay_level: str = setting("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
                                        "delay of each DELAY level 1..N (messageDelayLevel; units s, m, h, d; at "
                                        "most 32 levels)", metavar="LEVELS")
-    timer_wheel_enable: str = setting("true", "accept timer messages (5.x's TIMER_DELIVER_MS, TIMER_DELAY_SEC, "
-                                              "TIMER_DELAY_MS properties: delivery at any time up to "
-                                              "timer_max_delay_sec ahead; timerWheelEnable)", choices=("true", "false"))
+    timer_wheel_enable: bool = setting(True, "accept timer messages (5.x's TIMER_DELIVER_MS, TIMER_DELAY_SEC, "
+                                               "TIMER_DELAY_MS properties: delivery at any time up to "
+                                               "timer_max_delay_sec ahead; timerWheelEnable)")
     timer_precision_ms: int = setting(1000, "a timer message is delivered within this many ms after its time, "
                                             "never before (timerPrecisionMs)", metavar="MS")
     timer_max_delay_sec: int = setting(259200, "how far ahead a timer message may be due, in seconds; further is "
                                                "MESSAGE_ILLEGAL (timerMaxDelaySec; 3 days)", metavar="SECONDS")
-    store_reply_message: str = setting("true", "store request-reply replies in <cluster>_REPLY_TOPIC as well as "
-                                               "pushing them to the requester (storeReplyMessageEnable)",
-                                       choices=("true", "false"))
+    store_reply_message: bool = setting(True, "store request-reply replies in <cluster>_REPLY_TOPIC as well as "
+                                                "pushing them to the requester (storeReplyMessageEnable)")
     schedule_fault_file: str = setting("", "testing: a file '<step> kill|stop' makes the schedule actor SIGKILL or "
                                            "SIGSTOP itself at that step (handover, landed, persist); removed when it "
                                            "fires", metavar="FILE")
@@ -218,33 +227,31 @@ class NodeConfig:
                                                 "while nothing moves (haSendHeartbeatInterval)")
     ha_housekeeping_interval: float = setting(20.0, "seconds of silence after which a replication connection "
                                                     "is closed (haHousekeepingInterval)")
-    slave_read_enable: str = setting("false", "a pull that reads data older than the in-memory window "
-                                              "(access_message_in_memory_max_ratio) is told to go on at the "
-                                              "slave (suggestWhichBrokerId 1), which keeps a lagging consumer "
-                                              "off the master's page cache; the slave sends it back once it "
-                                              "reads recent data (slaveReadEnable)", choices=("true", "false"))
-    failover_enable: str = setting("false", "automatic failover (5.x's controller mode, opt-in): on a registry, "
-                                            "promote the most advanced slave of a broker name whose master has "
-                                            "been gone for failover_delay, and send a returning old master back "
-                                            "as a slave; on a broker, take those role changes (the role then "
-                                            "lives in <store-dir>/config/role.json, over --role) and accept "
-                                            "sends as a master only once a failover registry has confirmed it. "
-                                            "One registry of a cluster decides (docs/ARCHITECTURE.md)",
-                                   choices=("true", "false"))
+    slave_read_enable: bool = setting(False, "a pull that reads data older than the in-memory window "
+                                               "(access_message_in_memory_max_ratio) is told to go on at the "
+                                               "slave (suggestWhichBrokerId 1), which keeps a lagging consumer "
+                                               "off the master's page cache; the slave sends it back once it "
+                                               "reads recent data (slaveReadEnable)")
+    failover_enable: bool = setting(False, "automatic failover (5.x's controller mode, opt-in): on a registry, "
+                                             "promote the most advanced slave of a broker name whose master has "
+                                             "been gone for failover_delay, and send a returning old master back "
+                                             "as a slave; on a broker, take those role changes (the role then "
+                                             "lives in <store-dir>/config/role.json, over --role) and accept "
+                                             "sends as a master only once a failover registry has confirmed it. "
+                                             "One registry of a cluster decides (docs/ARCHITECTURE.md)")
     failover_delay: float = setting(10.0, "registry: seconds a broker name may go without a master before one "
                                           "of its slaves is promoted (with failover_enable)")
-    failover_unclean_enable: str = setting("false", "registry: promote the most advanced slave that is up even "
-                                                    "when it lacks messages its SYNC_MASTER acknowledged (another "
-                                                    "slave held them), rather than wait for one that has them "
-                                                    "(5.x's enableElectUncleanMaster)", choices=("true", "false"))
+    failover_unclean_enable: bool = setting(False, "registry: promote the most advanced slave that is up even "
+                                                     "when it lacks messages its SYNC_MASTER acknowledged (another "
+                                                     "slave held them), rather than wait for one that has them "
+                                                     "(5.x's enableElectUncleanMaster)")
     slave_sync_interval: float = setting(10.0, "slave: seconds between copies of the master's topics, groups "
                                                "and consumer offsets (SlaveSynchronize)")
-    slave_forward_writes: str = setting("true", "slave: pass the sends, send-backs, transaction ends and "
-                                                "offsets a client with a stale route addresses to it (after a "
-                                                "switchover or a failover: Java clients re-read routes every 30 s) "
-                                                "on to its master, and relay the answer, rather than refuse them "
-                                                "as 4.x",
-                                        choices=("true", "false"))
+    slave_forward_writes: bool = setting(True, "slave: pass the sends, send-backs, transaction ends and "
+                                                 "offsets a client with a stale route addresses to it (after a "
+                                                 "switchover or a failover: Java clients re-read routes every 30 s) "
+                                                 "on to its master, and relay the answer, rather than refuse them "
+                                                 "as 4.x")
     # ---- supervision
     start_method: str = setting("forkserver", "how actor processes start: forkserver (fast restarts from a "
                                               "clean preloaded server) or spawn", choices=("forkserver", "spawn"))
@@ -301,7 +308,7 @@ class NodeConfig:
 
     def outbound_tls(self) -> ssl.SSLContext | None:
         """The TLS context of this node's own connections (tls_enable), showing its certificate."""
-        if self.tls_enable != "true":
+        if not self.tls_enable:
             return None
         return client_context(cert_file=self.tls_cert_file or None, key_file=self.tls_key_file or None)
 
@@ -340,9 +347,14 @@ def _checked(data: dict, source: str) -> dict:
         want = f.metadata["type"]
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        choices = f.metadata["choices"]
+        if want is bool:
+            if value not in FLAG_WORDS and not isinstance(value, bool):     # true/false as RocketMQ spells them
+                raise ConfigError(f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}")
+            out[key] = value if isinstance(value, bool) else value == "true"
+            continue
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
             raise ConfigError(f"{source}: {key} must be {want.__name__}, got {value!r}")
-        choices = f.metadata["choices"]
         if choices and value not in choices:
             raise ConfigError(f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}")
         if want in (int, float) and value < 0:
@@ -372,9 +384,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(NodeConfig):
         if not f.metadata["flag"]:
             continue
-        default = "" if f.default == "" else f" (default: {f.default})"
+        default = "" if f.default == "" else f" (default: {setting_text(f.default)})"
+        want = f.metadata["type"]
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
-                            type=f.metadata["type"], choices=f.metadata["choices"],
+                            type=str if want is bool else want, choices=f.metadata["choices"],
                             metavar=None if f.metadata["choices"] else f.metadata["metavar"],
                             help=f.metadata["help"] + default)
 

@@ -37,7 +37,7 @@ def acl_path(config: NodeConfig) -> Path:
 def node_guard(config: NodeConfig, who: str) -> AclGuard | None:
     """The node's guard when acl_enable is on, else None. A file that does not load is logged
     and raised: a node asked to check access must not serve without it."""
-    if config.acl_enable != "true":
+    if not config.acl_enable:
         return None
     try:
         return AclGuard(acl_path(config))

@@ -43,7 +43,7 @@ class AclProcessor:
         self.b = broker
         self.path = acl_path(broker.config).resolve()
         self.file = PersistedFile(self.path)
-        self.enabled = broker.config.acl_enable == "true"
+        self.enabled = broker.config.acl_enable
 
     def table(self) -> dict:
         return {RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: self.update_account,

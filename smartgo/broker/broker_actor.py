@@ -198,7 +198,7 @@ class BrokerActor(Actor):
 
     @property
     def auto_create_groups(self) -> bool:
-        return self.runtime.config.auto_create_subscription_group == "true"
+        return self.runtime.config.auto_create_subscription_group
 
     # ---- topics ---------------------------------------------------------------------------------------
     def _load_topics(self) -> TopicSnapshot:
@@ -233,7 +233,7 @@ class BrokerActor(Actor):
         if existing is not None:
             return existing.to_json()
         template = self.snapshot.topics.get(args["default_topic"])
-        if self.runtime.config.auto_create_topic != "true" or template is None \
+        if not self.runtime.config.auto_create_topic or template is None \
                 or not template.perm & PermName.INHERIT:
             return None
         cfg = auto_created(name, template, int(args["queues"]), int(args.get("sys_flag", 0)))
@@ -331,7 +331,7 @@ class BrokerActor(Actor):
 
     def _send_config(self, net: str) -> None:
         """The runtime settings net actors apply themselves."""
-        self.channel.send(net, "config", auto_create_topic=self.runtime.config.auto_create_topic == "true",
+        self.channel.send(net, "config", auto_create_topic=self.runtime.config.auto_create_topic,
                           auto_create_groups=self.auto_create_groups, master=self._forwarding_to or "")
 
     def _on_group_seen(self, net: str, args: dict) -> None:
@@ -358,7 +358,7 @@ class BrokerActor(Actor):
         if "broker_permission" in changed:
             self.publish_permission()
             self.publish_topics([])                     # a new dataVersion: registries take the new perm
-        if changed.get("auto_create_topic") == "true" and DEFAULT_TOPIC not in self.snapshot.topics:
+        if changed.get("auto_create_topic") and DEFAULT_TOPIC not in self.snapshot.topics:
             self.publish_topics([c for c in default_topics(self.runtime.config) if c.name == DEFAULT_TOPIC])
         for net in self.nets:
             self._send_config(net)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.persist import PersistedFile
-from smartgo.config import NodeConfig
+from smartgo.config import FLAG_WORDS, NodeConfig, setting_text
 
 FILE = Path("config") / "brokerConfig.json"
 
@@ -33,11 +33,12 @@ def _perm(value: str) -> int:
     return perm
 
 
-def parse_flag(value: str) -> str:
-    """A setting that is true or false, in any case, lower-cased (Java's parseBoolean would take a typo as false)."""
-    if value.strip().lower() not in ("true", "false"):
+def parse_flag(value: str) -> bool:
+    """A setting that is true or false, in any case (Java's parseBoolean would take a typo as false)."""
+    word = value.strip().lower()
+    if word not in FLAG_WORDS:
         raise ValueError("must be true or false")
-    return value.strip().lower()
+    return word == "true"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ _FIELDS = {f.name for f in dataclasses.fields(NodeConfig) if f.name != "actor"}
 
 
 def properties_text(config: NodeConfig) -> str:
-    return "".join(f"{name}={getattr(config, name)}\n" for name in sorted(_FIELDS))
+    return "".join(f"{name}={setting_text(getattr(config, name))}\n" for name in sorted(_FIELDS))
 
 
 def parse_properties(raw: bytes | None, what: str = "broker config") -> dict[str, str]:
@@ -112,7 +113,7 @@ class RuntimeConfig:
         changed = {k: v for k, v in changes.items() if getattr(self.config, k) != v}
         if changed:
             self.overrides.update(changed)
-            self.file.save(json.dumps(self.overrides, sort_keys=True).encode())
+            self.file.save(json.dumps(_saved(self.overrides), sort_keys=True).encode())
             self.config = dataclasses.replace(self.config, **changed)
             self.version += 1
             self.timestamp = time.time_ns() // 1_000_000
@@ -120,6 +121,11 @@ class RuntimeConfig:
 
     def version_json(self) -> str:
         return json.dumps({"counter": self.version, "timestamp": self.timestamp}, separators=(",", ":"))
+
+
+def _saved(overrides: dict[str, object]) -> dict[str, object]:
+    """What brokerConfig.json holds: flags as the strings "true"/"false", as ever."""
+    return {k: setting_text(v) if isinstance(v, bool) else v for k, v in overrides.items()}
 
 
 def _load_overrides(raw: bytes) -> dict[str, object]:

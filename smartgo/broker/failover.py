@@ -34,7 +34,7 @@ class RoleState:
 
 
 def enabled(config: NodeConfig) -> bool:
-    return config.failover_enable == "true"
+    return config.failover_enable
 
 
 def _check(state: RoleState) -> None:

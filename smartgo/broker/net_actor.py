@@ -109,7 +109,7 @@ class NetActor(Actor):
         self.producers: dict[str, int] = {}     # client id -> the connection its producer heartbeats on
         self._producer_conns: dict[int, str] = {}   # and back, to forget it when the connection closes
         self.sends = SendProcessor(self)
-        self.filters = Filters(cfg.enable_property_filter == "true")
+        self.filters = Filters(cfg.enable_property_filter)
         self.pulls = PullProcessor(self)
         queries = QueryProcessor(self.view, store.default_query_max_num)
         replies = ReplyProcessor(self)
@@ -142,7 +142,7 @@ class NetActor(Actor):
         processors[RequestCode.HEART_BEAT] = self._heart_beat
         processors[RequestCode.UNREGISTER_CLIENT] = self._unregister_client
         self.master_forward = None
-        if self.sends.slave and cfg.slave_forward_writes == "true":
+        if self.sends.slave and cfg.slave_forward_writes:
             self.master_forward = MasterForward(cfg.outbound_tls(), self.stats)
             processors = self.master_forward.wrap(processors)
         self.acl = node_guard(cfg, me)

@@ -108,8 +108,8 @@ class PullProcessor:
         self.stats = net.stats
         self.broker_name = net.config.broker_name
         self.is_master = net.config.role == "master"
-        self.slave_read = net.config.slave_read_enable == "true"
-        self.auto_create_groups = net.config.auto_create_subscription_group == "true"
+        self.slave_read = net.config.slave_read_enable
+        self.auto_create_groups = net.config.auto_create_subscription_group
         self.parks = Batcher(net.park_ring)       # a full ring (hold down): the deadline sweep answers them
         self.parked: dict[int, ParkedPull] = {}
         self.budget = net.budget

@@ -51,7 +51,7 @@ class ReplyProcessor:
         self.net = net
         self.sends = net.sends
         self.link = net.link
-        self.store_reply = cfg.store_reply_message == "true"
+        self.store_reply = cfg.store_reply_message
         self.store_host = f"/{cfg.broker_ip}:{cfg.listen_port}"       # InetSocketAddress.toString()
 
     @eager

@@ -165,7 +165,7 @@ class SendProcessor:
         self.cluster = f"CLUSTER\x01{cfg.cluster_name}"
         self.cluster_bytes = self.cluster.encode()
         self.max_body = cfg.max_message_size
-        self.auto_create = cfg.auto_create_topic == "true"
+        self.auto_create = cfg.auto_create_topic
         self.sync_flush = cfg.flush == "sync"
         self.slave = is_slave(cfg)
         self.sync_slave = cfg.replication == "sync" and not self.slave

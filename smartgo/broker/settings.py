@@ -42,7 +42,7 @@ def timer_settings(config: NodeConfig) -> TimerSettings:
     """What the send path and the schedule actor need of the timer settings (checked by delay_levels):
     the hops are the schedule table's, as dispatch computes the entries' due times with it."""
     store = store_config(config)
-    return TimerSettings(config.timer_wheel_enable == "true", store.timer_max_delay_ms,
+    return TimerSettings(config.timer_wheel_enable, store.timer_max_delay_ms,
                          store.delay_levels_ms[TIMER_FIRST_LEVEL - 1:])
 
 

@@ -112,10 +112,10 @@ def default_topics(config: NodeConfig) -> list[TopicConfig]:
               TopicConfig(config.broker_name, 1, 1, RW | PermName.INHERIT),
               TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
               TopicConfig(reply_topic(config.cluster_name), 1, 1)]     # request-reply (MixAll.getReplyTopic)
-    if config.auto_create_topic == "true":
+    if config.auto_create_topic:
         q = config.default_topic_queues
         topics.append(TopicConfig(DEFAULT_TOPIC, q, q, RW | PermName.INHERIT))
-    if config.trace_topic_enable == "true":
+    if config.trace_topic_enable:
         topics.append(TopicConfig(config.msg_trace_topic_name, 1, 1))
     return topics + parse_static_topics(config.topics)
 
@@ -124,7 +124,7 @@ def system_topics(config: NodeConfig) -> list[str]:
     """GET_SYSTEM_TOPIC_LIST_FROM_BROKER: TopicValidator's set with the broker's own system
     topics (its cluster's and its own name, its cluster's reply topic)."""
     own = {config.cluster_name, config.broker_name, reply_topic(config.cluster_name)}
-    if config.trace_topic_enable == "true":
+    if config.trace_topic_enable:
         own.add(config.msg_trace_topic_name)
     return sorted(SYSTEM_TOPICS | own)
 

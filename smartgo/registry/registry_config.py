@@ -18,6 +18,7 @@ from pathlib import Path
 from smartgo.broker.bodies import BodyError
 from smartgo.broker.broker_config import parse_flag
 from smartgo.broker.persist import PersistedFile
+from smartgo.config import setting_text
 
 FILE = "namesrv.json"
 ORDER_MESSAGE_ENABLE = "orderMessageEnable"
@@ -42,7 +43,7 @@ class RegistryConfig:
             self.order_message_enable = saved[ORDER_MESSAGE_ENABLE]
 
     def properties_text(self) -> str:
-        settings = {**self.fixed, ORDER_MESSAGE_ENABLE: str(self.order_message_enable).lower()}
+        settings = {**self.fixed, ORDER_MESSAGE_ENABLE: setting_text(self.order_message_enable)}
         return "".join(f"{k}={v}\n" for k, v in sorted(settings.items()))
 
     def update(self, props: dict[str, str]) -> dict[str, object]:
@@ -55,7 +56,7 @@ class RegistryConfig:
                 raise BodyError(f"registry config: {key}: {reason}; changeable: {ORDER_MESSAGE_ENABLE}")
         value = props[ORDER_MESSAGE_ENABLE]
         try:
-            enable = parse_flag(value) == "true"
+            enable = parse_flag(value)
         except ValueError as exc:
             raise BodyError(f"registry config: {ORDER_MESSAGE_ENABLE}={value[:40]!r}: {exc}") from None
         if enable == self.order_message_enable:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,8 @@ def test_default_store_dir_depends_on_the_role():
     ("role = 'registry'\nmax_restarts = 'many'\n", "max_restarts must be int"),
     ("role = 'registry'\nstart_method = 'fork'\n", "start_method must be one of forkserver, spawn"),
     ("role = 'registry'\nshutdown_timeout = -1\n", "must not be negative"),
+    ("role = 'registry'\nacl_enable = 'yes'\n", "acl_enable must be one of true, false, got 'yes'"),
+    ("role = 'registry'\nacl_enable = 1\n", "acl_enable must be one of true, false, got 1"),
     ("role = \n", "node.toml"),
 ])
 def test_bad_files_name_the_problem(tmp_path: Path, content: str, message: str):
@@ -50,6 +53,33 @@ def test_bad_files_name_the_problem(tmp_path: Path, content: str, message: str):
     f.write_text(content)
     with pytest.raises(ConfigError, match=message):
         load_file(f)
+
+
+def test_flag_settings_hold_bools_from_true_false_in_the_file_and_the_flags(tmp_path: Path):
+    """A boolean setting is a bool in code; the file and the flags take RocketMQ's true/false (and
+    the file TOML's own booleans); the help shows the default as true/false."""
+    f = tmp_path / "node.toml"
+    f.write_text("role = 'master'\nacl_enable = 'true'\nauto_create_topic = 'false'\ntls_enable = true\n")
+    cfg = parse(["--config", str(f), "--slave-read-enable", "true", "--store-reply-message", "false"])
+    assert (cfg.acl_enable, cfg.auto_create_topic, cfg.tls_enable, cfg.slave_read_enable,
+            cfg.store_reply_message, cfg.trace_topic_enable, cfg.timer_wheel_enable) == (
+        True, False, True, True, False, False, True)
+    assert NodeConfig.from_dict(cfg.resolved(10911).to_dict()).acl_enable is True     # what the actors receive
+    flags = [x.name for x in fields(NodeConfig) if x.metadata["type"] is bool]
+    assert len(flags) >= 12 and all(type(getattr(NodeConfig(), name)) is bool for name in flags)
+    assert not [x.name for x in fields(NodeConfig) if x.default in ("true", "false")]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    assert all(f"--{name.replace('_', '-')} {{true,false}} " in text for name in flags)
+    assert "(enablePropertyFilter) (default: true)" in text and "broker registrations (default: false)" in text
+
+
+@pytest.mark.parametrize("value", ["yes", "True", ""])
+def test_a_flag_setting_refuses_anything_but_true_or_false(value: str, capsys):
+    with pytest.raises(SystemExit):
+        parse(["--role", "master", "--acl-enable", value])
+    assert f"--acl-enable: invalid choice: {value!r} (choose from 'true', 'false')" in capsys.readouterr().err
 
 
 def test_extra_actors_from_the_file(tmp_path: Path):

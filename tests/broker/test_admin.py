@@ -165,6 +165,27 @@ def test_bad_config_updates_are_refused_whole(broker, body, remark):
     assert runtime(broker)["brokerPermission"] == "6"               # nothing of it applied
 
 
+def test_flag_settings_over_the_wire_read_and_change_as_true_false(broker):
+    """GET_BROKER_CONFIG spells boolean settings true/false; UPDATE takes RocketMQ's name with any
+    case and the net actors apply it: no auto-created topic while it is off, one again once on."""
+    def shown() -> tuple[str, str, str]:
+        text = broker.call(RemotingCommand(RequestCode.GET_BROKER_CONFIG)).body_bytes().decode()
+        props = dict(line.split("=", 1) for line in text.splitlines())
+        return props["auto_create_topic"], props["auto_create_subscription_group"], props["acl_enable"]
+
+    assert shown() == ("true", "true", "false")
+    assert set_config(broker, b"autoCreateTopicEnable=FALSE").code == ResponseCode.SUCCESS
+    try:
+        assert shown() == ("false", "true", "false")
+        wait_until(lambda: broker.call(send_command(uid("Off"), b"w")).code == ResponseCode.TOPIC_NOT_EXIST,
+                   message="no auto-created topic while autoCreateTopicEnable is false")
+    finally:
+        assert set_config(broker, b"auto_create_topic=true").code == ResponseCode.SUCCESS
+    assert shown() == ("true", "true", "false")
+    wait_until(lambda: broker.call(send_command(uid("On"), b"w")).code == ResponseCode.SUCCESS,
+               message="topics auto-created again")
+
+
 def test_health_from_the_broker_over_the_wire(broker):
     cmd = [sys.executable, "-m", "smartgo.cli", "health", "--broker", broker.addr]
     out = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60, cwd=ROOT)

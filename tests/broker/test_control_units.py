@@ -19,7 +19,7 @@ import pytest
 
 from smartgo.actors.testing import ROOT
 from smartgo.broker.bodies import BodyError
-from smartgo.broker.broker_config import check_updates, parse_properties
+from smartgo.broker.broker_config import FILE, RuntimeConfig, check_updates, parse_properties, properties_text
 from smartgo.broker.channel import BrokerLink, ClientRef
 from smartgo.broker.clients import ClientTable, parse_heartbeat
 from smartgo.broker.groups import DEFAULT_GROUPS, SubscriptionGroups, parse_group_body
@@ -394,9 +394,31 @@ def test_stats_files_hour_boundary_rotation_and_restart(tmp_path):
 def test_broker_config_properties():
     props = parse_properties(b"# comment\n! also\nbrokerPermission = 4\nauto_create_topic: false\n\n")
     assert props == {"brokerPermission": "4", "auto_create_topic": "false"}
-    assert check_updates(props) == {"broker_permission": 4, "auto_create_topic": "false"}
+    assert check_updates(props) == {"broker_permission": 4, "auto_create_topic": False}
     with pytest.raises(BodyError, match="listen_port cannot change"):
         check_updates({"listen_port": "1"})
+
+
+def test_broker_config_flags_are_bools_spelt_true_false_on_the_wire_and_on_disk(tmp_path):
+    """UPDATE_BROKER_CONFIG's true/false (any case) become bools; GET_BROKER_CONFIG's text and
+    brokerConfig.json spell them true/false as they always have; anything else is refused."""
+    assert check_updates({"autoCreateTopicEnable": " TRUE ", "auto_create_subscription_group": "False"}) == {
+        "auto_create_topic": True, "auto_create_subscription_group": False}
+    with pytest.raises(BodyError, match="autoCreateTopicEnable='yes': must be true or false"):
+        check_updates({"autoCreateTopicEnable": "yes"})
+    lines = properties_text(NodeConfig(role="master")).splitlines()
+    assert {"auto_create_topic=true", "acl_enable=false", "tls_enable=false", "timer_wheel_enable=true",
+            "failover_enable=false", "broker_permission=6"} <= set(lines)
+    (tmp_path / FILE).parent.mkdir()
+    (tmp_path / FILE).write_text('{"auto_create_subscription_group": "false", "broker_permission": 4}')
+    runtime = RuntimeConfig(NodeConfig(role="master"), tmp_path)        # a file an older broker wrote
+    assert (runtime.config.auto_create_subscription_group, runtime.config.broker_permission) == (False, 4)
+    assert runtime.update(check_updates({"autoCreateTopicEnable": "false"})) == {"auto_create_topic": False}
+    assert runtime.config.auto_create_topic is False
+    assert "auto_create_topic=false" in properties_text(runtime.config).splitlines()
+    assert json.loads((tmp_path / FILE).read_bytes()) == {"auto_create_subscription_group": "false",
+                                                          "auto_create_topic": "false", "broker_permission": 4}
+    assert RuntimeConfig(NodeConfig(role="master"), tmp_path).config == runtime.config     # a restart reads it back
 
 
 # ---- the request channel -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from smartgo.testing import free_port
 pytestmark = pytest.mark.timeout(30)
 
 
-def node_config(tmp_path: Path, role: str = "slave", enable: str = "true", **kw) -> NodeConfig:
+def node_config(tmp_path: Path, role: str = "slave", enable: bool = True, **kw) -> NodeConfig:
     return NodeConfig(role=role, store_dir=str(tmp_path / "store"), failover_enable=enable, **kw).resolved(10911)
 
 
@@ -63,7 +63,7 @@ def test_the_role_file_wins_over_the_command_line_only_with_failover(tmp_path) -
     failover.save(cfg.store_path, RoleState("master", 0, 2, 4096))
     promoted = failover.apply(cfg)
     assert (promoted.role, promoted.broker_id, promoted.replication) == ("master", 0, "sync")
-    off = node_config(tmp_path, enable="false")
+    off = node_config(tmp_path, enable=False)
     assert failover.apply(off) is off
     (cfg.store_path / failover.ROLE_FILE).write_text('{"role": "master", "broker_id": 3}')   # inconsistent
     assert not (cfg.store_path / (failover.ROLE_FILE + ".bak")).exists()     # one save: no backup yet
@@ -114,7 +114,7 @@ def test_a_demotion_is_written_with_its_cut_and_a_garbled_one_is_refused(tmp_pat
 
 
 def test_a_broker_without_failover_refuses_promotions_and_sends_no_epoch(tmp_path) -> None:
-    roles = RoleManager(StubBroker(node_config(tmp_path, enable="false")))
+    roles = RoleManager(StubBroker(node_config(tmp_path, enable=False)))
     response = roles.notify_role_changed(REGISTRY, notify("1"))
     assert response.code == ResponseCode.SYSTEM_ERROR and "failover_enable is off" in response.remark
     assert roles.register_fields() == {} and not roles.fenced

@@ -45,7 +45,7 @@ def test_the_hops_are_powers_of_two_of_the_precision_up_to_the_maximum_delay():
 
 
 def test_timer_settings_and_their_checks():
-    cfg = NodeConfig(role="master", timer_precision_ms=250, timer_max_delay_sec=2, timer_wheel_enable="false")
+    cfg = NodeConfig(role="master", timer_precision_ms=250, timer_max_delay_sec=2, timer_wheel_enable=False)
     assert timer_settings(cfg) == TimerSettings(False, 2000, (250, 500, 1000, 2000))
     for bad in ({"timer_precision_ms": 0}, {"timer_max_delay_sec": 0},
                 {"message_delay_level": " ".join(["1s"] * TIMER_FIRST_LEVEL)}):

@@ -99,7 +99,7 @@ def test_static_topics_and_defaults():
     names = {t.name: t for t in default_topics(NodeConfig(role="master", topics="Mine:3"))}
     assert names[DEFAULT_TOPIC].perm == 7 and names[DEFAULT_TOPIC].write_queues == 8
     assert names["Mine"].read_queues == 3 and "SELF_TEST_TOPIC" in names and "DefaultCluster" in names
-    assert DEFAULT_TOPIC not in {t.name for t in default_topics(NodeConfig(role="master", auto_create_topic="false"))}
+    assert DEFAULT_TOPIC not in {t.name for t in default_topics(NodeConfig(role="master", auto_create_topic=False))}
 
 
 def test_auto_created_topic_takes_the_smaller_queue_count_and_drops_inherit():

@@ -213,7 +213,7 @@ def test_a_slow_trace_broker_holds_records_back_instead_of_piling_up_sends():
 
 def test_broker_creates_the_trace_topic_when_asked():
     assert trace.TRACE_TOPIC not in {t.name for t in default_topics(NodeConfig())}
-    cfg = NodeConfig(trace_topic_enable="true", msg_trace_topic_name="MY_TRACE")
+    cfg = NodeConfig(trace_topic_enable=True, msg_trace_topic_name="MY_TRACE")
     (mine,) = [t for t in default_topics(cfg) if t.name == "MY_TRACE"]
     assert (mine.read_queues, mine.write_queues, mine.perm) == (1, 1, 6)
     assert "MY_TRACE" in system_topics(cfg) and "MY_TRACE" not in system_topics(NodeConfig())
