@@ -4,7 +4,7 @@ GET_BROKER_CLUSTER_ACL_INFO / GET_BROKER_CLUSTER_ACL_CONFIG read from it: text i
 file access (smartgo.broker.acl_processor reads and writes the file).
 
 As in 4.x, every edit bumps the file's `dataVersion: [{counter, timestamp}]` and rewrites the whole
-file, so comments are lost. Unlike 4.x, an edit whose result smartgo.acl.parse_acl refuses is
+file, so comments are lost. Unlike 4.x, an edit whose result smartgo.common.acl_check.parse_acl refuses is
 refused with that reason and nothing is written: a file the net actors cannot load would leave
 them on the old rules with nobody told.
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+from smartgo.common.acl_check import KEY_MIN_LENGTH, parse_acl
+from smartgo.common.acl_sign import ACCESS_CONFIG_FIELDS, AccessConfig
 
-from smartgo.acl import ACCESS_CONFIG_FIELDS, KEY_MIN_LENGTH, AccessConfig, parse_acl
 
 ACCOUNTS = "accounts"
 GLOBAL_WHITE = "globalWhiteRemoteAddresses"
@@ -34,7 +35,7 @@ def _apply(change: AccessConfig, account: dict[str, Any]) -> None:
 
 def load(text: str, source: str) -> dict[str, Any]:
     """The file as a mapping (empty for an empty file); AclEditError when it is not one."""
-    import yaml                         # as smartgo.acl: only a node with ACL on reads YAML
+    import yaml                         # as smartgo.common.acl_check: only a node with ACL on reads YAML
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -77,7 +78,7 @@ def _find(accounts: list, access_key: str) -> int | None:
 
 def _edited(text: str, source: str, now_ms: int, edit: Callable[[dict[str, Any]], None]) -> str:
     """The file after `edit`, with its dataVersion bumped (updateAclConfigFileVersion), as YAML
-    that smartgo.acl loads (AclConfigError otherwise)."""
+    that smartgo.common.acl_check loads (AclConfigError otherwise)."""
     import yaml
     doc = load(text, source)
     edit(doc)

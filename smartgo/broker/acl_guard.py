@@ -1,33 +1,18 @@
-"""The net actor's ACL (acl_enable): every request passes the AclValidator of smartgo.acl
-before its processor runs, as 4.x's PlainAccessValidator runs as an RPC hook before every
-processor.
-
-The rules come from the ACL file (RocketMQ's plain_acl.yml). A file that does not load stops the
-net actor's start with the reason, since a broker that was asked to check access must not serve
-without it. The file is read again when its modification time or size changes (checked every
-second, as 4.x's FileWatchService does every 500 ms, and at once when the broker actor has
-changed it for an ACL admin request); a change that does not load is logged and the rules in
-force stay. A refused request is answered SYSTEM_ERROR with 4.x's AclException text
-(a oneway one gets no answer), with a log line; the connection goes on serving.
+"""The broker's and the registry's ACL guard from the node's settings (acl_enable, acl_file); the
+guard itself is smartgo.common.acl_guard. A file that does not load stops the actor's start with
+the reason, since a node that was asked to check access must not serve without it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
-from collections.abc import Collection
 from pathlib import Path
 
-from smartgo.acl import AclConfigError, AclError, AclValidator, load_acl
+from smartgo.common.acl_check import AclConfigError
+from smartgo.common.acl_guard import AclGuard
 from smartgo.config import NodeConfig
-from smartgo.net.codes import ResponseCode
-from smartgo.net.command import RemotingCommand
-from smartgo.net.connection import Connection, Processor
 
 log = logging.getLogger("smartgo.broker.acl_guard")
-
-CHECK_INTERVAL = 1.0       # s between looks at the ACL file
 
 
 def acl_path(config: NodeConfig) -> Path:
@@ -45,52 +30,3 @@ def node_guard(config: NodeConfig, who: str) -> AclGuard | None:
         log.error("%s: acl_enable is on and the ACL file does not load, so nothing is served: %s", who, exc)
         raise
 
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    """A new inode too: two atomic rewrites within one clock tick may keep mtime and size."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-class AclGuard:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stamp = _stamp(path)
-        self.validator = AclValidator(load_acl(path))     # AclConfigError / OSError: the net actor cannot start
-        self._checked = time.monotonic()
-
-    def reload_if_changed(self, now: float) -> None:
-        if now - self._checked < CHECK_INTERVAL:
-            return
-        self._checked = now
-        if _stamp(self.path) != self._stamp:
-            self.reload()
-
-    def reload(self) -> None:
-        """The file's rules from now on; a file that does not load leaves the rules in force."""
-        self._stamp = _stamp(self.path)
-        try:
-            self.validator = AclValidator(load_acl(self.path))
-        except (AclConfigError, OSError) as exc:
-            log.error("ACL file %s changed but does not load; the rules in force stay: %s", self.path, exc)
-            return
-        log.info("ACL file %s reloaded", self.path)
-
-    def guard(self, processors: dict[int, Processor], only: Collection[int] | None = None) -> dict[int, Processor]:
-        """The same processors, each (or each of `only`) behind the ACL check."""
-        return {code: self._guarded(p) if only is None or code in only else p for code, p in processors.items()}
-
-    def _guarded(self, processor: Processor) -> Processor:
-        async def guarded(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-            try:
-                self.validator.check(conn.remote_address, request.code, request.ext_fields,
-                                     request.body_bytes() if request.body else None)
-            except AclError as exc:
-                log.warning("%s: request code %d refused by the ACL: %s", conn, request.code, exc)
-                return None if request.is_oneway else request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-            return await processor(conn, request)
-        guarded.smartgo_eager = getattr(processor, "smartgo_eager", False)  # type: ignore[attr-defined]
-        return guarded

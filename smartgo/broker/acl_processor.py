@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from smartgo.acl import AccessConfig, AclConfigError, split_list
 from smartgo.broker import acl_file
 from smartgo.broker.acl_file import AclEditError
 from smartgo.broker.acl_guard import acl_path
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.persist import PersistedFile
+from smartgo.common.acl_check import AclConfigError
+from smartgo.common.acl_sign import AccessConfig, split_list
+from smartgo.common.persist import PersistedFile
 from smartgo.net import fastjson
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

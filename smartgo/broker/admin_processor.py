@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING
 import psutil
 
 from smartgo.actors.health import node_health
-from smartgo.broker.broker_config import check_updates, parse_properties, properties_text
+from smartgo.broker.broker_config import check_updates, properties_text
 from smartgo.broker.channel import ClientRef, InvokeError
 from smartgo.broker.clients import ClientChannel
 from smartgo.broker.groups import DEFAULT_GROUPS, parse_group_body
 from smartgo.broker.net_view import store_backlog
 from smartgo.broker.settings import is_slave
 from smartgo.broker.topics import DEFAULT_TOPIC, TopicConfig, default_topics, system_topics
+from smartgo.common.properties import parse_properties
 from smartgo.net import fastjson
 from smartgo.net.codes import CURRENT_VERSION, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

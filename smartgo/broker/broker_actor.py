@@ -31,7 +31,6 @@ import time
 from collections.abc import Iterator
 from datetime import date
 
-from smartgo.acl import node_client
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.board import NodeState
 from smartgo.actors.health import CpuSampler
@@ -44,7 +43,7 @@ from smartgo.broker.broker_config import RuntimeConfig
 from smartgo.broker.channel import ChannelServer
 from smartgo.broker.client_processor import ClientProcessor
 from smartgo.broker.cleanup_processor import CleanupProcessor
-from smartgo.broker.clients import Changes, ClientTable
+from smartgo.broker.clients import Changes, ClientTable, registered
 from smartgo.broker.groups import SubscriptionGroups
 from smartgo.broker.locks import RebalanceLocks
 from smartgo.broker.members import PERSIST_INTERVAL, MemberFile
@@ -67,6 +66,7 @@ from smartgo.broker.stats_files import StatsFiles
 from smartgo.broker.subscriptions import GroupState
 from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, auto_created, default_topics,
                                    parse_static_topics, read_snapshot, write_snapshot)
+from smartgo.common.acl_sign import node_client
 from smartgo.net.codes import FLAG_ONEWAY, PermName, RequestCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store import StoreReader
@@ -250,7 +250,7 @@ class BrokerActor(Actor):
             return None
         return GroupState(cfg is not None, cfg.consume_enable if cfg else True,
                           cfg.consume_broadcast_enable if cfg else True, info.message_model if info else None,
-                          {t: s.registered() for t, s in info.subscriptions.items()} if info else {}).to_wire()
+                          {t: registered(s) for t, s in info.subscriptions.items()} if info else {}).to_wire()
 
     def sync_groups(self, names: set[str]) -> None:
         """Send the net actors the state of each named group that changed."""

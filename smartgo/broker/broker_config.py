@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from smartgo.broker.bodies import BodyError
-from smartgo.broker.persist import PersistedFile
-from smartgo.config import FLAG_WORDS, NodeConfig, setting_text
+from smartgo.common.bodies import BodyError
+from smartgo.common.persist import PersistedFile
+from smartgo.common.properties import parse_flag
+from smartgo.config import NodeConfig, setting_text
 
 FILE = Path("config") / "brokerConfig.json"
 
@@ -31,14 +32,6 @@ def _perm(value: str) -> int:
     if not 0 <= perm <= 7:
         raise ValueError("a permission is 0..7 (READ 4 | WRITE 2 | INHERIT 1)")
     return perm
-
-
-def parse_flag(value: str) -> bool:
-    """A setting that is true or false, in any case (Java's parseBoolean would take a typo as false)."""
-    word = value.strip().lower()
-    if word not in FLAG_WORDS:
-        raise ValueError("must be true or false")
-    return word == "true"
 
 
 @dataclass(frozen=True)
@@ -57,28 +50,6 @@ _FIELDS = {f.name for f in dataclasses.fields(NodeConfig) if f.name != "actor"}
 
 def properties_text(config: NodeConfig) -> str:
     return "".join(f"{name}={setting_text(getattr(config, name))}\n" for name in sorted(_FIELDS))
-
-
-def parse_properties(raw: bytes | None, what: str = "broker config") -> dict[str, str]:
-    """key=value (or key: value) lines; blank lines and #/! comments skipped."""
-    if not raw:
-        raise BodyError(f"{what}: the request has no body")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BodyError(f"{what}: not UTF-8 text ({exc})") from None
-    out = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise BodyError(f"{what}: line {n} is not key=value: {line[:60]!r}")
-        out[line[:cut].strip()] = line[cut + 1:].strip()
-    if not out:
-        raise BodyError(f"{what}: no key=value line in the body")
-    return out
 
 
 def check_updates(props: dict[str, str]) -> dict[str, object]:

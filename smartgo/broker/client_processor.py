@@ -17,9 +17,10 @@ import time
 from typing import TYPE_CHECKING
 
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.clients import Changes, parse_heartbeat
+from smartgo.broker.clients import Changes
 from smartgo.broker.locks import parse_lock_body, queue_json
 from smartgo.broker.topics import DLQ_QUEUES, RW, TopicConfig
+from smartgo.common.heartbeat import parse_heartbeat
 from smartgo.net import fastjson
 from smartgo.net.codes import RequestCode, ResponseCode, dlq_topic, retry_topic
 from smartgo.net.command import RemotingCommand

@@ -21,86 +21,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from smartgo.broker.bodies import BodyError, Fields, as_int, parse_body
 from smartgo.broker.channel import ClientRef
 from smartgo.broker.subscriptions import RegisteredSub
+from smartgo.common.heartbeat import SUB_ALL, HeartbeatData, SubscriptionData
 from smartgo.filter import is_tag_type
 from smartgo.net.codes import LanguageCode
 
-SUB_ALL = "*"
-# Java's declaration order: the C++ client sends these enums as ordinals
-CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
-MODELS = ("BROADCASTING", "CLUSTERING")
-CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-                "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
-                "CONSUME_FROM_TIMESTAMP")
 ChannelKey = tuple[str, int]          # (net actor, connection id)
 
 if TYPE_CHECKING:
     from smartgo.broker.members import SavedGroup
 
 
-@dataclass(slots=True)
-class SubscriptionData:
-    topic: str
-    sub_string: str = SUB_ALL
-    tags_set: list[str] = field(default_factory=list)
-    code_set: list[int] = field(default_factory=list)
-    sub_version: int = 0
-    expression_type: str = "TAG"
-    class_filter_mode: bool = False
-
-    def to_json(self) -> dict:
-        return {"classFilterMode": self.class_filter_mode, "codeSet": self.code_set,
-                "expressionType": self.expression_type, "subString": self.sub_string,
-                "subVersion": self.sub_version, "tagsSet": self.tags_set, "topic": self.topic}
-
-    def registered(self) -> RegisteredSub:
-        """What a pull filters by: every tag for "*" (and class filter mode), else the codes; a
-        SQL92 subscription by its expression (compiled by the net actors)."""
-        if not is_tag_type(self.expression_type):
-            return RegisteredSub(None, self.sub_version, self.expression_type, self.sub_string)
-        reads_all = self.sub_string.strip() == SUB_ALL or not self.sub_string.strip() or self.class_filter_mode
-        return RegisteredSub(None if reads_all else frozenset(self.code_set), self.sub_version,
-                             self.expression_type)
-
-
-@dataclass(slots=True)
-class ConsumerData:
-    group: str
-    consume_type: str
-    message_model: str
-    consume_from_where: str
-    subscriptions: list[SubscriptionData]
-
-
-@dataclass(slots=True)
-class HeartbeatData:
-    client_id: str
-    consumers: list[ConsumerData]
-    producers: list[str]
-
-
-def parse_subscription(f: Fields) -> SubscriptionData:
-    codes = [as_int(c, f"{f.body}: {f.path}.codeSet[{i}]") for i, c in enumerate(f.array("codeSet", []))]
-    tags = f.array("tagsSet", [])
-    if not all(isinstance(t, str) for t in tags):
-        raise BodyError(f"{f.body}: {f.path}.tagsSet holds a non-string")
-    return SubscriptionData(f.text("topic"), f.text("subString", SUB_ALL), tags, codes, f.integer("subVersion", 0),
-                            f.text("expressionType", "TAG").upper(), f.flag("classFilterMode", False))
-
-
-def parse_heartbeat(raw: bytes | None) -> HeartbeatData:
-    """HeartbeatData JSON (facts D); BodyError names the first bad field."""
-    hb = parse_body(raw, "HeartbeatData")
-    consumers = []
-    for c in hb.objects("consumerDataSet"):
-        consumers.append(ConsumerData(c.text("groupName"), c.enum("consumeType", CONSUME_TYPES, "CONSUME_PASSIVELY"),
-                                      c.enum("messageModel", MODELS, "CLUSTERING"),
-                                      c.enum("consumeFromWhere", CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
-                                      [parse_subscription(s) for s in c.objects("subscriptionDataSet")]))
-    producers = [p.text("groupName") for p in hb.objects("producerDataSet")]
-    return HeartbeatData(hb.text("clientID"), consumers, producers)
+def registered(sub: SubscriptionData) -> RegisteredSub:
+    """What a pull filters by: every tag for "*" (and class filter mode), else the codes; a
+    SQL92 subscription by its expression (compiled by the net actors)."""
+    if not is_tag_type(sub.expression_type):
+        return RegisteredSub(None, sub.sub_version, sub.expression_type, sub.sub_string)
+    reads_all = sub.sub_string.strip() == SUB_ALL or not sub.sub_string.strip() or sub.class_filter_mode
+    return RegisteredSub(None if reads_all else frozenset(sub.code_set), sub.sub_version, sub.expression_type)
 
 
 @dataclass(slots=True)
@@ -158,7 +97,7 @@ class ConsumerGroupInfo:
                 topics_changed = True
             elif s.sub_version > old.sub_version:
                 self.subscriptions[s.topic] = s
-                state_changed |= old.registered() != s.registered()
+                state_changed |= registered(old) != registered(s)
         for topic in [t for t in self.subscriptions if t not in wanted]:
             del self.subscriptions[topic]
             topics_changed = True

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from smartgo.broker.persist import RecordFile
+from smartgo.common.persist import RecordFile
 from smartgo.config import NodeConfig
+from smartgo.net.codes import NO_OFFSET
 
 ROLE_FILE = "config/role.json"
-NO_OFFSET = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from smartgo.broker.bodies import Fields, parse_body
-from smartgo.broker.persist import PersistedFile
+from smartgo.common.bodies import Fields, parse_body
+from smartgo.common.persist import PersistedFile
 from smartgo.net import fastjson
 
 FILE = Path("config") / "subscriptionGroup.json"

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from smartgo.broker.bodies import Fields, parse_body
+from smartgo.common.bodies import Fields, parse_body
 
 Queue = tuple[str, str, int]          # (topic, broker name, queue id)
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import logging
 import ssl
 
-from smartgo.acl import FORWARDED_FOR
 from smartgo.actors.logs import Repeats, gist
 from smartgo.broker.stats import NetStats
+from smartgo.common.acl_sign import FORWARDED_FOR
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

@@ -26,10 +26,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from smartgo.broker.bodies import BodyError, Fields, parse_body
-from smartgo.broker.clients import (CONSUME_FROM, CONSUME_TYPES, MODELS, ConsumerGroupInfo, SubscriptionData,
-                                    parse_subscription)
-from smartgo.broker.persist import PersistedFile
+from smartgo.broker.clients import ConsumerGroupInfo
+from smartgo.common.bodies import BodyError, Fields, parse_body
+from smartgo.common.heartbeat import CONSUME_FROM, CONSUME_TYPES, MODELS, SubscriptionData, parse_subscription
+from smartgo.common.persist import PersistedFile
 from smartgo.net import fastjson
 
 FILE = Path("config") / "consumerMembers.json"

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from smartgo.broker.bodies import BodyError, Fields, parse_body
+from smartgo.common.bodies import BodyError, Fields, parse_body
 from smartgo.filter import SQL92, TAG, SelectorError, compile_selector, is_tag_type
 from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand

@@ -38,12 +38,10 @@ from smartgo.actors.ring import CONSUMER, PRODUCER, wait_any
 from smartgo.broker import profiling
 from smartgo.broker.acl_guard import node_guard
 from smartgo.broker.master_forward import MasterForward
-from smartgo.broker.bodies import BodyError
 from smartgo.broker.message_filter import CheckClientConfigProcessor, Filters
 from smartgo.broker.admin_processor import CALL_CLIENT_TIMEOUT
 from smartgo.broker.broker_actor import FORWARDED_CODES, RELAYED_CODES
 from smartgo.broker.channel import INVOKE_MARGIN, BrokerLink, ChannelError, ClientRef, InvokeError, unpack_command
-from smartgo.broker.clients import parse_heartbeat
 from smartgo.broker.end_transaction_processor import EndTransactionProcessor
 from smartgo.broker.net_view import NetView
 from smartgo.broker.offset_processor import OffsetProcessor
@@ -58,6 +56,8 @@ from smartgo.broker.send_processor import SendProcessor
 from smartgo.broker.settings import store_config, vip_port
 from smartgo.broker.stats import FLUSH_INTERVAL, NetStats
 from smartgo.broker.subscriptions import GroupsView
+from smartgo.common.bodies import BodyError
+from smartgo.common.heartbeat import parse_heartbeat
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, ConnectionEvent

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from smartgo.broker.persist import PersistedFile
+from smartgo.common.persist import PersistedFile
 from smartgo.net import fastjson
 
 FILE = Path("config") / "consumerOffset.json"

@@ -21,6 +21,7 @@ from smartgo.broker import failover, reseed
 from smartgo.broker.settings import store_config
 from smartgo.broker.topics import SYSTEM_TOPICS, default_topics, read_snapshot
 from smartgo.config import NodeConfig
+from smartgo.net.codes import NO_OFFSET
 from smartgo.store import StoreLock, mark_running, recover
 from smartgo.store.cleanup import delete_dropped_queues, empty_store
 from smartgo.store.consume_queue import list_queues
@@ -49,7 +50,7 @@ def recover_broker(config: NodeConfig) -> None:
             empty_store(cfg)
             reseed.done(cfg.store_path)
         cut = failover.current(config).truncate_to
-        state = recover(cfg, cut if cut != failover.NO_OFFSET else None)
+        state = recover(cfg, cut if cut != NO_OFFSET else None)
         _drop_deleted_topics(config, state.commitlog_min)
         mark_running(cfg.store_path)
     save(config.run_path, Recovered(state.written, state.commitlog_min, state.last_store_timestamp, state.abnormal))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from smartgo.broker.persist import RecordFile
+from smartgo.common.persist import RecordFile
 
 REQUEST_FILE = "config/reseed.json"
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from smartgo.acl import node_client
 from smartgo.actors.logs import Repeats
 from smartgo.broker import failover
-from smartgo.broker.failover import NO_OFFSET, RoleState
+from smartgo.broker.failover import RoleState
 from smartgo.broker.recovery import load as recovered
 from smartgo.broker.slave_sync import SlaveSyncError, fetch_master_state
-from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.common.acl_sign import node_client
+from smartgo.net.codes import NO_OFFSET, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 
 FENCE_LOG_EVERY = 60.0          # s between the log lines of a master that no failover registry confirms

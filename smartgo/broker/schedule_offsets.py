@@ -10,7 +10,7 @@ it, so a restarted schedule actor finds the copies it made but had not counted y
 the CommitLog from there (smartgo.broker.schedule_actor). A RocketMQ file (bare integer keys,
 no scanFrom) loads too.
 
-Writes are atomic (smartgo.broker.persist: temp file, fsync, the previous content kept as .bak,
+Writes are atomic (smartgo.common.persist: temp file, fsync, the previous content kept as .bak,
 rename, directory fsync). A reader, or a restart after a crash at any point, finds the new state
 or the previous one (the .bak, when the file is corrupt); an older state is always a valid one:
 its offsets and scanFrom were both true when it was written.
@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from smartgo.broker.persist import PersistedFile
+from smartgo.common.persist import PersistedFile
 from smartgo.net import fastjson
 from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -61,7 +61,7 @@ def decode_state(raw: bytes) -> DelayState:
 
 
 class DelayOffsetFile:
-    """delayOffset.json through smartgo.broker.persist (atomic writes, .bak fallback on load)."""
+    """delayOffset.json through smartgo.common.persist (atomic writes, .bak fallback on load)."""
 
     def __init__(self, store_path: Path | str) -> None:
         self.file = PersistedFile(Path(store_path) / DELAY_OFFSET_FILE)

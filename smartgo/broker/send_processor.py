@@ -31,7 +31,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from smartgo.acl import FORWARDED_FOR
 from smartgo.broker.channel import ChannelError
 from smartgo.broker.rings import (SEND, STATUS_DISK_FULL, STATUS_FENCED, STATUS_OK, STATUS_QUEUES_FULL, Batcher,
                                   iter_completions, send_prefix)
@@ -39,6 +38,7 @@ from smartgo.broker.schedule_message import half_rewrite, schedule_rewrite, time
 from smartgo.broker.settings import delay_levels, is_slave, timer_settings
 from smartgo.broker.topics import NOT_ALLOWED_SEND, TopicConfig
 from smartgo.broker.turns import Turns
+from smartgo.common.acl_sign import FORWARDED_FOR
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager

@@ -1,7 +1,7 @@
 """The topic table: default topics, the static topics setting, auto-creation, and its snapshot file.
 
 The broker actor owns the table. Every change is written (atomically, the previous copy kept
-as topics.json.bak: smartgo.broker.persist) to <store-dir>/config/topics.json in RocketMQ's
+as topics.json.bak: smartgo.common.persist) to <store-dir>/config/topics.json in RocketMQ's
 TopicConfigSerializeWrapper shape, then its dataVersion counter is published on the board
 (`broker.topics_version`); net actors reload the file when the counter moves. One file serves
 as the snapshot the net actors read, the persisted table a restarted node starts from, and the
@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from smartgo.broker.persist import PersistedFile
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
+from smartgo.common.persist import PersistedFile
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.net import fastjson
-from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, PermName
+from smartgo.net.codes import TRACE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, PermName
 from smartgo.store.record import SCHEDULE_TOPIC
 
 DEFAULT_TOPIC = "TBW102"                 # the auto-create template (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC)
@@ -30,7 +30,6 @@ REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"      # "_" + MixAll.REPLY_TOPIC_POSTFIX
 DLQ_QUEUES = 1                           # MixAll.DLQ_NUMS_PER_GROUP
 SNAPSHOT = Path("config") / "topics.json"
 RW = PermName.READ | PermName.WRITE
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"       # the default msgTraceTopicName
 # Topics producers may not send to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
 NOT_ALLOWED_SEND = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
                               "RMQ_SYS_SELF_TEST_TOPIC", OFFSET_MOVED_EVENT})

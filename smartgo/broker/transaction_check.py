@@ -35,9 +35,9 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from smartgo.broker.persist import PersistedFile
 from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC, ScheduleRecordError, check_message
 from smartgo.broker.topics import RW, TopicConfig
+from smartgo.common.persist import PersistedFile
 from smartgo.net.codes import FLAG_ONEWAY, TRANS_CHECK_MAX_TIME_TOPIC, RequestCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.consume_queue import ENTRY, HOLE_SIZE

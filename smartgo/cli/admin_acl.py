@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from smartgo.acl import AccessConfig, split_list
 from smartgo.cli._common import CommandTable, emit, options, table, when
 from smartgo.client import AsyncAdmin
+from smartgo.common.acl_sign import AccessConfig, split_list
 
 COMMANDS = CommandTable()
 command = COMMANDS.command

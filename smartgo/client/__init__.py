@@ -30,7 +30,6 @@ asyncio API: AsyncProducer, AsyncPushConsumer, AsyncPullConsumer, AsyncLitePullC
 (same methods, awaited; `async with`). See docs/CLIENT.md.
 """
 
-from smartgo.acl import AccessConfig
 from smartgo.client.admin import AsyncAdmin, ClusterInfo
 from smartgo.client.allocate import allocate_averagely, allocate_by_circle, allocate_consistent_hash
 from smartgo.client.blocking import Admin, LitePullConsumer, Producer, PullConsumer, PushConsumer
@@ -46,6 +45,7 @@ from smartgo.client.push_consumer import AsyncPushConsumer
 from smartgo.client.route import select_by_hash, select_random
 from smartgo.client.subscription import MessageSelector, SubscriptionError
 from smartgo.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
+from smartgo.common.acl_sign import AccessConfig
 
 __all__ = ["AccessConfig", "Admin", "AsyncAdmin", "AsyncLitePullConsumer", "AsyncProducer", "AsyncPullConsumer",
            "AsyncPushConsumer", "BrokerError", "ClientConfig", "ClientError", "ClientStateError", "ClusterInfo",

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from smartgo.acl import AccessConfig
 from smartgo.client import api, bodies, trace
 from smartgo.client.bodies import AclVersion, BrokerStats, ConsumeStats, QueueProgress, QueueStatus, QueueTimeSpan
 from smartgo.client.config import ClientConfig
@@ -22,6 +21,7 @@ from smartgo.client.route import BrokerData, TopicRouteData, order_conf
 from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
 from smartgo.client.subscription import SubscriptionData
 from smartgo.client.uniq_id import uniq_id_time
+from smartgo.common.acl_sign import AccessConfig
 from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, ORDER_TOPIC_CONFIG, RETRY_GROUP_TOPIC_PREFIX,
                                TRANS_CHECK_MAX_TIME_TOPIC, PermName, RequestCode, dlq_topic, retry_topic)
 from smartgo.net.codes import ResponseCode as R

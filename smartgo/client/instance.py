@@ -17,13 +17,13 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from smartgo.acl import signer
 from smartgo.client import api, bodies
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import BrokerError, ClientStateError, NoRouteError, RegistryUnavailableError
 from smartgo.client.route import BrokerData, TopicRouteData
 from smartgo.client.running_info import (PROP_CLIENT_VERSION, PROP_NAMESERVER_ADDR,
                                          encode_direct_result, encode_running_info, thread_stacks)
+from smartgo.common.acl_sign import signer
 from smartgo.net import fastjson
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import CURRENT_VERSION, MASTER_ID, RequestCode, ResponseCode, SerializeType

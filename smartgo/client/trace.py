@@ -30,12 +30,12 @@ from smartgo.client.config import ClientConfig
 from smartgo.client.listener import BatchListener, Listener, is_coroutine_listener
 from smartgo.client.message import Message, Prop, SendResult, SendStatus
 from smartgo.client.uniq_id import uniq_ids
+from smartgo.net.codes import TRACE_TOPIC
 from smartgo.store.record import MessageExt
 
 log = logging.getLogger("smartgo.client.trace")
 T = TypeVar("T")
 
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"             # TopicValidator.RMQ_SYS_TRACE_TOPIC
 TRACE_GROUP = "_INNER_TRACE_PRODUCER"           # TraceConstants.GROUP_NAME_PREFIX
 TRACE_INSTANCE = "PID_CLIENT_INNER_TRACE_PRODUCER"
 DEFAULT_REGION = "DefaultRegion"                # MixAll.DEFAULT_TRACE_REGION_ID

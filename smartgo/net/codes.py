@@ -215,6 +215,9 @@ class PermName:
 #: brokerId of a master (MixAll.MASTER_ID).
 MASTER_ID = 0
 
+#: "No offset" in automatic failover's registration fields (epochStart, truncateOffset) and role file.
+NO_OFFSET = -1
+
 #: A consumer group's retry and dead-letter topics (MixAll.RETRY_GROUP_TOPIC_PREFIX,
 #: DLQ_GROUP_TOPIC_PREFIX), named alike by brokers, clients and the ACL.
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
@@ -222,6 +225,9 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 #: Where a broker copies the transaction half messages its check-back gave up on
 #: (TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC), which admin tools browse.
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: Where clients with message trace on send their traces (TopicValidator.RMQ_SYS_TRACE_TOPIC; the default
+#: msgTraceTopicName); the ACL lets any account send to it.
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 #: The registries' KV namespace of ordered topics (NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG).
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 

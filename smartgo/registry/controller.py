@@ -38,10 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smartgo.broker.failover import NO_OFFSET         # "no offset" on both ends of the registration
-from smartgo.broker.persist import PersistedFile
+from smartgo.common.persist import PersistedFile
 from smartgo.net.client import RemotingClient
-from smartgo.net.codes import MASTER_ID, RequestCode, ResponseCode
+from smartgo.net.codes import MASTER_ID, NO_OFFSET, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
 from smartgo.registry import bodies

@@ -12,8 +12,8 @@ import logging
 import zlib
 from collections.abc import Callable
 
-from smartgo.broker.bodies import BodyError
-from smartgo.broker.broker_config import parse_properties
+from smartgo.common.bodies import BodyError
+from smartgo.common.properties import parse_properties
 from smartgo.net.codes import MASTER_ID, ORDER_TOPIC_CONFIG, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor, eager

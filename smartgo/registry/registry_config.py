@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from smartgo.broker.bodies import BodyError
-from smartgo.broker.broker_config import parse_flag
-from smartgo.broker.persist import PersistedFile
+from smartgo.common.bodies import BodyError
+from smartgo.common.persist import PersistedFile
+from smartgo.common.properties import parse_flag
 from smartgo.config import setting_text
 
 FILE = "namesrv.json"

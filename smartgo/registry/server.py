@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from smartgo.acl import ADMIN_CODES
-from smartgo.broker.acl_guard import CHECK_INTERVAL, AclGuard
+from smartgo.common.acl_check import ADMIN_CODES
+from smartgo.common.acl_guard import CHECK_INTERVAL, AclGuard
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode
 from smartgo.net.connection import Connection, ConnectionEvent

@@ -1,4 +1,4 @@
-"""RocketMQ 4.x plain ACL (smartgo.acl) without processes: signatures against independent
+"""RocketMQ 4.x plain ACL (smartgo.common.acl_check, acl_sign) without processes: signatures against independent
 vectors, the request-code resource table, the check order and texts of 4.9.x, address patterns
 and plain_acl.yml validation."""
 
@@ -13,9 +13,9 @@ import subprocess
 
 import pytest
 
-from smartgo.acl import (ADMIN_CODES, ANY, DENY, FORWARDED_FOR, PUB, SUB, AclConfigError, AclError, AclValidator,
-                         address_strategy, check_permission, client_ip, load_acl, parse_acl, parse_perm,
-                         request_content, sign)
+from smartgo.common.acl_check import (ADMIN_CODES, ANY, DENY, PUB, SUB, AclConfigError, AclError, AclValidator,
+                                      address_strategy, check_permission, client_ip, load_acl, parse_acl, parse_perm)
+from smartgo.common.acl_sign import FORWARDED_FOR, request_content, sign
 from smartgo.net.codes import RequestCode
 
 pytestmark = pytest.mark.timeout(30)

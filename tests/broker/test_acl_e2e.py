@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.acl import signer
 from smartgo.actors.testing import NodeStartError
 from smartgo.broker.testing import pull_command, send_command, start_broker
 from smartgo.client import AccessConfig, Admin, AsyncProducer, AsyncPushConsumer, BrokerError, Message
+from smartgo.common.acl_sign import signer
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

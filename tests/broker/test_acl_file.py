@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from smartgo.acl import AccessConfig, AclConfigError, parse_acl, split_list
 from smartgo.broker import acl_file
 from smartgo.broker.acl_file import AclEditError
+from smartgo.common.acl_check import AclConfigError, parse_acl
+from smartgo.common.acl_sign import AccessConfig, split_list
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,17 +18,19 @@ import msgpack
 import pytest
 
 from smartgo.actors.testing import ROOT
-from smartgo.broker.bodies import BodyError
-from smartgo.broker.broker_config import FILE, RuntimeConfig, check_updates, parse_properties, properties_text
+from smartgo.broker.broker_config import FILE, RuntimeConfig, check_updates, properties_text
 from smartgo.broker.channel import BrokerLink, ClientRef
-from smartgo.broker.clients import ClientTable, parse_heartbeat
+from smartgo.broker.clients import ClientTable, registered
 from smartgo.broker.groups import DEFAULT_GROUPS, SubscriptionGroups, parse_group_body
 from smartgo.broker.locks import RebalanceLocks
 from smartgo.broker.offsets import ConsumerOffsets
-from smartgo.broker.persist import PersistedFile
 from smartgo.broker import stats_items
 from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook, minute_sample_ms
 from smartgo.broker.stats_files import StatsFiles
+from smartgo.common.bodies import BodyError
+from smartgo.common.heartbeat import parse_heartbeat
+from smartgo.common.persist import PersistedFile
+from smartgo.common.properties import parse_properties
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.broker.testing import heartbeat_body
 from smartgo.stats_schema import file_hour_ms, file_name
@@ -99,7 +101,7 @@ def test_kill_9_while_saving_leaves_the_old_or_the_new_file(tmp_path):
     parses and holds the last save it reported or a later one (never a mix, never missing, never
     older)."""
     path = tmp_path / "x.json"
-    script = (f"from smartgo.broker.persist import PersistedFile\nf = PersistedFile({str(path)!r})\n"
+    script = (f"from smartgo.common.persist import PersistedFile\nf = PersistedFile({str(path)!r})\n"
               "import sys\nn = int(sys.argv[1])\n"
               "while True:\n    n += 1\n    f.save(('{\"n\": %d, \"pad\": \"%s\"}' % (n, 'x' * 20000)).encode())\n"
               "    print(n, flush=True)\n")
@@ -195,8 +197,8 @@ def test_heartbeat_parsing_accepts_what_clients_send():
     data = parse_heartbeat(body)
     sub = data.consumers[0].subscriptions[0]
     assert data.consumers[0].message_model == "CLUSTERING" and sub.code_set == [65] and sub.sub_version == 7
-    assert sub.registered().codes == frozenset({65}) and data.producers == ["PG"]
-    assert parse_heartbeat(heartbeat_body("c", {"G": {"T": "*"}})).consumers[0].subscriptions[0].registered().codes is None
+    assert registered(sub).codes == frozenset({65}) and data.producers == ["PG"]
+    assert registered(parse_heartbeat(heartbeat_body("c", {"G": {"T": "*"}})).consumers[0].subscriptions[0]).codes is None
     with pytest.raises(BodyError, match=r"producerDataSet\[0\].groupName is missing"):
         parse_heartbeat(b'{"clientID":"c","producerDataSet":[{}]}')
 
@@ -212,7 +214,7 @@ def test_heartbeat_of_the_cpp_client_with_enum_ordinals():
     assert (c.group, c.consume_type, c.message_model, c.consume_from_where) == (
         "CG_CPP", "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET")
     assert [s.topic for s in c.subscriptions] == ["%RETRY%CG_CPP", "CppTopic"]
-    assert c.subscriptions[1].sub_version == 1795443288430 and c.subscriptions[1].registered().codes is None
+    assert c.subscriptions[1].sub_version == 1795443288430 and registered(c.subscriptions[1]).codes is None
     broadcasting = parse_heartbeat(body.replace(b'"messageModel":1', b'"messageModel":0')
                                    .replace(b'"consumeFromWhere":0', b'"consumeFromWhere":4'))
     assert broadcasting.consumers[0].message_model == "BROADCASTING"

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.acl import FORWARDED_FOR
 from smartgo.broker.master_forward import MasterForward
 from smartgo.broker.stats import NetStats
+from smartgo.common.acl_sign import FORWARDED_FOR
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingConnectError

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.clients import ClientTable, parse_heartbeat
+from smartgo.broker.clients import ClientTable
 from smartgo.broker.members import FILE, MemberFile
 from smartgo.broker.testing import heartbeat_body
+from smartgo.common.heartbeat import parse_heartbeat
 
 from .test_control_units import Clock
 
@@ -103,7 +104,7 @@ def test_the_file_is_written_only_when_the_table_changed(tmp_path):
 def test_a_corrupt_file_is_logged_and_read_as_no_members(tmp_path, caplog):
     (tmp_path / FILE).parent.mkdir(parents=True)
     (tmp_path / FILE).write_bytes(b'{"consumerGroups": {"G": {"clientIds": [], "messageModel": 5}}')
-    with caplog.at_level(logging.ERROR, "smartgo.broker.persist"):
+    with caplog.at_level(logging.ERROR, "smartgo.common.persist"):
         assert MemberFile(tmp_path).load() == []
     assert f"consumer members {tmp_path / FILE} is corrupt" in caplog.text
     for body in (b"not json", b'{"consumerGroups": {"G": {"clientIds": [], "messageModel": 5}}}',
@@ -111,7 +112,7 @@ def test_a_corrupt_file_is_logged_and_read_as_no_members(tmp_path, caplog):
                  b'{"consumerGroups": []}'):
         (tmp_path / FILE).write_bytes(body)
         caplog.clear()
-        with caplog.at_level(logging.ERROR, "smartgo.broker.persist"):
+        with caplog.at_level(logging.ERROR, "smartgo.common.persist"):
             assert MemberFile(tmp_path).load() == [], body
         assert "is corrupt" in caplog.text, body
     table = ClientTable()

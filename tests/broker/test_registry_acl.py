@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.acl import sign_request
 from smartgo.actors.testing import launch_node
 from smartgo.cli.main import main
 from smartgo.client import Admin
+from smartgo.common.acl_sign import sign_request
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from smartgo.acl import sign
 from smartgo.cli.main import build_parser, main
 from smartgo.client.message import MessageQueue
 from smartgo.client.running_info import CMResult, RunningInfo, encode_direct_result, encode_running_info
+from smartgo.common.acl_sign import sign
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import pack_host
 
