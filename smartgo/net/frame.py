@@ -124,22 +124,35 @@ def _check_length(length: int, max_frame: int) -> None:
         raise FrameError(f"frame length {length} is shorter than the header-length field")
 
 
+class InflateError(ValueError):
+    """A zlib stream refused by inflate(); the message completes "compressed <what> ..."."""
+
+
+def inflate(data: Buffer, limit: int, *, whole: bool = True) -> bytes:
+    """data inflated to at most `limit` bytes: the one zlib bomb guard (compressed frames here,
+    REGISTER_BROKER bodies in the registry). whole: a stream cut before its end is refused too."""
+    inflater = zlib.decompressobj()
+    try:
+        plain = inflater.decompress(data, limit)
+    except zlib.error as exc:
+        raise InflateError(f"does not inflate: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise InflateError(f"inflates beyond the limit of {limit} bytes")
+    if whole and not inflater.eof:
+        raise InflateError("is truncated")
+    return plain
+
+
 def _inflate_body(cmd: RemotingCommand, max_frame: int) -> None:
     """A SmartGo peer's compressed body, inflated in place (at most max_frame bytes)."""
     cmd.flag &= ~FLAG_COMPRESSED
     body = cmd.body
     if not body:
         raise HeaderError("compressed flag set on an empty body")
-    inflater = zlib.decompressobj()
     try:
-        plain = inflater.decompress(body, max_frame)
-    except zlib.error as exc:
-        raise HeaderError(f"compressed body does not inflate: {exc}") from None
-    if inflater.unconsumed_tail:
-        raise HeaderError(f"compressed body inflates beyond the limit of {max_frame} bytes")
-    if not inflater.eof:
-        raise HeaderError("compressed body is truncated")
-    cmd.body = plain
+        cmd.body = inflate(body, max_frame)
+    except InflateError as exc:
+        raise HeaderError(f"compressed body {exc}") from None
 
 
 def _size(buf: Buffer) -> int:

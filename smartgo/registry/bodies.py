@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import io
 import struct
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from smartgo.net import fastjson
 from smartgo.net.errors import RemotingError
+from smartgo.net.frame import InflateError, inflate
 from smartgo.registry.route_info import BrokerData, DataVersion, RegisterBrokerBody, TopicConfig, TopicRoute
 
 #: Inflated REGISTER_BROKER bodies larger than this are refused (a zlib bomb guard).
@@ -126,13 +126,10 @@ def parse_register_broker_body(data: bytes | None, compressed: bool, legacy: boo
 
 def _parse_compressed(data: bytes) -> RegisterBrokerBody:
     """RegisterBrokerBody.encode(true): a zlib stream of int32-length-prefixed parts (reference C)."""
-    inflater = zlib.decompressobj()
     try:
-        raw = inflater.decompress(data, MAX_INFLATED_BODY)
-    except zlib.error as exc:
-        raise BodyError(f"compressed RegisterBrokerBody does not inflate: {exc}") from None
-    if inflater.unconsumed_tail:
-        raise BodyError(f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_BODY} bytes")
+        raw = inflate(data, MAX_INFLATED_BODY, whole=False)     # as Java's, whose reads stop at the last part
+    except InflateError as exc:
+        raise BodyError(f"compressed RegisterBrokerBody {exc}") from None
     stream = io.BytesIO(raw)
 
     def chunk(what: str) -> bytes:

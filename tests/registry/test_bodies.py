@@ -33,6 +33,17 @@ def test_compressed_register_body_matches_the_json_one() -> None:
     assert packed == plain
 
 
+def test_compressed_register_body_is_bounded_by_the_shared_inflate_guard(monkeypatch) -> None:
+    """A zlib bomb or garbage is a BodyError naming the body; the bound is net.frame.inflate's."""
+    from smartgo.registry import bodies
+
+    monkeypatch.setattr(bodies, "MAX_INFLATED_BODY", 1 << 16)
+    with pytest.raises(BodyError, match="RegisterBrokerBody inflates beyond the limit of 65536 bytes"):
+        parse_register_broker_body(zlib.compress(b"\0" * (1 << 20), 9), True, False)
+    with pytest.raises(BodyError, match="RegisterBrokerBody does not inflate"):
+        parse_register_broker_body(b"garbage", True, False)
+
+
 def test_legacy_body_is_a_bare_wrapper() -> None:
     wrapper = json.dumps({"dataVersion": {"counter": 2, "timestamp": 5},
                           "topicConfigTable": {"T": {"topicName": "T", "readQueueNums": 2, "writeQueueNums": 2,
