@@ -19,7 +19,7 @@ from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.route import BrokerData, TopicRouteData, order_conf
 from smartgo.client.running_info import RunningInfo, parse_direct_result, parse_running_info
-from smartgo.client.subscription import SubscriptionData
+from smartgo.client.subscription import build_subscription
 from smartgo.client.uniq_id import uniq_id_time
 from smartgo.common.acl_sign import AccessConfig
 from smartgo.net.codes import (DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, ORDER_TOPIC_CONFIG, RETRY_GROUP_TOPIC_PREFIX,
@@ -725,7 +725,7 @@ class AsyncAdmin:
         if not names:
             raise NoRouteError(topic, f"broker {broker_name} does not serve it")
         mq = MessageQueue(topic, names[0], queue_id)
-        result = await pull(self.instance, api.TOOLS_CONSUMER_GROUP, mq, SubscriptionData.build(topic), offset, 1,
+        result = await pull(self.instance, api.TOOLS_CONSUMER_GROUP, mq, build_subscription(topic), offset, 1,
                             pull_sys_flag(False, False, True), 0, 0, 10.0, MASTER_ID)
         for msg in result.messages:
             if msg.queue_offset == offset:
@@ -799,7 +799,7 @@ class AsyncAdmin:
             return []                                   # nothing was ever stored in it
         self.instance.remember_route(topic, route)
         out: list[MessageExt] = []
-        sub = SubscriptionData.build(topic)
+        sub = build_subscription(topic)
         for name in sorted(b.broker_name for b in route.broker_datas):
             for queue_id in range(max((q.read_queue_nums for q in route.queue_datas if q.broker_name == name),
                                       default=0)):

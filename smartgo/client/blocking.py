@@ -24,7 +24,7 @@ from smartgo.client.message import Message, MessageQueue, SendResult
 from smartgo.client.producer import AsyncProducer, SendCallback
 from smartgo.client.pull_consumer import AsyncPullConsumer
 from smartgo.client.push_consumer import AsyncPushConsumer
-from smartgo.client.subscription import MessageSelector, SubscriptionData
+from smartgo.client.subscription import MessageSelector, build_subscription
 from smartgo.net.loop import new_event_loop
 
 log = logging.getLogger("smartgo.client.blocking")
@@ -168,7 +168,7 @@ class PushConsumer(_Facade):
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """AsyncPushConsumer.subscribe; a SQL92 expression that does not compile raises here."""
-        SubscriptionData.build(topic, expression)
+        build_subscription(topic, expression)
         self._on_loop(self._create().subscribe, topic, expression)
 
     def set_listener(self, listener: Listener | BatchListener) -> Listener | BatchListener:
@@ -226,7 +226,7 @@ class LitePullConsumer(_Facade):
     def subscribe(self, topic: str, expression: str | MessageSelector = "*",
                   listener: Callable[[str, set[MessageQueue], set[MessageQueue]], None] | None = None) -> None:
         """AsyncLitePullConsumer.subscribe; the listener runs on a worker thread."""
-        SubscriptionData.build(topic, expression)     # a SQL92 expression that does not compile raises here
+        build_subscription(topic, expression)     # a SQL92 expression that does not compile raises here
         core = self._create()
         self._on_loop(core.subscribe, topic, expression, None if listener is None else self._in_worker(listener, topic))
 
@@ -237,7 +237,7 @@ class LitePullConsumer(_Facade):
         self._run(self._create().assign(list(queues), expression))
 
     def set_sub_expression_for_assign(self, topic: str, expression: str | MessageSelector) -> None:
-        SubscriptionData.build(topic, expression)
+        build_subscription(topic, expression)
         self._on_loop(self._create().set_sub_expression_for_assign, topic, expression)
 
     def pause(self, queues: list[MessageQueue]) -> None:

@@ -28,7 +28,7 @@ from smartgo.client.pull_consumer import BLOCK_SUSPEND_MS
 from smartgo.client.rebalance import PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer, queue_offset
 from smartgo.client.route import TopicRouteData
 from smartgo.client.running_info import CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, RunningInfo
-from smartgo.client.subscription import MessageSelector, SubscriptionData
+from smartgo.client.subscription import MessageSelector, SubscriptionData, build_subscription
 from smartgo.client.trace import trace_polled
 from smartgo.net.codes import RequestCode
 from smartgo.net.loop import wait_within
@@ -88,7 +88,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
         this consumer's share, whenever a rebalance changed that share."""
         if self._assigned is not None:
             raise ClientStateError("subscribe and assign are mutually exclusive")
-        self.subscriptions[topic] = SubscriptionData.build(topic, expression)
+        self.subscriptions[topic] = build_subscription(topic, expression)
         if listener is not None:
             self._assign_listeners[topic] = listener
         else:
@@ -112,8 +112,8 @@ class AsyncLitePullConsumer(BalancedConsumer):
         assigned = {}
         for mq in queues:
             if mq.topic not in subs:
-                subs[mq.topic] = (SubscriptionData.build(mq.topic, expression) if expression is not None else
-                                  self._assign_expressions.get(mq.topic) or SubscriptionData.build(mq.topic, "*"))
+                subs[mq.topic] = (build_subscription(mq.topic, expression) if expression is not None else
+                                  self._assign_expressions.get(mq.topic) or build_subscription(mq.topic, "*"))
             assigned[mq] = subs[mq.topic]
         self._assigned = assigned
         if self._running:
@@ -122,7 +122,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
     def set_sub_expression_for_assign(self, topic: str, expression: str | MessageSelector) -> None:
         """setSubExpressionForAssign: how `assign` filters topic's queues when its call names no
         expression; queues of topic already assigned use it from their next pull."""
-        sub = self._assign_expressions[topic] = SubscriptionData.build(topic, expression)
+        sub = self._assign_expressions[topic] = build_subscription(topic, expression)
         for mq in self._assigned or ():
             if mq.topic == topic:
                 self._assigned[mq] = sub  # type: ignore[index]

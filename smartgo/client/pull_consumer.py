@@ -16,7 +16,7 @@ from smartgo.client.rebalance import queue_offset
 from smartgo.client.route import TopicRouteData
 from smartgo.client.running_info import (CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP,
                                          RunningInfo)
-from smartgo.client.subscription import MessageSelector, SubscriptionData
+from smartgo.client.subscription import MessageSelector, SubscriptionData, build_subscription
 from smartgo.net.codes import RequestCode
 
 #: Java's DefaultMQPullConsumer: brokerSuspendMaxTimeMillis 20 s, consumerPullTimeoutMillis 10 s.
@@ -53,7 +53,7 @@ class AsyncPullConsumer(MemberClient):
         pass
 
     def _subscriptions(self) -> list[dict]:
-        return [SubscriptionData.build(t, "*", 0).to_json() for t in sorted(self._topics)]
+        return [build_subscription(t, "*", 0).to_json() for t in sorted(self._topics)]
 
     def heartbeat_entry(self) -> tuple[str, dict | None]:
         return "consumer", api.consumer_data(self.group, CONSUME_ACTIVELY, "CLUSTERING",
@@ -82,7 +82,7 @@ class AsyncPullConsumer(MemberClient):
         key = (topic, expression)
         sub = self._subs.get(key)
         if sub is None:
-            sub = self._subs[key] = SubscriptionData.build(topic, expression)
+            sub = self._subs[key] = build_subscription(topic, expression)
         return sub
 
     async def pull(self, queue: MessageQueue, expression: str | MessageSelector = "*", offset: int = 0,

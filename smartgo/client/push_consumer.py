@@ -34,7 +34,7 @@ from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY
                                          ConsumerStats, RunningInfo)
 from smartgo.client.pull import pull_sys_flag
 from smartgo.client.rebalance import PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer, check_range
-from smartgo.client.subscription import MessageSelector, SubscriptionData
+from smartgo.client.subscription import MessageSelector, build_subscription
 from smartgo.client.trace import traced_listener
 from smartgo.net.codes import RequestCode, retry_topic
 from smartgo.net.loop import wait_within
@@ -131,7 +131,7 @@ class AsyncPushConsumer(BalancedConsumer):
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Consume topic's messages whose tag the expression names ("TagA || TagB", or "*"), or
         that a MessageSelector.by_sql expression selects (SubscriptionError if it does not compile)."""
-        self.subscriptions[topic] = SubscriptionData.build(topic, expression)
+        self.subscriptions[topic] = build_subscription(topic, expression)
         if self._running:
             self._spawn(self.instance.heartbeat_all())
             self.rebalance_soon()
@@ -173,7 +173,7 @@ class AsyncPushConsumer(BalancedConsumer):
         if not self.subscriptions:
             raise ClientStateError("subscribe to at least one topic before start()")
         if self.clustering and retry_topic(self.group) not in self.subscriptions:
-            self.subscriptions[retry_topic(self.group)] = SubscriptionData.build(retry_topic(self.group), "*")
+            self.subscriptions[retry_topic(self.group)] = build_subscription(retry_topic(self.group), "*")
         await self._attach()
         listener = self.listener
         if self.tracer is not None:

@@ -3,19 +3,20 @@ TagB" names the tags. The broker filters by tag hash (codeSet) and the client re
 tag string (tagsSet), because different tags can share a hash. By SQL92
 (MessageSelector.by_sql("a > 5 AND TAGS IN ('A', 'B')")) the broker evaluates the expression on
 each message's properties and the client takes what it gets; the expression is compiled here
-first, so a mistake shows at subscribe()."""
+first, so a mistake shows at subscribe(). SubscriptionData itself (the fields and their JSON) is
+the one the broker parses: smartgo.common.heartbeat."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from smartgo.client.errors import ClientError
+from smartgo.common.heartbeat import SUB_ALL, SubscriptionData
 from smartgo.filter import SQL92, TAG, SelectorError, compile_selector
 from smartgo.store.java_hash import java_hash
-from smartgo.store.record import MessageExt
 
-SUB_ALL = "*"
+__all__ = ["SUB_ALL", "MessageSelector", "SubscriptionData", "SubscriptionError", "build_subscription"]
 
 
 class SubscriptionError(ClientError, ValueError):
@@ -39,61 +40,35 @@ class MessageSelector:
         return cls(TAG, tags)
 
 
-@dataclass(slots=True)
-class SubscriptionData:
-    topic: str
-    sub_string: str = SUB_ALL
-    tags_set: list[str] = field(default_factory=list)
-    code_set: list[int] = field(default_factory=list)
-    sub_version: int = 0
-    expression_type: str = TAG
-
-    @classmethod
-    def build(cls, topic: str, expression: str | MessageSelector | None = None,
-              version_ms: int | None = None) -> SubscriptionData:
-        sub = SubscriptionData(topic, sub_version=int(time.time() * 1000) if version_ms is None else version_ms)
-        if isinstance(expression, MessageSelector):
-            if expression.expression_type != TAG:
-                return sub._sql(expression)
-            expression = expression.expression
-        expr = (expression or "").strip()
-        if not expr or expr == SUB_ALL:
-            return sub
-        sub.sub_string = expr
-        for tag in expr.split("||"):
-            tag = tag.strip()
-            if tag and tag not in sub.tags_set:
-                sub.tags_set.append(tag)
-                sub.code_set.append(java_hash(tag))
-        if not sub.tags_set:
-            raise SubscriptionError(f"subscription expression {expression!r} names no tag")
+def build_subscription(topic: str, expression: str | MessageSelector | None = None,
+                       version_ms: int | None = None) -> SubscriptionData:
+    """FilterAPI.buildSubscriptionData: a tag expression's tags and their hash codes, or a SQL92
+    expression compiled here first (SubscriptionError when it names no tag or does not compile)."""
+    sub = SubscriptionData(topic, sub_version=int(time.time() * 1000) if version_ms is None else version_ms)
+    if isinstance(expression, MessageSelector):
+        if expression.expression_type != TAG:
+            return _sql(sub, expression)
+        expression = expression.expression
+    expr = (expression or "").strip()
+    if not expr or expr == SUB_ALL:
         return sub
+    sub.sub_string = expr
+    for tag in expr.split("||"):
+        tag = tag.strip()
+        if tag and tag not in sub.tags_set:
+            sub.tags_set.append(tag)
+            sub.code_set.append(java_hash(tag))
+    if not sub.tags_set:
+        raise SubscriptionError(f"subscription expression {expression!r} names no tag")
+    return sub
 
-    def _sql(self, selector: MessageSelector) -> SubscriptionData:
-        if selector.expression_type != SQL92:
-            raise SubscriptionError(f"unknown expression type {selector.expression_type!r} (TAG or SQL92)")
-        try:
-            compile_selector(selector.expression)
-        except SelectorError as exc:
-            raise SubscriptionError(f"SQL92 expression {selector.expression!r:.200} does not compile: {exc}") from None
-        self.sub_string, self.expression_type = selector.expression, SQL92
-        return self
 
-    @property
-    def takes_all(self) -> bool:
-        """Nothing left for the client to filter (every tag, or SQL92 the broker applied)."""
-        return not self.tags_set
-
-    def matches(self, msg: MessageExt) -> bool:
-        """PullAPIWrapper's client-side filter: with tags named, only messages whose TAGS is one
-        of them (a message without tags does not match)."""
-        if not self.tags_set:
-            return True
-        tags = msg.properties.get("TAGS")
-        return tags is not None and tags in self.tags_set
-
-    def to_json(self) -> dict:
-        """SubscriptionData as fastjson writes it in HeartbeatData."""
-        return {"classFilterMode": False, "codeSet": list(self.code_set), "expressionType": self.expression_type,
-                "subString": self.sub_string, "subVersion": self.sub_version, "tagsSet": list(self.tags_set),
-                "topic": self.topic}
+def _sql(sub: SubscriptionData, selector: MessageSelector) -> SubscriptionData:
+    if selector.expression_type != SQL92:
+        raise SubscriptionError(f"unknown expression type {selector.expression_type!r} (TAG or SQL92)")
+    try:
+        compile_selector(selector.expression)
+    except SelectorError as exc:
+        raise SubscriptionError(f"SQL92 expression {selector.expression!r:.200} does not compile: {exc}") from None
+    sub.sub_string, sub.expression_type = selector.expression, SQL92
+    return sub

@@ -7,8 +7,12 @@ ACL check reads the groups and topics a heartbeat needs from it; every field is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from smartgo.common.bodies import BodyError, Fields, as_int, parse_body
+
+if TYPE_CHECKING:
+    from smartgo.store.record import MessageExt
 
 SUB_ALL = "*"
 # Java's declaration order: the C++ client sends these enums as ordinals
@@ -21,6 +25,11 @@ CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_M
 
 @dataclass(slots=True)
 class SubscriptionData:
+    """One subscription of a consumer group (FilterAPI's SubscriptionData): what the client
+    builds (smartgo.client.subscription.build_subscription) and sends in its heartbeat, and what
+    the broker reads from it. The broker filters by the tag hash codes, the client again by the
+    tags, since different tags can share a hash."""
+
     topic: str
     sub_string: str = SUB_ALL
     tags_set: list[str] = field(default_factory=list)
@@ -29,10 +38,24 @@ class SubscriptionData:
     expression_type: str = "TAG"
     class_filter_mode: bool = False
 
+    @property
+    def takes_all(self) -> bool:
+        """Nothing left for the client to filter (every tag, or SQL92 the broker applied)."""
+        return not self.tags_set
+
+    def matches(self, msg: MessageExt) -> bool:
+        """PullAPIWrapper's client-side filter: with tags named, only messages whose TAGS is one
+        of them (a message without tags does not match)."""
+        if not self.tags_set:
+            return True
+        tags = msg.properties.get("TAGS")
+        return tags is not None and tags in self.tags_set
+
     def to_json(self) -> dict:
-        return {"classFilterMode": self.class_filter_mode, "codeSet": self.code_set,
+        """SubscriptionData as fastjson writes it in HeartbeatData."""
+        return {"classFilterMode": self.class_filter_mode, "codeSet": list(self.code_set),
                 "expressionType": self.expression_type, "subString": self.sub_string,
-                "subVersion": self.sub_version, "tagsSet": self.tags_set, "topic": self.topic}
+                "subVersion": self.sub_version, "tagsSet": list(self.tags_set), "topic": self.topic}
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from smartgo.client.offset_store import LocalOffsetStore
 from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import pull_sys_flag
 from smartgo.client.route import TopicPublishInfo, TopicRouteData, select_by_hash
-from smartgo.client.subscription import SubscriptionData, SubscriptionError
+from smartgo.client.subscription import SubscriptionError, build_subscription
 from smartgo.client.uniq_id import UniqIdGenerator, uniq_id_ip, uniq_id_time
 from smartgo.net.codes import RequestCode
 from smartgo.store.record import MessageExt, encode_record, iter_records
@@ -185,18 +185,18 @@ def test_client_id_and_registry_parsing():
 # -- subscriptions ---------------------------------------------------------------------------------
 
 def test_subscription_parsing():
-    s = SubscriptionData.build("T", " TagA || TagB ||TagA", 7)
+    s = build_subscription("T", " TagA || TagB ||TagA", 7)
     assert s.tags_set == ["TagA", "TagB"] and s.code_set == [2598919, 2598920]  # Java hashCode (facts D)
     assert s.to_json() == {"classFilterMode": False, "codeSet": [2598919, 2598920], "expressionType": "TAG",
                            "subString": "TagA || TagB ||TagA", "subVersion": 7, "tagsSet": ["TagA", "TagB"],
                            "topic": "T"}
-    assert SubscriptionData.build("T", "*").takes_all and SubscriptionData.build("T", "").sub_string == "*"
+    assert build_subscription("T", "*").takes_all and build_subscription("T", "").sub_string == "*"
     with pytest.raises(SubscriptionError):
-        SubscriptionData.build("T", "||")
+        build_subscription("T", "||")
 
 
 def test_client_side_tag_filter():
-    s = SubscriptionData.build("T", "A||B")
+    s = build_subscription("T", "A||B")
     def m(tags):
         return MessageExt("T", 0, 0, 0, 0, 0, 0, ("1.1.1.1", 1), 0, ("1.1.1.1", 1), 0, 0, b"",
                           {"TAGS": tags} if tags else {})
@@ -337,7 +337,7 @@ def test_header_field_names_match_reference():
 def test_json_bodies_match_reference():
     hb = json.loads(api.heartbeat_request("1.2.3.4@5", ["PG"], [api.consumer_data(
         "G", "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET",
-        [SubscriptionData.build("T", "TagA || TagB", 1).to_json()])]).body)
+        [build_subscription("T", "TagA || TagB", 1).to_json()])]).body)
     assert set(hb) == {"clientID", "consumerDataSet", "producerDataSet"}
     assert set(hb["consumerDataSet"][0]) == {"consumeFromWhere", "consumeType", "groupName", "messageModel",
                                              "subscriptionDataSet", "unitMode"}
