@@ -40,18 +40,17 @@ ACL_OFF = "ACL is off on this broker (acl_enable=false), so it keeps no ACL file
 
 
 class AclProcessor:
+    CODES = {RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: "update_account",
+             RequestCode.DELETE_ACL_CONFIG: "delete_account",
+             RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: "update_global_white",
+             RequestCode.GET_BROKER_CLUSTER_ACL_INFO: "acl_version",
+             RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: "acl_config"}
+
     def __init__(self, broker: BrokerActor) -> None:
         self.b = broker
         self.path = acl_path(broker.config).resolve()
         self.file = PersistedFile(self.path)
         self.enabled = broker.config.acl_enable
-
-    def table(self) -> dict:
-        return {RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: self.update_account,
-                RequestCode.DELETE_ACL_CONFIG: self.delete_account,
-                RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: self.update_global_white,
-                RequestCode.GET_BROKER_CLUSTER_ACL_INFO: self.acl_version,
-                RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: self.acl_config}
 
     def _read(self) -> str:
         try:

@@ -76,25 +76,24 @@ def queue_keyed(entries: list[tuple[dict, dict]], **fields: object) -> bytes:
 
 
 class AdminProcessor:
+    CODES = {RequestCode.UPDATE_AND_CREATE_TOPIC: "update_and_create_topic",
+             RequestCode.DELETE_TOPIC_IN_BROKER: "delete_topic",
+             RequestCode.GET_ALL_TOPIC_CONFIG: "get_all_topic_config",
+             RequestCode.GET_TOPIC_STATS_INFO: "get_topic_stats_info",
+             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "update_and_create_subscription_group",
+             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "get_all_subscription_group_config",
+             RequestCode.DELETE_SUBSCRIPTIONGROUP: "delete_subscription_group",
+             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: "get_system_topic_list",
+             RequestCode.GET_CONSUMER_RUNNING_INFO: "get_consumer_running_info",
+             RequestCode.CONSUME_MESSAGE_DIRECTLY: "consume_message_directly",
+             RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "get_consumer_status",
+             RequestCode.GET_BROKER_RUNTIME_INFO: "get_broker_runtime_info",
+             RequestCode.VIEW_BROKER_STATS_DATA: "view_broker_stats_data",
+             RequestCode.GET_BROKER_CONFIG: "get_broker_config",
+             RequestCode.UPDATE_BROKER_CONFIG: "update_broker_config"}
+
     def __init__(self, broker: BrokerActor) -> None:
         self.b = broker
-
-    def table(self) -> dict:
-        return {RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
-                RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
-                RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
-                RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
-                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
-                RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
-                RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
-                RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
-                RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
-                RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
-                RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: self.get_consumer_status,
-                RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
-                RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
-                RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
-                RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config}
 
     # ---- topics -------------------------------------------------------------------------------------
     async def _registered(self, round_done: asyncio.Future) -> None:

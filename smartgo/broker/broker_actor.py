@@ -17,10 +17,11 @@ per request:
 - brokerPermission: board flags `flag.read_only` and `flag.unreadable`.
 
 Requests reach it through the request channel (smartgo.broker.channel): whole remoting
-requests whose code is in FORWARDED_CODES (client_processor.py, admin_processor.py), the calls
-create_topic and push_reply (request-reply: reply_processor.py), and events from the net actors
-(offsets, stats, conn_closed, want_state, group_seen). To serve a new code: give it a processor
-in `_processors()` and add it to FORWARDED_CODES.
+requests whose code is in FORWARDED_CODES (the CODES tables of the PROCESSORS: client_processor.py,
+admin_processor.py, ...), the calls create_topic and push_reply (request-reply: reply_processor.py),
+and events from the net actors (offsets, stats, conn_closed, want_state, group_seen). To serve a
+new code: add it to a processor's CODES (a new processor class joins PROCESSORS); the net actors
+forward it from then on.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from smartgo.broker.admin_processor import AdminProcessor
 from smartgo.broker.bells import bell_path
 from smartgo.broker.role_manager import RoleManager
 from smartgo.broker.broker_config import RuntimeConfig
-from smartgo.broker.channel import ChannelServer
+from smartgo.broker.channel import ChannelServer, handlers
 from smartgo.broker.client_processor import ClientProcessor
 from smartgo.broker.cleanup_processor import CleanupProcessor
 from smartgo.broker.clients import Changes, ClientTable, registered
@@ -55,7 +56,6 @@ from smartgo.broker.registration import BrokerIdentity, Registrar
 from smartgo.broker.reply_processor import push_reply
 from smartgo.broker.transaction_check import TransactionChecker
 from smartgo.broker.rings import CTL_RING_CAPACITY
-from smartgo.broker.schedule_offsets import get_all_delay_offset
 from smartgo.broker.slave_sync import Changed, MasterState, apply_state, run_slave_sync
 from smartgo.broker.ha_client import master_file
 from smartgo.broker.settings import broker_addr, ha_addr, is_slave, registry_addrs, store_config
@@ -72,26 +72,10 @@ from smartgo.net.command import RemotingCommand
 from smartgo.store import StoreReader
 from smartgo.store.record import store_timestamp_at
 
-#: Remoting request codes the net actors hand to the broker actor whole.
-FORWARDED_CODES = frozenset({
-    RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-    RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
-    RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_PRODUCER_CONNECTION_LIST,
-    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.GET_ALL_TOPIC_CONFIG,
-    RequestCode.GET_TOPIC_STATS_INFO, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.DELETE_SUBSCRIPTIONGROUP,
-    RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_CONSUME_STATS, RequestCode.GET_BROKER_RUNTIME_INFO,
-    RequestCode.GET_BROKER_CONFIG, RequestCode.UPDATE_BROKER_CONFIG,
-    RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
-    RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
-    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, RequestCode.VIEW_BROKER_STATS_DATA,
-    RequestCode.GET_BROKER_CONSUME_STATS, RequestCode.QUERY_CONSUME_TIME_SPAN, RequestCode.QUERY_CONSUME_QUEUE,
-    RequestCode.CLONE_GROUP_OFFSET, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
-    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
-    RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
-    RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.DELETE_EXPIRED_COMMITLOG,
-    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
-})
+#: The broker actor's processors; each class's CODES table names the requests it serves.
+PROCESSORS = (ClientProcessor, AdminProcessor, ProgressProcessor, AclProcessor, RoleManager, CleanupProcessor)
+#: Remoting request codes the net actors hand to the broker actor whole: every code of those tables.
+FORWARDED_CODES = frozenset(code for processor in PROCESSORS for code in processor.CODES)
 #: Forwarded codes the broker actor answers only after asking clients (up to CALL_CLIENT_TIMEOUT).
 RELAYED_CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY,
                            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS})
@@ -191,10 +175,8 @@ class BrokerActor(Actor):
     def _processors(self) -> dict:
         clients = ClientProcessor(self)
         self.channel.calls["send_back_target"] = clients.send_back_target
-        return {**clients.table(), **AdminProcessor(self).table(), **ProgressProcessor(self).table(),
-                **AclProcessor(self).table(), **self.roles.table(), **CleanupProcessor(self).table(),
-                RequestCode.GET_ALL_DELAY_OFFSET:                   # the schedule actor's persisted progress
-                    lambda client, request: get_all_delay_offset(self.config.store_path, request)}
+        made = {ClientProcessor: clients, RoleManager: self.roles}
+        return {code: handler for cls in PROCESSORS for code, handler in handlers(made.get(cls) or cls(self)).items()}
 
     @property
     def auto_create_groups(self) -> bool:

@@ -235,6 +235,12 @@ Processor = Callable[[ClientRef, RemotingCommand], "RemotingCommand | None | Awa
 Event = Callable[[str, dict], None]
 
 
+def handlers(processor: Any) -> dict[int, Processor]:
+    """A broker actor processor's table: its class's CODES (request code -> method name), bound.
+    The net actors forward exactly these codes (smartgo.broker.broker_actor.FORWARDED_CODES)."""
+    return {code: getattr(processor, name) for code, name in processor.CODES.items()}
+
+
 class ChannelServer:
     """The broker actor's end: serves every net actor's calls, forwarded requests and events."""
 

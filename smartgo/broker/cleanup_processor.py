@@ -28,14 +28,13 @@ KINDS = {RequestCode.DELETE_EXPIRED_COMMITLOG: ("commitlog", "CommitLog files ol
 
 
 class CleanupProcessor:
+    CODES = dict.fromkeys(KINDS, "ask")
+
     def __init__(self, broker: BrokerActor) -> None:
         self.b = broker
         board = broker.board
         self.fields = {kind: (board.scalar(f"cleanup.{kind}_asked", writer=broker.name),
                               board.scalar(f"cleanup.{kind}_done")) for kind, _ in KINDS.values()}
-
-    def table(self) -> dict:
-        return dict.fromkeys(KINDS, self.ask)
 
     async def ask(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         kind, what = KINDS[request.code]

@@ -31,18 +31,17 @@ if TYPE_CHECKING:
 
 
 class ClientProcessor:
+    CODES = {RequestCode.HEART_BEAT: "heart_beat",
+             RequestCode.UNREGISTER_CLIENT: "unregister_client",
+             RequestCode.GET_CONSUMER_LIST_BY_GROUP: "get_consumer_list_by_group",
+             RequestCode.QUERY_CONSUMER_OFFSET: "query_consumer_offset",
+             RequestCode.LOCK_BATCH_MQ: "lock_batch_mq",
+             RequestCode.UNLOCK_BATCH_MQ: "unlock_batch_mq",
+             RequestCode.GET_CONSUMER_CONNECTION_LIST: "get_consumer_connection_list",
+             RequestCode.GET_PRODUCER_CONNECTION_LIST: "get_producer_connection_list"}
+
     def __init__(self, broker: BrokerActor) -> None:
         self.b = broker
-
-    def table(self) -> dict:
-        return {RequestCode.HEART_BEAT: self.heart_beat,
-                RequestCode.UNREGISTER_CLIENT: self.unregister_client,
-                RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
-                RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
-                RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
-                RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
-                RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
-                RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list}
 
     def heart_beat(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         """Register the connection in its groups; a consumer group gets its config (when groups

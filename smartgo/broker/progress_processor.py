@@ -1,8 +1,9 @@
 """Consume progress, the admin requests about what groups have consumed and what is left
 (RocketMQ's AdminBrokerProcessor): GET_ALL_CONSUMER_OFFSET (43), GET_CONSUME_STATS (208),
 GET_BROKER_CONSUME_STATS (317), QUERY_CONSUME_TIME_SPAN (303), QUERY_CONSUME_QUEUE (321),
-QUERY_TOPIC_CONSUME_BY_WHO (300), CLONE_GROUP_OFFSET (314) and INVOKE_BROKER_TO_RESET_OFFSET
-(222). The broker actor serves them from its offset table and the mapped store.
+QUERY_TOPIC_CONSUME_BY_WHO (300), CLONE_GROUP_OFFSET (314), INVOKE_BROKER_TO_RESET_OFFSET (222)
+and GET_ALL_DELAY_OFFSET (45). The broker actor serves them from its offset table and the mapped
+store, the last from the schedule actor's persisted progress.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from smartgo.broker.admin_processor import mq_json, queue_keyed, refuse_old_consumers
+from smartgo.broker import schedule_offsets
 from smartgo.broker.channel import ClientRef
 from smartgo.broker.topics import TopicConfig
 from smartgo.net import fastjson
@@ -32,21 +34,25 @@ def java_time(ms: int) -> str:
 
 
 class ProgressProcessor:
+    CODES = {RequestCode.GET_ALL_CONSUMER_OFFSET: "get_all_consumer_offset",
+             RequestCode.GET_CONSUME_STATS: "get_consume_stats",
+             RequestCode.GET_BROKER_CONSUME_STATS: "get_broker_consume_stats",
+             RequestCode.QUERY_CONSUME_TIME_SPAN: "query_consume_time_span",
+             RequestCode.QUERY_CONSUME_QUEUE: "query_consume_queue",
+             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: "query_topic_consume_by_who",
+             RequestCode.CLONE_GROUP_OFFSET: "clone_group_offset",
+             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: "reset_offset",
+             RequestCode.GET_ALL_DELAY_OFFSET: "get_all_delay_offset"}
+
     def __init__(self, broker: BrokerActor) -> None:
         self.b = broker
 
-    def table(self) -> dict:
-        return {RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
-                RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
-                RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
-                RequestCode.QUERY_CONSUME_TIME_SPAN: self.query_consume_time_span,
-                RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
-                RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
-                RequestCode.CLONE_GROUP_OFFSET: self.clone_group_offset,
-                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset}
-
     def get_all_consumer_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
         return request.make_response(ResponseCode.SUCCESS, body=self.b.offsets.encode())
+
+    async def get_all_delay_offset(self, client: ClientRef, request: RemotingCommand) -> RemotingCommand:
+        """The schedule actor's persisted progress (smartgo.broker.schedule_offsets)."""
+        return await schedule_offsets.get_all_delay_offset(self.b.config.store_path, request)
 
     # ---- lag ----------------------------------------------------------------------------------------------
     def _followed(self, group: str, topic: str) -> bool:

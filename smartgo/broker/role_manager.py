@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 
 class RoleManager:
+    CODES = {RequestCode.NOTIFY_BROKER_ROLE_CHANGED: "notify_role_changed"}
+
     def __init__(self, broker: BrokerActor) -> None:
         self.b = broker
         cfg = broker.config
@@ -60,9 +62,6 @@ class RoleManager:
             self.state = s
         if self.fenced:
             self.b.log.info("failover master of epoch %d: sends wait for a failover registry's confirmation", s.epoch)
-
-    def table(self) -> dict:
-        return {RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.notify_role_changed}
 
     def runtime_fields(self) -> dict[str, str]:
         """For GET_BROKER_RUNTIME_INFO (`smartgo admin cluster-list`, a switchover): the term, the
