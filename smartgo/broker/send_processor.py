@@ -26,7 +26,6 @@ import logging
 import random
 import struct
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -42,9 +41,9 @@ from smartgo.common.acl_sign import FORWARDED_FOR
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, eager
-from smartgo.store.record import (HEADER, INT16, MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC, TRANSACTION_COMMIT_TYPE,
-                                  TRANSACTION_MASK, TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
-                                  TRANSACTION_ROLLBACK_TYPE, encode_properties, encode_record, pack_host,
+from smartgo.store.record import (INT16, MAX_PROPERTIES_LENGTH, TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK,
+                                  TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                                  append_record, check_sizes, encode_properties, encode_record, pack_host,
                                   topic_field)
 from smartgo.store.errors import MessageIllegalError
 
@@ -77,7 +76,6 @@ _DELAY_PREFIX = "DELAY\x01"
 _TIMER_PREFIX = "TIMER_"            # TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS (schedule_message)
 _ONS_TIMER = "__STARTDELIVERTIME"
 _TRAN_PREFIX = "TRAN_MSG\x01"
-_V6_FLAGS = 0x30
 _BATCH_ITEM = struct.Struct(">iiiii")      # batch item: TOTALSIZE, MAGIC (0), BODYCRC (0), FLAG, BODYLEN
 _WAIT_PREFIX = "WAIT\x01"
 
@@ -380,13 +378,10 @@ class SendProcessor:
         elif not isinstance(body, bytes):
             body = request.body_bytes()
         props, wait = stored_properties(h.properties, self.cluster)
-        tfield = topic_field(h.topic)
-        self._check_sizes(len(body), len(props))
-        total = HEADER.size + len(body) + len(tfield) + 2 + len(props)
-        header = HEADER.pack(total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, h.flag, 0, 0,
-                             h.sys_flag & ~_V6_FLAGS, h.born_timestamp, self._born_host(conn, request), 0,
-                             self.store_host, h.reconsume_times, 0, len(body))
-        return b"".join((header, body, tfield, INT16.pack(len(props)), props)), [total], wait
+        record = encode_record(h.topic, queue_id, body, props, flag=h.flag, sys_flag=h.sys_flag,
+                               born_timestamp=h.born_timestamp, born_host=self._born_host(conn, request),
+                               store_host=self.store_host, reconsume_times=h.reconsume_times, max_body=self.max_body)
+        return record, [len(record)], wait
 
     def _encode_batch(self, conn: Connection, request: RemotingCommand, h: SendHeader,
                       queue_id: int) -> tuple[bytes, list[int], bool]:
@@ -401,12 +396,10 @@ class SendProcessor:
         wait = "WAIT\x01false" not in h.properties
         born_host = self._born_host(conn, request)
         store_host = self.store_host
-        sys_flag = h.sys_flag & ~_V6_FLAGS
-        born_ts, reconsume = h.born_timestamp, h.reconsume_times
-        cluster = b"\x02" + self.cluster_bytes
-        bare_tail = tfield + INT16.pack(len(cluster) - 1) + cluster[1:]     # an item without properties
-        pack, unpack, unpack16, crc32 = HEADER.pack, _BATCH_ITEM.unpack_from, INT16.unpack_from, zlib.crc32
-        fixed = HEADER.size + len(tfield) + 2
+        sys_flag, born_ts, reconsume = h.sys_flag, h.born_timestamp, h.reconsume_times
+        cluster = self.cluster_bytes
+        sep_cluster = b"\x02" + cluster
+        append, unpack, unpack16 = append_record, _BATCH_ITEM.unpack_from, INT16.unpack_from
         max_body = self.max_body
         parts: list = []
         sizes: list[int] = []
@@ -419,33 +412,21 @@ class SendProcessor:
                 raise MessageIllegalError(f"malformed batch body: item sizes (total {item_total}, body {body_len}) "
                                           f"at byte {pos}")
             if body_len > max_body:
-                self._check_sizes(body_len, 0)
+                check_sizes(body_len, 0, max_body)
             p = pos + 20 + body_len
             plen = unpack16(mv, p)[0]
             if plen < 0 or 22 + body_len + plen != item_total:
                 raise MessageIllegalError(f"malformed batch body: properties length {plen} at byte {pos}")
             if plen:
-                props = bytes(mv[p + 2:p + 2 + plen]).rstrip(b"\x02") + cluster
+                props = bytes(mv[p + 2:p + 2 + plen]).rstrip(b"\x02") + sep_cluster
                 if len(props) > MAX_PROPERTIES_LENGTH:
-                    self._check_sizes(0, len(props))
-                tail = tfield + INT16.pack(len(props)) + props
+                    check_sizes(0, len(props), max_body)
             else:
-                tail = bare_tail
-            total = fixed - 2 - len(tfield) + body_len + len(tail)
-            body = mv[pos + 20:p]
-            parts += (pack(total, MESSAGE_MAGIC, crc32(body) & 0x7FFFFFFF, queue_id, item_flag, 0, 0, sys_flag,
-                           born_ts, born_host, 0, store_host, reconsume, 0, body_len), body, tail)
-            sizes.append(total)
+                props = cluster
+            sizes.append(append(parts, mv[pos + 20:p], tfield, props, queue_id, item_flag, sys_flag, born_ts,
+                                born_host, store_host, reconsume))
             pos += item_total
         return b"".join(parts), sizes, wait
-
-    def _check_sizes(self, body_len: int, props_len: int) -> None:
-        if body_len > self.max_body:
-            raise MessageIllegalError(f"the message body is {body_len} bytes, over the {self.max_body}-byte limit "
-                                      "(maxMessageSize)")
-        if props_len > MAX_PROPERTIES_LENGTH:
-            raise MessageIllegalError(f"the message properties are {props_len} bytes, over the "
-                                      f"{MAX_PROPERTIES_LENGTH}-byte limit")
 
     # ---- to the commit actor ---------------------------------------------------------------------------------
     def _hand_over(self, out: list[bytes]) -> None:

@@ -182,12 +182,36 @@ def decode_properties(raw: bytes | bytearray | memoryview | str) -> dict[str, st
 
 
 # ----------------------------------------------------------------------------- encode
+# The one record encoder: append_record lays out every record the broker and the store write
+# (encode_record for one; the send path's batch loop calls it per item).
 
-def _check_sizes(body_len: int, props_len: int, max_body: int) -> None:
-    if props_len > MAX_PROPERTIES_LENGTH:
-        raise MessageIllegalError(f"properties are {props_len} bytes, over {MAX_PROPERTIES_LENGTH}")
+_V4_HOSTS = ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)  # hosts are always packed as IPv4 (pack_host)
+
+
+def check_sizes(body_len: int, props_len: int, max_body: int = DEFAULT_MAX_BODY) -> None:
+    """MessageIllegalError for a body over max_body (maxMessageSize) or properties over 32767 bytes."""
     if body_len > max_body:
-        raise MessageIllegalError(f"body is {body_len} bytes, over the {max_body}-byte limit")
+        raise MessageIllegalError(f"the message body is {body_len} bytes, over the {max_body}-byte limit "
+                                  "(maxMessageSize)")
+    if props_len > MAX_PROPERTIES_LENGTH:
+        raise MessageIllegalError(f"the message properties are {props_len} bytes, over the "
+                                  f"{MAX_PROPERTIES_LENGTH}-byte limit")
+
+
+def append_record(parts: list, body, tfield: bytes, properties: bytes, queue_id: int, flag: int, sys_flag: int,
+                  born_timestamp: int, born_host: bytes, store_host: bytes, reconsume_times: int,
+                  prepared_tx_offset: int = 0, queue_offset: int = 0, physical_offset: int = 0,
+                  store_timestamp: int = 0, _pack=HEADER.pack, _pack16=INT16.pack, _crc32=zlib.crc32) -> int:
+    """Append one record to parts as (header, body, tail) and return its size: b"".join(parts)
+    is the record. tfield is a topic_field(), hosts are pack_host() values (so the IPv6 host
+    flags are cleared). No limits are checked here (check_sizes)."""
+    body_len = len(body)
+    tail = tfield + _pack16(len(properties)) + properties
+    total = HEADER_V4_SIZE + body_len + len(tail)
+    parts += (_pack(total, MESSAGE_MAGIC, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset, physical_offset,
+                    sys_flag & _V4_HOSTS, born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+                    prepared_tx_offset, body_len), body, tail)
+    return total
 
 
 def encode_record(topic: str, queue_id: int, body: bytes | bytearray | memoryview, properties: bytes = b"",
@@ -198,40 +222,22 @@ def encode_record(topic: str, queue_id: int, body: bytes | bytearray | memoryvie
     """One complete record as new bytes. Hosts are pack_host() values; properties are
     encode_properties() bytes. Limits raise MessageIllegalError before anything is built."""
     tfield = topic_field(topic)
-    body_len = len(body)
-    props_len = len(properties)
-    _check_sizes(body_len, props_len, max_body)
-    total = FIXED_SIZE + len(tfield) - 1 + body_len + props_len
-    header = HEADER.pack(total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
-                         physical_offset, sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG), born_timestamp,
-                         born_host, store_timestamp, store_host, reconsume_times, prepared_tx_offset, body_len)
-    return b"".join((header, body, tfield, INT16.pack(props_len), properties))
+    check_sizes(len(body), len(properties), max_body)
+    parts: list = []
+    append_record(parts, body, tfield, properties, queue_id, flag, sys_flag, born_timestamp, born_host, store_host,
+                  reconsume_times, prepared_tx_offset, queue_offset, physical_offset, store_timestamp)
+    return b"".join(parts)
 
 
 def encode_record_into(buf: bytearray | memoryview, pos: int, topic: str, queue_id: int, body, properties: bytes = b"",
-                       *, flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0, born_host: bytes = bytes(8),
-                       store_host: bytes = bytes(8), reconsume_times: int = 0, prepared_tx_offset: int = 0,
-                       max_body: int = DEFAULT_MAX_BODY) -> int:
-    """Encode into a caller's buffer at pos (e.g. a ring slot); returns the end position.
+                       **fields: int | bytes) -> int:
+    """encode_record into a caller's buffer at pos (e.g. a ring slot); returns the end position.
     Raises MessageIllegalError (limits) or ValueError (buffer too small) before writing."""
-    tfield = topic_field(topic)
-    body_len = len(body)
-    props_len = len(properties)
-    _check_sizes(body_len, props_len, max_body)
-    total = FIXED_SIZE + len(tfield) - 1 + body_len + props_len
-    end = pos + total
+    record = encode_record(topic, queue_id, body, properties, **fields)
+    end = pos + len(record)
     if end > len(buf):
-        raise ValueError(f"buffer has {len(buf) - pos} bytes left, record needs {total}")
-    HEADER.pack_into(buf, pos, total, MESSAGE_MAGIC, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0,
-                     sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG), born_timestamp, born_host, 0, store_host,
-                     reconsume_times, prepared_tx_offset, body_len)
-    p = pos + HEADER_V4_SIZE
-    buf[p:p + body_len] = body
-    p += body_len
-    buf[p:p + len(tfield)] = tfield
-    p += len(tfield)
-    INT16.pack_into(buf, p, props_len)
-    buf[p + 2:end] = properties
+        raise ValueError(f"buffer has {len(buf) - pos} bytes left, record needs {len(record)}")
+    buf[pos:end] = record
     return end
 
 

@@ -11,7 +11,8 @@ from smartgo.broker.testing import batch_command, message_properties, pull_comma
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.frame import FrameDecoder, encode_command
-from smartgo.store.record import decode_records, parse_offset_msg_id
+from smartgo.store.record import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, MULTI_TAGS_FLAG, STOREHOST_V6_FLAG,
+                                  decode_records, encode_batch_body, encode_record, pack_host, parse_offset_msg_id)
 from smartgo.testing import wait_until
 
 PULL_HEADERS = {"suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"}
@@ -89,6 +90,62 @@ def test_batch_flag_on_a_single_send_code_stores_each_item(broker, code, flag_na
     assert len(r.ext_fields["msgId"].split(",")) == 3
     msgs = pull_until(broker, topic, 0, 0, 3)
     assert [m.uniq_key for m in msgs] == keys and [m.body for m in msgs] == [b"m0", b"m1", b"m2"]
+
+
+def _stored_bytes(broker, topic: str, queue_id: int, count: int) -> list[tuple[bytes, object]]:
+    """The raw records a pull brings back, each with its decoding."""
+    msgs = pull_until(broker, topic, queue_id, 0, count)
+    r = broker.call(pull_command(topic, queue_id, 0, max_nums=count))
+    raw = r.body_bytes()
+    out, pos = [], 0
+    for m in decode_records(raw):
+        out.append((raw[pos:pos + m.store_size], m))
+        pos += m.store_size
+    assert [m.msg_id for _, m in out] == [m.msg_id for m in msgs]
+    return out
+
+
+def _expected(broker, m, body: bytes, props: str, flag: int, sys_flag: int, born: int, reconsume: int) -> bytes:
+    """encode_record of what was sent, with the fields only the store knows (offsets, store time)."""
+    return encode_record(m.topic, m.queue_id, body, props.encode(), flag=flag, sys_flag=sys_flag,
+                         born_timestamp=born, born_host=pack_host(*m.born_host),
+                         store_host=pack_host("127.0.0.1", broker.node.port), reconsume_times=reconsume,
+                         queue_offset=m.queue_offset, physical_offset=m.commit_log_offset,
+                         store_timestamp=m.store_timestamp)
+
+
+V6_HOSTS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG       # a client's v6 claim: the hosts are stored as IPv4
+BORN = 1_700_000_000_123
+
+
+@pytest.mark.parametrize("sys_flag", [0, COMPRESSED_FLAG | MULTI_TAGS_FLAG, V6_HOSTS | COMPRESSED_FLAG])
+def test_sent_records_are_the_bytes_of_the_store_encoder(broker, sys_flag):
+    """The send path (single and batch) stores exactly what store.record.encode_record makes."""
+    topic = f"Encoder{sys_flag}"
+    cluster = "CLUSTER\x01DefaultCluster"
+    singles = [(b"one", message_properties(tags="A", keys="k1 k2", uniq=uniq_key()), 7, 2),
+               (b"", "", 0, 0),
+               (bytes(range(256)) * 3, message_properties(extra={"x": "\u00e9\u4e2d"}) + "\x02", 1, 0)]
+    for i, (body, props, flag, reconsume) in enumerate(singles):
+        cmd = send_command(topic, body, queue_id=1, sys_flag=sys_flag)
+        cmd.ext_fields.update(g=str(BORN + i), h=str(flag), i=props, j=str(reconsume))
+        assert broker.call(cmd).code == ResponseCode.SUCCESS
+    stored = _stored_bytes(broker, topic, 1, len(singles))
+    for i, ((raw, m), (body, props, flag, reconsume)) in enumerate(zip(stored, singles)):
+        kept = props.rstrip("\x02")
+        assert raw == _expected(broker, m, body, f"{kept}\x02{cluster}" if kept else cluster, flag, sys_flag,
+                                BORN + i, reconsume)
+
+    items = [(b"b0", 3, message_properties(tags="B", uniq=uniq_key())), (b"", 0, ""),
+             (b"b2" * 500, 1, message_properties(keys="k") + "\x02")]
+    cmd = batch_command(topic, [], queue_id=2)
+    cmd.body = encode_batch_body([(b, f, p.encode()) for b, f, p in items])
+    cmd.ext_fields.update(f=str(sys_flag), g=str(BORN), j="4")
+    assert broker.call(cmd).code == ResponseCode.SUCCESS
+    for (raw, m), (body, flag, props) in zip(_stored_bytes(broker, topic, 2, len(items)), items):
+        kept = props.rstrip("\x02")
+        assert raw == _expected(broker, m, body, f"{kept}\x02{cluster}" if kept else cluster, flag, sys_flag,
+                                BORN, 4)
 
 
 def test_tag_filtering_and_no_match_retry_immediately(broker):
