@@ -25,7 +25,7 @@ from smartgo.client.message import ConsumeFromWhere, MessageModel, MessageQueue,
 from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import pull_sys_flag
 from smartgo.client.pull_consumer import BLOCK_SUSPEND_MS
-from smartgo.client.rebalance import PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer, queue_offset
+from smartgo.client.rebalance import PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer, ConsumerOptions, queue_offset
 from smartgo.client.route import TopicRouteData
 from smartgo.client.running_info import CONSUME_ACTIVELY, PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, RunningInfo
 from smartgo.client.subscription import MessageSelector, SubscriptionData, build_subscription
@@ -57,9 +57,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
                  rebalance_interval: float = 20.0, offset_store_dir: str | Path = "~/.smartgo_offsets",
                  config: ClientConfig | None = None, enable_msg_trace: bool = False, trace_topic: str | None = None,
                  **config_options: object) -> None:
-        super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
-                         pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
-                         offset_store_dir, config, config_options, enable_msg_trace, trace_topic)
+        super().__init__(ConsumerOptions.of(locals()))
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
         self.pull_threshold_for_all = pull_threshold_for_all

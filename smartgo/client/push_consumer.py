@@ -33,7 +33,8 @@ from smartgo.client.running_info import (CONSUME_PASSIVELY, PROP_CONSUME_ORDERLY
                                          PROP_CONSUMER_START_TIMESTAMP, PROP_THREADPOOL_CORE_SIZE, CMResult,
                                          ConsumerStats, RunningInfo)
 from smartgo.client.pull import pull_sys_flag
-from smartgo.client.rebalance import PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer, check_range
+from smartgo.client.rebalance import (PULL_DELAY_ON_ERROR, PULL_DELAY_ON_FLOW_CONTROL, BalancedConsumer,
+                                     ConsumerOptions, check_range)
 from smartgo.client.subscription import MessageSelector, build_subscription
 from smartgo.client.trace import traced_listener
 from smartgo.net.codes import RequestCode, retry_topic
@@ -80,9 +81,7 @@ class AsyncPushConsumer(BalancedConsumer):
             check_range("pull_threshold_for_topic", pull_threshold_for_topic, 1, 6553500)
         if pull_threshold_size_for_topic_mb != -1:
             check_range("pull_threshold_size_for_topic_mb", pull_threshold_size_for_topic_mb, 1, 102400)
-        super().__init__(group, registry, model, consume_from, consume_timestamp_ms, allocate, pull_batch_size,
-                         pull_threshold_for_queue, pull_threshold_size_mb, max_span, rebalance_interval,
-                         offset_store_dir, config, config_options, enable_msg_trace, trace_topic)
+        super().__init__(ConsumerOptions.of(locals()))
         self.orderly = orderly
         self.consume_threads = consume_threads
         self.max_reconsume_times = max_reconsume_times

@@ -11,10 +11,10 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from smartgo.client import api
 from smartgo.client.allocate import STRATEGIES, AllocateStrategy
@@ -181,51 +181,75 @@ def check_range(name: str, value: float, low: float, high: float) -> None:
         raise ValueError(f"{name} out of range [{low}, {high}]: {value}")
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """The settings the push and the lite pull consumer share, under their constructors' keyword
+    names (each constructor keeps its own defaults); checked as Java's checkConfig does."""
+
+    group: str
+    registry: str | list[str]
+    model: MessageModel | str
+    consume_from: ConsumeFromWhere | str
+    consume_timestamp_ms: int | None
+    allocate: AllocateStrategy | str
+    pull_batch_size: int
+    pull_threshold_for_queue: int
+    pull_threshold_size_mb: int
+    max_span: int
+    rebalance_interval: float
+    offset_store_dir: str | Path
+    config: ClientConfig | None
+    enable_msg_trace: bool
+    trace_topic: str | None
+    config_options: dict[str, object]      # ClientConfig fields given as keywords (used when config is None)
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> ConsumerOptions:
+        """The options among a consumer constructor's arguments (its locals(): the same names)."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls)})
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            raise ValueError("a consumer needs a group name")
+        for name, high in (("pull_batch_size", 1024), ("pull_threshold_for_queue", 65535),
+                           ("pull_threshold_size_mb", 1024), ("max_span", 65535)):
+            check_range(name, getattr(self, name), 1, high)
+
+
 class BalancedConsumer(abc.ABC):
     """What the push and the lite pull consumer share: their common settings and offset store,
     joining the group at start, following routes, a topic's queues, one pull with its error
     handling, and stopping the pulls and committing at close."""
 
-    def __init__(self, group: str, registry: str | list[str], model: MessageModel | str,
-                 consume_from: ConsumeFromWhere | str, consume_timestamp_ms: int | None,
-                 allocate: AllocateStrategy | str, pull_batch_size: int, pull_threshold_for_queue: int,
-                 pull_threshold_size_mb: int, max_span: int, rebalance_interval: float, offset_store_dir: str | Path,
-                 config: ClientConfig | None, config_options: dict[str, object], enable_msg_trace: bool,
-                 trace_topic: str | None) -> None:
-        if not group:
-            raise ValueError("a consumer needs a group name")
-        for name, value, high in (("pull_batch_size", pull_batch_size, 1024),
-                                  ("pull_threshold_for_queue", pull_threshold_for_queue, 65535),
-                                  ("pull_threshold_size_mb", pull_threshold_size_mb, 1024),
-                                  ("max_span", max_span, 65535)):
-            check_range(name, value, 1, high)
-        self.group = group
-        self.config = config or ClientConfig.make(registry, **config_options)
-        self.model = MessageModel(model)
-        self.consume_from = ConsumeFromWhere(consume_from)
-        self.consume_timestamp_ms = (int(time.time() * 1000) - 30 * 60 * 1000 if consume_timestamp_ms is None
-                                     else consume_timestamp_ms)
-        self.allocate: AllocateStrategy = STRATEGIES[allocate] if isinstance(allocate, str) else allocate
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size = pull_threshold_size_mb * 1024 * 1024
-        self.max_span = max_span
+    def __init__(self, options: ConsumerOptions) -> None:
+        o = options
+        group = self.group = o.group
+        self.config = o.config or ClientConfig.make(o.registry, **o.config_options)
+        self.model = MessageModel(o.model)
+        self.consume_from = ConsumeFromWhere(o.consume_from)
+        self.consume_timestamp_ms = (int(time.time() * 1000) - 30 * 60 * 1000 if o.consume_timestamp_ms is None
+                                     else o.consume_timestamp_ms)
+        self.allocate: AllocateStrategy = STRATEGIES[o.allocate] if isinstance(o.allocate, str) else o.allocate
+        self.pull_batch_size = o.pull_batch_size
+        self.pull_threshold_for_queue = o.pull_threshold_for_queue
+        self.pull_threshold_size = o.pull_threshold_size_mb * 1024 * 1024
+        self.max_span = o.max_span
         self.instance = ClientInstance(self.config)
         self.offsets: OffsetStore = (
             RemoteOffsetStore(self.instance, group) if self.clustering
-            else LocalOffsetStore(Path(offset_store_dir), self.config.instance_name or "DEFAULT", group))
+            else LocalOffsetStore(Path(o.offset_store_dir), self.config.instance_name or "DEFAULT", group))
         self.balance = Balance(self.instance, group, self.clustering, self.allocate, self.consume_from,
                                self.consume_timestamp_ms, self.offsets)
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._sub_queues: dict[str, list[MessageQueue]] = {}
         self._route_addrs: dict[str, dict[str, dict[int, str]]] = {}     # topic -> broker -> id -> address
-        self._rebalancer = RebalanceLoop(self.rebalance, rebalance_interval, group)
+        self._rebalancer = RebalanceLoop(self.rebalance, o.rebalance_interval, group)
         self._rebalancing = asyncio.Lock()
         self._running = False
         self._started_ms = 0
         #: Message trace (trace.py): SubBefore and SubAfter records of what is consumed.
-        self.tracer = TraceDispatcher(self.config, trace_topic) if enable_msg_trace else None
+        self.tracer = TraceDispatcher(self.config, o.trace_topic) if o.enable_msg_trace else None
 
     @property
     def clustering(self) -> bool:

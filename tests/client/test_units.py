@@ -17,10 +17,13 @@ from smartgo.client.allocate import ConsistentHashAllocator, allocate_averagely,
 from smartgo.client.config import ClientConfig, split_registry
 from smartgo.client.fault import LatencyFaultTolerance, not_available_duration
 from smartgo.client.listener import acked_batch, acked_one
-from smartgo.client.message import ConsumeResult, Message, MessageQueue, inflate_body
+from smartgo.client.lite_pull_consumer import AsyncLitePullConsumer
+from smartgo.client.message import ConsumeFromWhere, ConsumeResult, Message, MessageModel, MessageQueue, inflate_body
 from smartgo.client.offset_store import LocalOffsetStore
 from smartgo.client.process_queue import ProcessQueue
 from smartgo.client.pull import pull_sys_flag
+from smartgo.client.push_consumer import AsyncPushConsumer
+from smartgo.client.rebalance import ConsumerOptions
 from smartgo.client.route import TopicPublishInfo, TopicRouteData, select_by_hash
 from smartgo.client.subscription import SubscriptionError, build_subscription
 from smartgo.client.uniq_id import UniqIdGenerator, uniq_id_ip, uniq_id_time
@@ -393,3 +396,36 @@ def test_a_rebalance_that_failed_runs_again_soon_backing_off(monkeypatch):
     after = asyncio.run(main())
     gaps = [b - a for a, b in zip(runs, runs[1:])]
     assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[2] >= 0.2 and after == 60.0
+
+
+@pytest.mark.parametrize("consumer", ["push", "lite"])
+def test_consumer_constructors_hand_every_shared_keyword_to_their_base(consumer, tmp_path):
+    """The push and the lite pull consumer build one ConsumerOptions from their keyword
+    arguments (docs/CLIENT.md's signatures); each lands where the base keeps it."""
+    cls = AsyncPushConsumer if consumer == "push" else AsyncLitePullConsumer
+    c = cls("G1", "127.0.0.1:9876;127.0.0.1:9877", model="BROADCASTING", consume_from="CONSUME_FROM_TIMESTAMP",
+            consume_timestamp_ms=1234, allocate="circle", pull_batch_size=7, pull_threshold_for_queue=11,
+            pull_threshold_size_mb=3, max_span=13, rebalance_interval=17.0, offset_store_dir=tmp_path,
+            enable_msg_trace=True, trace_topic="MyTrace", instance_name="inst")
+    assert (c.group, c.model, c.consume_from, c.consume_timestamp_ms) == \
+        ("G1", MessageModel.BROADCASTING, ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, 1234)
+    assert c.allocate is allocate_by_circle
+    assert (c.pull_batch_size, c.pull_threshold_for_queue, c.pull_threshold_size, c.max_span) == (7, 11, 3 << 20, 13)
+    assert c._rebalancer.interval == 17.0
+    assert c.config.registry == ["127.0.0.1:9876", "127.0.0.1:9877"] and c.config.instance_name == "inst"
+    assert c.offsets.path == tmp_path / "inst" / "G1" / "offsets.json"
+    assert c.tracer is not None and c.tracer.topic == "MyTrace"
+    given = ClientConfig.make("127.0.0.1:1")
+    assert cls("G2", "ignored:1", config=given).config is given
+
+
+def test_consumer_options_check_the_shared_ranges_and_the_group():
+    shared = dict(group="G", registry="127.0.0.1:1", model="CLUSTERING", consume_from="CONSUME_FROM_LAST_OFFSET",
+                  consume_timestamp_ms=None, allocate="average", pull_batch_size=32, pull_threshold_for_queue=1000,
+                  pull_threshold_size_mb=100, max_span=2000, rebalance_interval=20.0, offset_store_dir="~",
+                  config=None, enable_msg_trace=False, trace_topic=None, config_options={})
+    assert ConsumerOptions.of({**shared, "self": object(), "listener": None}) == ConsumerOptions(**shared)
+    with pytest.raises(ValueError, match="a consumer needs a group name"):
+        ConsumerOptions.of({**shared, "group": ""})
+    with pytest.raises(ValueError, match=r"max_span out of range \[1, 65535\]"):
+        ConsumerOptions.of({**shared, "max_span": 0})
