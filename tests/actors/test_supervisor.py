@@ -182,7 +182,7 @@ def test_bad_settings_are_one_line_and_status_2(args, message):
 def test_help_documents_every_setting_with_its_default():
     from dataclasses import fields
 
-    from smartgo.config import NodeConfig
+    from smartgo.config import NodeConfig, setting_text
     out = subprocess.run([sys.executable, str(SUPERVISOR), "--help"], capture_output=True, text=True, timeout=30,
                          cwd=ROOT)
     assert out.returncode == 0
@@ -191,7 +191,7 @@ def test_help_documents_every_setting_with_its_default():
         if f.metadata["flag"]:
             assert "--" + f.name.replace("_", "-") in text
             if f.default != "":
-                assert f"(default: {f.default})" in text, f.name
+                assert f"(default: {setting_text(f.default)})" in text, f.name
 
 
 def test_an_actor_class_that_cannot_be_found_is_a_settings_error(tmp_path):
