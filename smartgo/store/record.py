@@ -229,18 +229,6 @@ def encode_record(topic: str, queue_id: int, body: bytes | bytearray | memoryvie
     return b"".join(parts)
 
 
-def encode_record_into(buf: bytearray | memoryview, pos: int, topic: str, queue_id: int, body, properties: bytes = b"",
-                       **fields: int | bytes) -> int:
-    """encode_record into a caller's buffer at pos (e.g. a ring slot); returns the end position.
-    Raises MessageIllegalError (limits) or ValueError (buffer too small) before writing."""
-    record = encode_record(topic, queue_id, body, properties, **fields)
-    end = pos + len(record)
-    if end > len(buf):
-        raise ValueError(f"buffer has {len(buf) - pos} bytes left, record needs {len(record)}")
-    buf[pos:end] = record
-    return end
-
-
 # ----------------------------------------------------------------------------- decode
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from smartgo.store.java_hash import index_hashes, index_hashes_vectorized, java_
 from smartgo.store.record import (
     BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, POS_PHYSICALOFFSET, POS_QUEUEOFFSET, POS_STORETIMESTAMP, BatchItem,
     check_record, create_offset_msg_id, decode_batch_body, decode_properties, decode_record, decode_records,
-    encode_batch_body, encode_properties, encode_record, encode_record_into, pack_host, parse_offset_msg_id,
+    encode_batch_body, encode_properties, encode_record, pack_host, parse_offset_msg_id,
     peek_dispatch, schedule_tags_code,
 )
 
@@ -60,15 +60,6 @@ def test_encode_leaves_writer_fields_zero_and_offsets_are_exported():
     struct.pack_into(">qq", encoded, POS_QUEUEOFFSET, 5, 16)
     struct.pack_into(">q", encoded, POS_STORETIMESTAMP, 0x1122334455667788)
     assert bytes(encoded) == GOLDEN
-
-
-def test_encode_into_caller_buffer():
-    buf = bytearray(250)
-    end = encode_record_into(buf, 50, "T", 1, b"hi", b"TAGS\x01a", **golden_args())
-    assert end == 150
-    assert buf[:50] == bytes(50) and buf[150:] == bytes(100)
-    with pytest.raises(ValueError):
-        encode_record_into(bytearray(99), 0, "T", 1, b"hi", b"TAGS\x01a")
 
 
 def test_decode_golden():
@@ -237,10 +228,6 @@ def test_limits_are_checked_before_encoding():
         encode_record("T", 0, b"x" * 11, b"", max_body=10)
     with pytest.raises(MessageIllegalError, match="host"):
         pack_host("::1", 1)
-    buf = bytearray(1000)
-    with pytest.raises(MessageIllegalError):
-        encode_record_into(buf, 0, "T", 0, b"x" * 11, b"", max_body=10)
-    assert buf == bytearray(1000)
 
 
 def test_schedule_topic_tags_code_is_delivery_time():
