@@ -9,11 +9,11 @@ from __future__ import annotations
 import html
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any  # Any: pandas frames (pandas ships no types)
 
 from analytics.stats_tables import TimeRange
 from analytics.timespec import format_time
@@ -42,7 +42,7 @@ class Section:
     tables: list[str] = field(default_factory=list)  # table names shown (head) and linked
 
 
-def write_tables(out: Path, frames: Mapping[str, object]) -> None:
+def write_tables(out: Path, frames: Mapping[str, Any]) -> None:
     """tables/<name>.csv and tables/<name>.parquet; a ``ts`` column gets a UTC ``time`` twin."""
     import pandas as pd
 
@@ -154,7 +154,7 @@ def _bars(ax, frame, key: str, value: str) -> None:
     ax.grid(alpha=0.3, axis="x")
 
 
-def charts(f: Mapping[str, object], period: TimeRange) -> dict[str, Figure]:
+def charts(f: Mapping[str, Any], period: TimeRange) -> dict[str, Figure]:
     """Every chart the report shows, by name (CHARTS); an empty one says so on the chart."""
     figures: dict[str, Figure] = {}
     top_topics = list(f["top_topics"]["topic"])
@@ -206,7 +206,7 @@ def charts(f: Mapping[str, object], period: TimeRange) -> dict[str, Figure]:
     return figures
 
 
-def plot_all(out: Path, f: Mapping[str, object], period: TimeRange) -> dict[str, Figure]:
+def plot_all(out: Path, f: Mapping[str, Any], period: TimeRange) -> dict[str, Figure]:
     """<out>/<name>.png for every chart; the drawn Figures by name."""
     figures = charts(f, period)
     for name, fig in figures.items():
@@ -228,7 +228,7 @@ code{background:#f4f4f4;padding:0 3px}
 """
 
 
-def _kv_table(rows: list[tuple[str, object]]) -> str:
+def _kv_table(rows: Sequence[tuple[str, object]]) -> str:
     body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
 
@@ -241,7 +241,7 @@ def _frame_html(frame, name: str) -> str:
             f"<a href='tables/{name}.parquet'>{name}.parquet</a></p>")
 
 
-def write_html(out: Path, summary, time_range, frames: Mapping[str, object], generated: str) -> Path:
+def write_html(out: Path, summary, time_range, frames: Mapping[str, Any], generated: str) -> Path:
     sections = [
         Section("Put TPS per topic over time", "Messages stored per second, summed over brokers; the top "
                 f"{TOP_LINES} topics by volume (every topic in topic_tps).", "topic_tps", ["top_topics"]),

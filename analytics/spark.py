@@ -108,7 +108,7 @@ def package_zip(packages: Iterable[str] = SHIPPED_PACKAGES) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in packages:
-            root = Path(importlib.import_module(name).__file__).resolve().parent
+            root = Path(importlib.import_module(name).__file__).resolve().parent  # type: ignore[arg-type]  # a package
             for path in sorted(root.rglob("*")):
                 if path.suffix in (".py", ".properties") and "__pycache__" not in path.parts:
                     zf.write(path, f"{name}/{path.relative_to(root).as_posix()}")

@@ -82,11 +82,12 @@ def histogram_json(hist: Histogram, max_ms: float) -> dict:
     """The contract's histogram object; percentiles are the bucket upper bounds (a broker
     computes them from samples; readers use the buckets)."""
     count = sum(hist.values())
-    buckets = [[b, hist.get(b, 0)] for b in LATENCY_BOUNDS]
+    counts = [hist.get(b, 0) for b in LATENCY_BOUNDS]
+    buckets = [[b, c] for b, c in zip(LATENCY_BOUNDS, counts)]
 
     def upper(q: float) -> float:
         seen = 0
-        for b, c in buckets:
+        for b, c in zip(LATENCY_BOUNDS, counts):
             seen += c
             if c and seen >= q * count:
                 return max_ms if b is None else b

@@ -214,7 +214,7 @@ def _log_end(u8: np.ndarray, base: int, pos: int) -> None:
     """Say why the data ends at pos, unless it is the normal end (a filler, or zeros)."""
     if pos + 8 > len(u8):
         return
-    total, magic = SIZE_MAGIC.unpack_from(u8, pos)
+    total, magic = SIZE_MAGIC.unpack_from(u8, pos)  # type: ignore[arg-type]  # ndarray: a buffer; stubs miss it
     if magic != BLANK_MAGIC and (total or magic):
         log.info("CommitLog %s: data ends at %d (torn or incomplete record)", segment_name(base), base + pos)
 

@@ -62,7 +62,7 @@ def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
             s.close()
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
+def wait_until(predicate: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.01,
                message: str = "condition") -> T:
     """Poll predicate until it returns a truthy value or the deadline passes (AssertionError)."""
     deadline = time.monotonic() + timeout
@@ -84,7 +84,7 @@ async def async_wait_until(predicate: Callable[[], T | Awaitable[T]], timeout: f
         if asyncio.iscoroutine(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value  # type: ignore[return-value]  # awaited above, so a T
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         await asyncio.sleep(interval)

@@ -33,7 +33,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,7 @@ class Actor:
 
     def every(self, interval: float, fn: Callable[[], Awaitable[None] | None], name: str | None = None) -> None:
         """Run fn (sync or async) every `interval` seconds while the actor runs (fixed delay)."""
-        entry = (interval, fn, name or getattr(fn, "__name__", "periodic"))
+        entry = (interval, fn, name or str(getattr(fn, "__name__", "periodic")))
         self._periodic.append(entry)
         if self._running:
             self._spawn_periodic(entry)
@@ -123,7 +123,7 @@ class Actor:
             self._inbound.append(ring)
         return ring
 
-    def spawn(self, coro: Awaitable[Any], name: str, *, through_stop: bool = False) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, through_stop: bool = False) -> asyncio.Task:
         """Run coro as a task of this actor: if it raises, the actor fails (stop() runs, exit 1).
         It is cancelled before stop() like the periodic tasks, unless through_stop (a task stop()
         still needs, e.g. to drain; stop() then ends it)."""
@@ -159,8 +159,8 @@ class Actor:
         self._tasks.append(task)
 
     def _task_done(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.fail(task.exception())
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.fail(exc)
 
     async def _heartbeat(self) -> None:
         slot = self.board.self_writer(self.ctx.slot)

@@ -226,11 +226,11 @@ class Arbiter:
         self._note_readiness(False)
         if self.node_restarts:
             self._configure()
-        self._create_board()
+        board = self._create_board()
         self.children = [Child(spec, i, spec.heartbeat_deadline or self.config.heartbeat_deadline)
                          for i, spec in enumerate(self.specs)]
         for c in self.children:
-            self.board.name_slot(c.slot, c.name)
+            board.name_slot(c.slot, c.name)
             self._publish(c)
         if self.role.recover and not self._recover():
             if self._stopping or self._hard:
@@ -323,7 +323,8 @@ class Arbiter:
     def _spawn(self, c: Child, target: Any, args: tuple) -> None:
         self._ensure_helpers()
         end, (down, up) = make_pipes(self.ctx)
-        proc = self.ctx.Process(target=target, args=(*args, down, up), name=f"smartgo-{c.name}")
+        proc = self.ctx.Process(  # type: ignore[attr-defined]  # every start method's context has Process
+            target=target, args=(*args, down, up), name=f"smartgo-{c.name}")
         c.incarnation += 1
         try:
             proc.start()
@@ -355,9 +356,9 @@ class Arbiter:
 
     # ---- control messages -----------------------------------------------------------------------------
     def _read_control(self, c: Child) -> None:
-        msgs = c.end.receive()
+        msgs = c.end.receive()  # type: ignore[union-attr]  # called for children with an open end only
         if msgs is None:
-            c.end.close()
+            c.end.close()  # type: ignore[union-attr]  # as above
             c.end = None
             return
         for m in msgs:
@@ -487,7 +488,7 @@ class Arbiter:
                 if now - c.spawned_at > self.config.start_timeout:
                     self._kill(c, f"not ready {self.config.start_timeout:g}s after spawn (start_timeout)")
             elif c.state == SupState.READY:
-                view = self.board.read_slot(c.slot)
+                view = self.board.read_slot(c.slot)  # type: ignore[union-attr]  # created before any child
                 if not view.current:
                     continue
                 verdict, why = self.watchdog.check(c.slot, view, c.deadline, now_ns)
@@ -560,7 +561,8 @@ class Arbiter:
     def _recover(self) -> bool:
         """Run the role's recovery hook in a child process; True when it exited 0."""
         self._set("node.state", NodeState.RECOVERING)
-        c = self.oneshot = Child(ActorSpec("recovery", self.role.recover), -1, 0.0)
+        spec = ActorSpec("recovery", self.role.recover)  # type: ignore[arg-type]  # run only when set
+        c = self.oneshot = Child(spec, -1, 0.0)
         log.info("running recovery %s", self.role.recover)
         self._spawn(c, recovery_main, (self.role.recover, self.config.to_dict()))
         deadline = time.monotonic() + self.config.recovery_timeout
@@ -582,7 +584,7 @@ class Arbiter:
             self.oneshot = None
 
     # ---- board, lock, signals ---------------------------------------------------------------------------
-    def _create_board(self) -> None:
+    def _create_board(self) -> Board:
         run = self.config.run_path
         run.mkdir(parents=True, exist_ok=True)
         for sub in ("rings", "bells"):
@@ -602,6 +604,7 @@ class Arbiter:
         self._set("node.restarts", self.node_restarts)
         self._set("node.heartbeat_ns", monotonic_ns())
         self._publish_helpers()
+        return self.board
 
     def _queue_capacity(self) -> int:
         """board_queue_capacity, or room for twice the store's queues within the 75% load limit

@@ -33,6 +33,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
@@ -158,7 +159,7 @@ class Board:
         """Write a fresh board next to `path` and rename it into place (readers never see a half one)."""
         path = Path(path)
         fields_off = HEADER_SIZE
-        entries = []
+        entries: list[list[Any]] = []  # [name, offset, writer]
         off = 0
         for f in layout.fields:
             entries.append([f.name, off, f.writer])
@@ -166,7 +167,7 @@ class Board:
         scalars_len = off
         qcap = 1 << max(3, (layout.queue_capacity - 1).bit_length())
         entry_size = _align(8 * (_ENTRY_HEAD_WORDS + len(layout.queue_values)) + TOPIC_BYTES, 8)
-        directory = {"fields": entries, "meta": dict(layout.meta),
+        directory: dict[str, Any] = {"fields": entries, "meta": dict(layout.meta),
                      "slots": {"offset": 0, "count": layout.max_actors, "size": SLOT_SIZE},
                      "queues": {"offset": 0, "order": 0, "capacity": qcap, "entry_size": entry_size,
                                 "values": list(layout.queue_values), "writer": layout.queue_writer}}
@@ -186,12 +187,12 @@ class Board:
         size = _align(order_off + 8 * (1 + qcap), mmap.PAGESIZE)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            f.truncate(size)
-            f.seek(HEADER_SIZE)
-            f.write(blob)
-            f.seek(0)
-            f.write(HEADER.pack(MAGIC, VERSION, size, HEADER_SIZE, len(blob), time.time_ns()))
+        with open(tmp, "wb") as out:
+            out.truncate(size)
+            out.seek(HEADER_SIZE)
+            out.write(blob)
+            out.seek(0)
+            out.write(HEADER.pack(MAGIC, VERSION, size, HEADER_SIZE, len(blob), time.time_ns()))
         os.replace(tmp, path)
         return cls.open(path, writable=True)
 

@@ -13,8 +13,10 @@ supervisor is gone (it then stops itself); EOF on the up pipe is the actor's exi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import multiprocessing.connection as mpc
+import multiprocessing.context
 import os
 import select
 import threading
@@ -28,7 +30,7 @@ PIPE_BUF = select.PIPE_BUF
 _READ = 65536
 
 
-def make_pipes(ctx) -> tuple[ParentEnd, tuple[mpc.Connection, mpc.Connection]]:
+def make_pipes(ctx: multiprocessing.context.BaseContext) -> tuple[ParentEnd, tuple[mpc.Connection, mpc.Connection]]:
     """The supervisor's end and the two Connections to hand to the child process."""
     down_r, down_w = ctx.Pipe(duplex=False)
     up_r, up_w = ctx.Pipe(duplex=False)
@@ -101,7 +103,8 @@ class ChildEnd:
             except (BrokenPipeError, OSError):
                 self.gone = True
 
-    def listen(self, loop, on_message: Callable[[dict], None], on_eof: Callable[[], None]) -> None:
+    def listen(self, loop: asyncio.AbstractEventLoop, on_message: Callable[[dict], None],
+               on_eof: Callable[[], None]) -> None:
         fd = self._down.fileno()
         os.set_blocking(fd, False)
 
@@ -133,7 +136,8 @@ class ForwardingHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            exc = self.formatter.formatException(record.exc_info) if record.exc_info else record.exc_text
+            fmt = self.formatter or logging.Formatter()  # set in __init__
+            exc = fmt.formatException(record.exc_info) if record.exc_info else record.exc_text
             self.end.send({"op": "log", "name": record.name, "level": record.levelno,
                            "msg": record.getMessage(), "created": record.created, "exc": exc})
         except Exception:

@@ -107,9 +107,11 @@ class Helpers:
                     resource_tracker.ensure_running()
         finally:
             signal.signal(signal.SIGTERM, old)
-        self._watch(self.tracker, resource_tracker._resource_tracker._pid)
+        tracker_pid = resource_tracker._resource_tracker._pid  # type: ignore[attr-defined]  # no public pid
+        self._watch(self.tracker, tracker_pid)
         if self.forkserver is not None:
-            self._watch(self.forkserver, multiprocessing.forkserver._forkserver._forkserver_pid)
+            pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]  # no public pid
+            self._watch(self.forkserver, pid)
 
     def _watch(self, h: Helper, pid: int | None) -> None:
         if not pid or pid == h.pid:

@@ -413,7 +413,8 @@ class Ring:
                 self._ring_peer()
         return i
 
-    def _writing(self, records: Sequence[bytes | bytearray | memoryview], timeout: float | None) -> Iterator[float | None]:
+    def _writing(self, records: Sequence[bytes | bytearray | memoryview],
+                 timeout: float | None) -> Iterator[float | None]:
         """The write loop shared by write() and awrite(): yields how long to sleep for space."""
         deadline = None if timeout is None else time.monotonic() + timeout
         i = self.try_write(records)

@@ -102,10 +102,11 @@ class Node:
         assert report is not None, "no board"
         return next(a for a in report["actors"] if a["name"] == name)
 
-    def wait_healthy(self, timeout: float = 20.0, check=lambda report: True, give_up=lambda: False) -> dict:
+    def wait_healthy(self, timeout: float = 20.0, check: Callable[[dict], bool] = lambda report: True,
+                     give_up: Callable[[], bool] = lambda: False) -> dict:
         """The health report once healthy (and check(report)); AssertionError after timeout, or
         as soon as give_up() says the node never will be."""
-        def healthy():
+        def healthy() -> dict | None:
             if (r := self.health()) is not None and r["healthy"] and check(r):
                 return r
             if give_up():
@@ -260,7 +261,7 @@ def events(path: Path) -> list[tuple[str, str]]:
     """(what, actor) pairs a RecorderActor wrote."""
     if not path.exists():
         return []
-    return [tuple(line.split()[:2]) for line in path.read_text().splitlines()]
+    return [tuple(line.split()[:2]) for line in path.read_text().splitlines()]  # type: ignore[misc]  # 2 words a line
 
 
 def running(p: psutil.Process) -> bool:

@@ -70,8 +70,8 @@ command = COMMANDS.command
 #: every `smartgo admin` command, in --help's order: this module's, then those kept in modules of their own
 _TABLES = (COMMANDS, admin_stats.COMMANDS, admin_maintenance.COMMANDS, admin_tools.COMMANDS, admin_acl.COMMANDS)
 
-OPTIONAL_TOPIC = (("--topic", "-t"), {})
-CLUSTER = (("--cluster", "-c"), {})
+OPTIONAL_TOPIC: tuple[tuple[str, ...], dict[str, object]] = (("--topic", "-t"), {})
+CLUSTER: tuple[tuple[str, ...], dict[str, object]] = (("--cluster", "-c"), {})
 MAX = (("--max",), {"type": int, "default": 32})
 OFFSET = (("--offset",), {"type": int, "default": 0})
 
@@ -154,7 +154,7 @@ async def _topic_status(admin: AsyncAdmin, args: argparse.Namespace) -> None:
 
 @command("topic-consumers", "the groups that consume a topic, with their lag", options(TOPIC))
 async def _topic_consumers(admin: AsyncAdmin, args: argparse.Namespace) -> None:
-    rows = []
+    rows: list[dict] = []
     for group in await admin.topic_consumers(args.topic):
         stats = await admin.consumer_progress(group, args.topic)
         rows.append({"group": group, "total_lag": stats.total_lag, "consume_tps": stats.consume_tps,
@@ -245,7 +245,8 @@ async def _consumer_status(admin: AsyncAdmin, args: argparse.Namespace) -> None:
                 args.group, client_id, args.jstack)).to_json()})
         except ClientError as exc:
             clients.append({"client_id": client_id, "error": str(exc)})
-    subs = [sorted((s.get("topic"), s.get("subString")) for s in c["subscriptions"]) for c in clients if "error" not in c]
+    subs = [sorted((s.get("topic"), s.get("subString")) for s in c["subscriptions"])
+            for c in clients if "error" not in c]
     same = all(s == subs[0] for s in subs)
     if args.json:
         emit({"group": args.group, "same_subscriptions": same, "clients": clients})
@@ -266,8 +267,9 @@ async def _consumer_status(admin: AsyncAdmin, args: argparse.Namespace) -> None:
                          for q in c["queues"]],
                         ("TOPIC", "BROKER", "QUEUE", "COMMIT OFFSET", "CACHED", "LAST PULL", "LAST CONSUME")))
         if c["status"]:
-            print(table([(topic, st.get("pullTPS"), st.get("pullRT"), st.get("consumeOKTPS"), st.get("consumeFailedTPS"),
-                          st.get("consumeRT"), st.get("consumeFailedMsgs")) for topic, st in sorted(c["status"].items())],
+            print(table([(topic, st.get("pullTPS"), st.get("pullRT"), st.get("consumeOKTPS"),
+                          st.get("consumeFailedTPS"), st.get("consumeRT"), st.get("consumeFailedMsgs"))
+                         for topic, st in sorted(c["status"].items())],
                         ("TOPIC", "PULL TPS", "PULL RT MS", "OK TPS", "FAILED TPS", "CONSUME RT MS", "FAILED 1H")))
         if c.get("jstack"):
             print(c["jstack"])

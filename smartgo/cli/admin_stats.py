@@ -111,7 +111,8 @@ async def _producer_connections(admin: AsyncAdmin, args: argparse.Namespace) -> 
 
 @command("query-cq", "raw ConsumeQueue entries of a queue (QUERY_CONSUME_QUEUE; mqadmin queryCq)",
          options(TOPIC, (("--queue", "-q"), {"type": int, "required": True}),
-                 (("--index", "-i"), {"type": int, "required": True}), (("--count", "-c"), {"type": int, "default": 10}),
+                 (("--index", "-i"), {"type": int, "required": True}),
+                 (("--count", "-c"), {"type": int, "default": 10}),
                  (("--group", "-g"), {}), (("--broker", "-b"), {"metavar": "HOST:PORT"})))
 async def _query_cq(admin: AsyncAdmin, args: argparse.Namespace) -> None:
     body = await admin.query_consume_queue(args.topic, args.queue, args.index, args.count, args.group, args.broker)

@@ -175,7 +175,8 @@ async def _pull(args: argparse.Namespace, printer: _Printer) -> None:
             elif args.start == "last":
                 offsets[q] = await pc.max_offset(q)
             else:
-                offsets[q] = await pc.search_offset(q, int(_start(args.start)[1]))  # type: ignore[arg-type]
+                at = int(_start(args.start)[1])  # type: ignore[arg-type]  # a timestamp: neither first nor last
+                offsets[q] = await pc.search_offset(q, at)
 
         async def drain(q) -> None:
             while not printer.done.is_set():

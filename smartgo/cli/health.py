@@ -102,10 +102,11 @@ def broker_report(addr: str, timeout: float, tls: bool = False) -> dict:
 def _size(n: int | None) -> str:
     if n is None:
         return "-"
+    size = float(n)
     for unit in ("B", "K", "M", "G"):
-        if n < 1024 or unit == "G":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
+        if size < 1024 or unit == "G":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
     return "-"
 
 

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 try:
                     if listener is not None:
-                        result = await producer.send_in_transaction(msg)
+                        result: SendResult = await producer.send_in_transaction(msg)
                     elif args.sharding_key is not None:
                         result = await producer.send_orderly(msg, args.sharding_key)
                     else:

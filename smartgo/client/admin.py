@@ -68,7 +68,7 @@ class ClusterInfo:
     def masters(self, cluster: str | None = None) -> list[tuple[str, str]]:
         """(broker name, master address) of a cluster (all clusters when None), sorted."""
         names = self.clusters.get(cluster, []) if cluster else list(self.brokers)
-        return sorted((n, self.brokers[n].master_addr) for n in names  # type: ignore[misc]
+        return sorted((n, self.brokers[n].master_addr) for n in names  # type: ignore[misc]  # filtered: addresses set
                       if n in self.brokers and self.brokers[n].master_addr)
 
     def addrs(self, cluster: str | None = None) -> list[str]:
@@ -132,7 +132,8 @@ class AsyncAdmin:
             obj = bodies.loads(resp.body_bytes()) if resp.body else {}
             brokers = {str(name): BrokerData.from_json(b, str(name))
                        for name, b in (obj.get("brokerAddrTable") or {}).items()}
-            clusters = {str(c): sorted(str(n) for n in names) for c, names in (obj.get("clusterAddrTable") or {}).items()}
+            clusters = {str(c): sorted(str(n) for n in names)
+                        for c, names in (obj.get("clusterAddrTable") or {}).items()}
         except (ValueError, AttributeError, TypeError) as exc:
             raise BrokerError(R.SYSTEM_ERROR, f"malformed cluster info: {exc}", "registry", "cluster info") from None
         return ClusterInfo(brokers, clusters)
@@ -314,7 +315,7 @@ class AsyncAdmin:
     async def topic_list(self) -> list[str]:
         resp = await self._registry(api.command(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list")
         obj = api.json_body(resp, "registry", "topic list")
-        return sorted(str(t) for t in (obj.get("topicList") or []))  # type: ignore[union-attr]
+        return sorted(str(t) for t in (obj.get("topicList") or []))  # type: ignore[attr-defined]  # a JSON object
 
     async def topic_route(self, topic: str) -> TopicRouteData:
         route = await self.instance.fetch_route(topic)
@@ -340,7 +341,7 @@ class AsyncAdmin:
     async def create_subscription_group(self, group: str, *, cluster: str | None = None,
                                         broker_addr: str | None = None, **options: object) -> list[str]:
         addrs = await self._brokers(cluster, broker_addr)
-        body = api.subscription_group_body(group, **options)  # type: ignore[arg-type]
+        body = api.subscription_group_body(group, **options)  # type: ignore[arg-type]  # fields by name
         await asyncio.gather(*(self._call(a, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
                                                              body=body), f"create group {group}") for a in addrs))
         return addrs
@@ -507,7 +508,8 @@ class AsyncAdmin:
             if resp.code != R.SUCCESS:
                 errors.append(BrokerError(resp.code, resp.remark, addr, f"producer connections of {group}"))
                 continue
-            for c in self._decoded(resp, addr, f"producer connections of {group}", _json_object).get("connectionSet", []):
+            connections = self._decoded(resp, addr, f"producer connections of {group}", _json_object)
+            for c in connections.get("connectionSet", []):
                 found.setdefault((c.get("clientId"), c.get("clientAddr")), c)
         if not found and errors:
             raise errors[0]
@@ -576,7 +578,8 @@ class AsyncAdmin:
             "topic": topic, "queueId": queue_id, "index": index, "count": count, "consumerGroup": group}), what)
         return self._decoded(resp, addr, what, _json_object) if resp.body else {"remark": resp.remark}
 
-    async def clone_group_offset(self, src: str, dest: str, topic: str | None = None, offline: bool = False) -> list[str]:
+    async def clone_group_offset(self, src: str, dest: str, topic: str | None = None,
+                                 offline: bool = False) -> list[str]:
         """CLONE_GROUP_OFFSET at the masters holding src's offsets: dest's offsets in topic (or in
         every topic of src) become src's. Without offline, topics the online src no longer
         subscribes are skipped. Returns the brokers asked."""
@@ -717,7 +720,8 @@ class AsyncAdmin:
             raise ClientError(f"no message with id {msg_id} in topic {topic}")
         return msgs
 
-    async def query_by_offset(self, topic: str, queue_id: int, offset: int, broker_name: str | None = None) -> MessageExt:
+    async def query_by_offset(self, topic: str, queue_id: int, offset: int,
+                              broker_name: str | None = None) -> MessageExt:
         """The message at (topic, queue, offset): one PULL as the TOOLS_CONSUMER group."""
         route = await self.topic_route(topic)
         self.instance.remember_route(topic, route)

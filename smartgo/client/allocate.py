@@ -21,7 +21,8 @@ def _check(current: str, mqs: Sequence[MessageQueue], cids: Sequence[str]) -> bo
     return bool(current) and bool(mqs) and current in cids
 
 
-def allocate_averagely(group: str, current: str, mqs: Sequence[MessageQueue], cids: Sequence[str]) -> list[MessageQueue]:
+def allocate_averagely(group: str, current: str, mqs: Sequence[MessageQueue],
+                       cids: Sequence[str]) -> list[MessageQueue]:
     """AllocateMessageQueueAveragely: contiguous blocks; the first (queues % consumers) consumers
     get one extra queue."""
     if not _check(current, mqs, cids):
@@ -40,7 +41,8 @@ def allocate_averagely(group: str, current: str, mqs: Sequence[MessageQueue], ci
     return [mqs[(start + i) % n] for i in range(count)]
 
 
-def allocate_by_circle(group: str, current: str, mqs: Sequence[MessageQueue], cids: Sequence[str]) -> list[MessageQueue]:
+def allocate_by_circle(group: str, current: str, mqs: Sequence[MessageQueue],
+                       cids: Sequence[str]) -> list[MessageQueue]:
     """AllocateMessageQueueAveragelyByCircle: queue i goes to consumer i % consumers."""
     if not _check(current, mqs, cids):
         return []
@@ -63,7 +65,8 @@ class ConsistentHashAllocator:
             raise ValueError("virtual_nodes must be >= 0")
         self.virtual_nodes = virtual_nodes
 
-    def __call__(self, group: str, current: str, mqs: Sequence[MessageQueue], cids: Sequence[str]) -> list[MessageQueue]:
+    def __call__(self, group: str, current: str, mqs: Sequence[MessageQueue],
+                 cids: Sequence[str]) -> list[MessageQueue]:
         if not _check(current, mqs, cids):
             return []
         ring = sorted((_md5_hash(f"{cid}-{i}"), cid) for cid in cids for i in range(self.virtual_nodes))

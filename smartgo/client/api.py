@@ -21,11 +21,12 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 
-_SEND_STATUS = {R.SUCCESS: SendStatus.SEND_OK, R.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-                R.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-                R.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
-_PULL_STATUS = {R.SUCCESS: PullStatus.FOUND, R.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-                R.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG, R.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
+_SEND_STATUS: dict[int, SendStatus] = {
+    R.SUCCESS: SendStatus.SEND_OK, R.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    R.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT, R.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+_PULL_STATUS: dict[int, PullStatus] = {
+    R.SUCCESS: PullStatus.FOUND, R.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    R.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG, R.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
 
 
 def _text(value: object) -> str:
@@ -193,7 +194,8 @@ def check_client_config_request(client_id: str, group: str, subscription: dict) 
     return RemotingCommand(RC.CHECK_CLIENT_CONFIG, body=fastjson.dumps(body))
 
 
-def unregister_client_request(client_id: str, producer_group: str | None, consumer_group: str | None) -> RemotingCommand:
+def unregister_client_request(client_id: str, producer_group: str | None,
+                              consumer_group: str | None) -> RemotingCommand:
     return command(RC.UNREGISTER_CLIENT, {"clientID": client_id, "producerGroup": producer_group,
                                           "consumerGroup": consumer_group})
 
@@ -220,7 +222,8 @@ def decode_locked(resp: RemotingCommand, addr: str) -> set[MessageQueue]:
     check(resp, addr, "lock queues")
     body = json_body(resp, addr, "lock queues")
     try:
-        return {MessageQueue.from_json(m) for m in (body.get("lockOKMQSet") or [])}  # type: ignore[union-attr]
+        found = body.get("lockOKMQSet")  # type: ignore[attr-defined]  # a non-dict raises, caught below
+        return {MessageQueue.from_json(m) for m in (found or [])}
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BrokerError(R.SYSTEM_ERROR, "malformed lockOKMQSet", addr, "lock queues") from None
 
@@ -239,7 +242,7 @@ def query_message_request(topic: str, key: str, max_num: int, begin: int, end: i
                           unique: bool = False) -> RemotingCommand:
     cmd = command(RC.QUERY_MESSAGE, {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin,
                                      "endTimestamp": end})
-    cmd.ext_fields["_UNIQUE_KEY_QUERY"] = "true" if unique else "false"  # type: ignore[index]
+    cmd.ext_fields["_UNIQUE_KEY_QUERY"] = "true" if unique else "false"  # type: ignore[index]  # command() made it
     return cmd
 
 

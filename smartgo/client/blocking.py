@@ -74,7 +74,7 @@ class _Facade:
         self._closed = False
 
     def _run(self, coro: Any) -> Any:
-        return self._thread.run(coro)  # type: ignore[union-attr]
+        return self._thread.run(coro)  # type: ignore[union-attr]  # set by start()
 
     def _started_core(self) -> Any:
         if self._core is None or self._closed:
@@ -156,7 +156,7 @@ class Producer(_Facade):
                 return
             fut.add_done_callback(lambda f: out.set_exception(f.exception()) if f.exception() is not None
                                   else out.set_result(f.result()))
-        self._thread.loop.call_soon_threadsafe(begin)  # type: ignore[union-attr]
+        self._thread.loop.call_soon_threadsafe(begin)  # type: ignore[union-attr]  # set by start()
         return out
 
 
@@ -258,14 +258,17 @@ class LitePullConsumer(_Facade):
     def _in_worker(self, callback: Callable[..., None], topic: str) -> Callable[..., None]:
         """A callback of the core's, run on a worker thread instead of the loop (so it may block, or
         call this consumer); what it raises is logged."""
-        loop = self._thread.loop  # type: ignore[union-attr]
+        loop = self._thread.loop  # type: ignore[union-attr]  # set by start()
 
         def guarded(*args: Any) -> None:
             try:
                 callback(*args)
             except Exception:
                 log.exception("the queue listener of %s raised", topic)
-        return lambda *args: loop.run_in_executor(None, guarded, *args)
+
+        def in_worker(*args: Any) -> None:
+            loop.run_in_executor(None, guarded, *args)
+        return in_worker
 
 
 class Admin(_Facade):

@@ -67,4 +67,4 @@ class ClientConfig:
 
     @classmethod
     def make(cls, registry: str | list[str], **options: object) -> ClientConfig:
-        return cls(split_registry(registry), **options)  # type: ignore[arg-type]
+        return cls(split_registry(registry), **options)  # type: ignore[arg-type]  # fields by name

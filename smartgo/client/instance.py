@@ -28,7 +28,7 @@ from smartgo.net import fastjson
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import CURRENT_VERSION, MASTER_ID, RequestCode, ResponseCode, SerializeType
 from smartgo.net.command import RemotingCommand
-from smartgo.net.connection import Connection
+from smartgo.net.connection import Connection, Processor
 from smartgo.net.errors import RemotingConnectError, RemotingError
 from smartgo.net.tls import client_context
 
@@ -67,7 +67,7 @@ class MemberClient:
 
     async def start(self: M) -> M:
         await self.instance.start()
-        self.instance.members.append(self)  # type: ignore[arg-type]
+        self.instance.members.append(self)  # type: ignore[arg-type]  # M is a member
         self.instance.start_route_and_heartbeat()
         return self
 
@@ -120,7 +120,7 @@ class ClientInstance:
             raise ClientStateError("client is closed; create a new one")
         if self.started:
             return
-        processors = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify_ids_changed,
+        processors: dict[int, Processor] = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._notify_ids_changed,
                       RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._push_reply,
                       RequestCode.CHECK_TRANSACTION_STATE: self._check_transaction,
                       RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset_offset,
@@ -136,7 +136,8 @@ class ClientInstance:
                                        self.config.tls_key_file or None) if self.config.use_tls else None)
         self.started = True
 
-    def every(self, interval: float, job: Callable[[], Awaitable[object]], name: str, first: float | None = None) -> None:
+    def every(self, interval: float, job: Callable[[], Awaitable[object]], name: str,
+              first: float | None = None) -> None:
         """Run job every interval seconds (first after `first`, default interval) until close."""
         self._tasks.append(asyncio.get_running_loop().create_task(self._periodic(interval, job, name, first)))
 
@@ -333,13 +334,14 @@ class ClientInstance:
     # -- heartbeats -------------------------------------------------------------------------------
 
     def heartbeat_command(self) -> tuple[RemotingCommand, bool]:
-        producers, consumers = [], []
+        producers: list[str] = []
+        consumers: list[dict] = []
         for member in self.members:
             kind, entry = member.heartbeat_entry()
             if kind == "producer":
                 producers.append(member.group)
             else:
-                consumers.append(entry)
+                consumers.append(entry)  # type: ignore[arg-type]  # a consumer's: its ConsumerData
         if producers:
             producers.append(api.CLIENT_INNER_PRODUCER_GROUP)
         return api.heartbeat_request(self.client_id, producers, consumers), bool(consumers)
@@ -352,7 +354,9 @@ class ClientInstance:
                         if (with_consumers or bid == MASTER_ID) and (only is None or addr in only)})
         if not addrs:
             return 0
-        results = await asyncio.gather(*(self._heartbeat(addr, cmd.body) for addr in addrs))  # type: ignore[arg-type]
+        body = cmd.body
+        beats = (self._heartbeat(addr, body) for addr in addrs)  # type: ignore[arg-type]  # a bytes body
+        results = await asyncio.gather(*beats)
         return sum(results)
 
     async def greet(self, addr: str) -> None:
@@ -424,7 +428,8 @@ class ClientInstance:
         group = ext.get("consumerGroup", "")
         member = self._consumer(group, "running_info")
         if member is None:
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"The Consumer Group <{group}> not exist in this consumer")
         info = member.running_info()
         info.properties.update({PROP_NAMESERVER_ADDR: ";".join(self.config.registry),
                                 PROP_CLIENT_VERSION: CURRENT_VERSION.name})
@@ -447,7 +452,8 @@ class ClientInstance:
         group = (cmd.ext_fields or {}).get("consumerGroup", "")
         member = self._consumer(group, "consume_message_directly")
         if member is None:
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"The Consumer Group <{group}> not exist in this consumer")
         try:
             msgs = api.decode_messages(cmd.body_bytes(), conn.remote_address, "consume message directly")
         except BrokerError as exc:

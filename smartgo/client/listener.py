@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from smartgo.client.message import ConsumeResult
 from smartgo.store.record import MessageExt
@@ -65,16 +65,17 @@ def acked_batch(value: object, msgs: Sequence[MessageExt]) -> int:
 
 def describe(work: MessageExt | Sequence[MessageExt]) -> str:
     """A message, or a batch by its first message, for a log line."""
-    many = not isinstance(work, MessageExt)
-    first = work[0] if many else work  # type: ignore[index]
+    first, count = (work, 1) if isinstance(work, MessageExt) else (work[0], len(work))
     msg_id = first.properties.get("UNIQ_KEY") or first.msg_id
-    if many and len(work) > 1:  # type: ignore[arg-type]
-        return f"{len(work)} messages of {first.topic} from {msg_id} on"  # type: ignore[arg-type]
+    if count > 1:
+        return f"{count} messages of {first.topic} from {msg_id} on"
     return f"message {msg_id} of {first.topic}"
 
 
-def is_coroutine_listener(listener: Listener) -> bool:
-    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(getattr(listener, "__call__", None))
+def is_coroutine_listener(listener: Listener | BatchListener) -> bool:
+    # an object whose __call__ is a coroutine function counts too (callable() cannot tell)
+    return (inspect.iscoroutinefunction(listener)
+            or inspect.iscoroutinefunction(getattr(listener, "__call__", None)))  # noqa: B004
 
 
 class ListenerRunner:
@@ -86,7 +87,7 @@ class ListenerRunner:
                  judge: Callable[[Any, Any], int], name: str = "smartgo-consume") -> None:
         if threads < 1:
             raise ValueError("consume threads must be >= 1")
-        self.listener = listener
+        self.listener: Callable[[Any], Any] = listener  # given a message or a list, as it was registered
         self.judge = judge
         self.is_async = is_coroutine_listener(listener)
         self.size = threads
@@ -123,11 +124,11 @@ class ListenerRunner:
                 self._threads.append(t)
 
     def submit(self, item: Any, work: MessageExt | list[MessageExt]) -> None:
-        self._inbox.put_nowait((item, work))  # type: ignore[union-attr]
+        self._inbox.put_nowait((item, work))  # type: ignore[union-attr]  # set by start()
 
     async def run(self, work: MessageExt | list[MessageExt]) -> int:
         """Consume and wait for the verdict (orderly consumption)."""
-        fut = self._loop.create_future()  # type: ignore[union-attr]
+        fut = self._loop.create_future()  # type: ignore[union-attr]  # set by start()
         self.submit(fut, work)
         return await fut
 
@@ -164,13 +165,13 @@ class ListenerRunner:
                 if item is not None and now - since > timeout]
 
     def _thread_worker(self, index: int) -> None:
-        inbox = self._inbox
+        inbox = cast("queue.SimpleQueue[Any]", self._inbox)  # worker threads run on a SimpleQueue
         finished = self._finished
         current, since = self._current, self._since
         spent = self._listener_s
         go = self._go
         while True:
-            work = inbox.get()  # type: ignore[union-attr]
+            work = inbox.get()
             if work is _STOP:
                 return
             if not go.is_set():
@@ -186,7 +187,7 @@ class ListenerRunner:
             if not self._wake_pending:
                 self._wake_pending = True
                 try:
-                    self._loop.call_soon_threadsafe(self._deliver)  # type: ignore[union-attr]
+                    self._loop.call_soon_threadsafe(self._deliver)  # type: ignore[union-attr]  # set by start()
                 except RuntimeError:  # the loop is closed: the consumer is gone
                     return
 
@@ -214,9 +215,9 @@ class ListenerRunner:
             log.exception("handling a consume result failed")
 
     async def _task_worker(self, index: int) -> None:
-        inbox = self._inbox
+        inbox = cast("asyncio.Queue[Any]", self._inbox)  # worker tasks run on an asyncio.Queue
         while True:
-            item, work = await inbox.get()  # type: ignore[union-attr]
+            item, work = await inbox.get()
             if not self._go_async.is_set():
                 await self._go_async.wait()
             if self.discarding:
@@ -246,9 +247,14 @@ class ListenerRunner:
         for task in self._tasks:
             task.cancel()
         for _ in self._threads:
-            self._inbox.put_nowait(_STOP)  # type: ignore[union-attr]
+            self._inbox.put_nowait(_STOP)  # type: ignore[union-attr]  # set by start()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         threads = [t for t in self._threads if t.is_alive()]
         if threads:
-            await loop.run_in_executor(None, lambda: [t.join(max(0.0, deadline - loop.time()) + 0.5) for t in threads])
+
+            def join_all() -> None:
+                for t in threads:
+                    t.join(max(0.0, deadline - loop.time()) + 0.5)
+
+            await loop.run_in_executor(None, join_all)

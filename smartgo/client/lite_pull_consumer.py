@@ -123,7 +123,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
         sub = self._assign_expressions[topic] = build_subscription(topic, expression)
         for mq in self._assigned or ():
             if mq.topic == topic:
-                self._assigned[mq] = sub  # type: ignore[index]
+                self._assigned[mq] = sub  # type: ignore[index]  # iterated above
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this consumer reads now."""
@@ -164,7 +164,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
     def running_info(self) -> RunningInfo:
         """DefaultLitePullConsumer's settings under Java's names, the subscriptions, and each
         queue held with its committed offset and cache."""
-        props = {"consumerGroup": self.group, "messageModel": self.model.value,
+        props: dict[str, object] = {"consumerGroup": self.group, "messageModel": self.model.value,
                  "consumeFromWhere": self.consume_from.value, "autoCommit": str(self.auto_commit).lower(),
                  "autoCommitIntervalMillis": int(self.auto_commit_interval * 1000),
                  "pullBatchSize": self.pull_batch_size, "pullThresholdForAll": self.pull_threshold_for_all,
@@ -367,7 +367,7 @@ class AsyncLitePullConsumer(BalancedConsumer):
                 try:
                     queues = await self._queues_of(topic)
                     mine = await self.balance.mine(topic, queues)
-                    if await self._hold(mine, lambda mq, t=topic: mq.topic == t):
+                    if await self._hold(mine, lambda mq, t=topic: mq.topic == t):  # type: ignore[misc]  # t: str
                         self._assigned_to(topic, set(queues), mine)
                 except Exception as exc:
                     log.warning("%s: rebalancing %s failed: %s", self.group, topic, exc)

@@ -126,7 +126,7 @@ class Message:
         if self.tags:
             props[Prop.TAGS] = self.tags
         if self.keys:
-            props[Prop.KEYS] = self.keys_text  # type: ignore[assignment]
+            props[Prop.KEYS] = self.keys_text  # type: ignore[assignment]  # not None: keys is set
         if self.delay_level:
             props[Prop.DELAY] = str(self.delay_level)
         if self.deliver_time_ms:

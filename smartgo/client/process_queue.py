@@ -92,7 +92,7 @@ class ProcessQueue:
 
     def take(self, n: int) -> list[MessageExt]:
         """Move the n oldest messages into `consuming` and return them."""
-        out = []
+        out: list[MessageExt] = []
         while self.msgs and len(out) < n:
             offset, msg = self.msgs.popitem(last=False)
             self.consuming[offset] = msg

@@ -300,7 +300,8 @@ class AsyncProducer(MemberClient):
                 self.tracer.append(end_transaction_record(
                     self.group, msg.topic, sent.msg_id, msg.tags, msg.keys_text, addr, state.name, False,
                     sent.region_id))
-        return TransactionSendResult(*(getattr(sent, f.name) for f in dataclasses.fields(sent)), local_state=state)
+        fields = (getattr(sent, f.name) for f in dataclasses.fields(sent))  # a SendResult's: no local_state
+        return TransactionSendResult(*fields, local_state=state)  # type: ignore[misc]  # see above
 
     async def _on_check(self, conn: Connection, cmd: RemotingCommand) -> None:
         """CHECK_TRANSACTION_STATE: ask the listener, answer with END_TRANSACTION on that connection."""
@@ -349,8 +350,12 @@ class AsyncProducer(MemberClient):
         self._requests[correlation_id] = reply
         try:
             sent = self.send_async(request, None, max(deadline - loop.time(), 0.001))
-            sent.add_done_callback(lambda f: f.exception() is None or reply.done()
-                                   or reply.set_exception(f.exception()))
+
+            def failed(f: asyncio.Future) -> None:
+                if (exc := f.exception()) is not None and not reply.done():
+                    reply.set_exception(exc)
+
+            sent.add_done_callback(failed)
             await asyncio.wait((reply,), timeout=max(deadline - loop.time(), 0))
             if reply.done():
                 return reply.result()
@@ -368,7 +373,7 @@ class AsyncProducer(MemberClient):
             log.warning("%s: a reply push does not decode: %s", self.client_id, exc)
             return cmd.make_response(R.SYSTEM_ERROR, "process reply message fail")
         correlation_id = msg.properties.get(Prop.CORRELATION_ID)
-        waiting = self._requests.get(correlation_id)
+        waiting = self._requests.get(correlation_id)  # type: ignore[arg-type]  # None finds nothing
         if waiting is None or waiting.done():
             log.warning("%s: receive reply message, but not matched any request (late, after its timeout?), "
                         "CorrelationId: %s, reply from host: %s:%d; dropped", self.client_id, correlation_id,
@@ -419,7 +424,8 @@ class _Send:
             self._give_up(left)
             return
         self.attempts -= 1
-        mq = self.fixed_queue or info.select(self.last_broker, producer.fault)  # type: ignore[union-attr]
+        fault = producer.fault
+        mq = self.fixed_queue or info.select(self.last_broker, fault)  # type: ignore[union-attr]  # routed first
         self.mq = mq
         instance = producer.instance
         addr = instance.broker_addr(mq.broker_name, only_this=True)
@@ -455,14 +461,14 @@ class _Send:
             return
         self.started = self.loop.time()
         try:
-            conn.invoke_async(self.producer._command(self.prep, self.mq), left,
-                              lambda resp, err: self._on_response(resp, err, addr))
+            request = self.producer._command(self.prep, self.mq)  # type: ignore[arg-type]  # mq: chosen by now
+            conn.invoke_async(request, left, lambda resp, err: self._on_response(resp, err, addr))
         except (RemotingError, OSError) as exc:
-            self._failed(self.mq.broker_name, exc)  # type: ignore[union-attr]
+            self._failed(self.mq.broker_name, exc)  # type: ignore[union-attr]  # mq: chosen by now
 
     def _on_response(self, resp: RemotingCommand | None, err: BaseException | None, addr: str) -> None:
         mq = self.mq
-        broker = mq.broker_name  # type: ignore[union-attr]
+        broker = mq.broker_name  # type: ignore[union-attr]  # mq: chosen by now
         latency_ms = (self.loop.time() - self.started) * 1000.0
         fault = self.producer.fault
         if err is not None:
@@ -474,7 +480,7 @@ class _Send:
                 self._failed(broker, err)
             return
         try:
-            result = api.decode_send(resp, mq, self.prep.msg_id, addr)  # type: ignore[arg-type]
+            result = api.decode_send(resp, mq, self.prep.msg_id, addr)  # type: ignore[arg-type]  # resp: no err
         except BrokerError as exc:
             fault.update(broker, latency_ms, isolation=True)
             if exc.code in STALE_ROUTE_CODES:
@@ -514,7 +520,7 @@ class _Send:
         if fut.done():
             return
         if exc is None:
-            fut.set_result(result)  # type: ignore[arg-type]
+            fut.set_result(result)  # type: ignore[arg-type]  # no exc: a result
         else:
             fut.set_exception(exc)
         if self.callback is not None:

@@ -35,7 +35,7 @@ class AsyncPullConsumer(MemberClient):
         self.config = config or ClientConfig.make(registry, **config_options)
         self.instance = ClientInstance(self.config)
         self._topics: set[str] = set()
-        self._subs: dict[tuple[str, str], SubscriptionData] = {}
+        self._subs: dict[tuple[str, str | MessageSelector], SubscriptionData] = {}
         self._broker_ids: dict[MessageQueue, int] = {}
         self._offsets = RemoteOffsetStore(self.instance, group)
         self._started_ms = 0

@@ -19,8 +19,9 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from smartgo.client import api
 from smartgo.client.allocate import AllocateStrategy, allocate_averagely
@@ -93,7 +94,7 @@ class AsyncPushConsumer(BalancedConsumer):
         self.listener = listener
         #: None: the listener gets one message; a number: lists of up to that many.
         self.consume_batch_max_size = consume_batch_max_size
-        self._judge = acked_one if consume_batch_max_size is None else acked_batch
+        self._judge: Callable[[Any, Any], int] = acked_one if consume_batch_max_size is None else acked_batch
         #: Seconds (Java's consumeTimeout is in minutes: 15).
         self.consume_timeout = consume_timeout
         self._expired: set[int] = set()      # ids of items given up on whose listener call has not returned
@@ -200,7 +201,7 @@ class AsyncPushConsumer(BalancedConsumer):
             await self.instance.close()
             return
         await self._stop_pulling()
-        await self._runner.stop(self.await_termination)  # type: ignore[union-attr]
+        await self._runner.stop(self.await_termination)  # type: ignore[union-attr]  # set by start()
         orderly_tasks = [pq.orderly_task for pq in self.process_queues.values() if pq.orderly_task is not None]
         for task in orderly_tasks:
             task.cancel()
@@ -378,7 +379,7 @@ class AsyncPushConsumer(BalancedConsumer):
 
     def _submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Hand messages to the listener runner: one by one, or in batches of one queue."""
-        submit = self._runner.submit  # type: ignore[union-attr]
+        submit = self._runner.submit  # type: ignore[union-attr]  # set by start()
         size = self.consume_batch_max_size
         if size is None:
             for msg in msgs:
@@ -442,7 +443,7 @@ class AsyncPushConsumer(BalancedConsumer):
         """Java's cleanExpiredMsg: messages whose listener call has run past consume_timeout are
         sent back (delay level 3) and no longer hold back the queue's commit and flow control.
         The call itself cannot be stopped; its verdict, when it comes, is ignored."""
-        for item in self._runner.overdue(self.consume_timeout):  # type: ignore[union-attr]
+        for item in self._runner.overdue(self.consume_timeout):  # type: ignore[union-attr]  # set by start()
             if isinstance(item, asyncio.Future) or id(item) in self._expired:
                 continue
             mq, pq, msgs = item
@@ -490,7 +491,7 @@ class AsyncPushConsumer(BalancedConsumer):
                 msgs = pq.take(batch or 1)
                 if not msgs:
                     return
-                acked = await runner.run(msgs if batch else msgs[0])  # type: ignore[union-attr]
+                acked = await runner.run(msgs if batch else msgs[0])  # type: ignore[union-attr]  # set by start()
                 pq.last_consume_ms = self._now_ms
                 self._count(msgs, acked)
                 if pq.dropped:
@@ -552,7 +553,8 @@ class AsyncPushConsumer(BalancedConsumer):
         for broker, group_mqs in by_broker.items():
             try:
                 addr = await self.instance.master_addr(broker, group_mqs[0].topic)
-                cmd = api.command(RequestCode.UNLOCK_BATCH_MQ, None, api.lock_body(self.client_id, self.group, group_mqs))
+                body = api.lock_body(self.client_id, self.group, group_mqs)
+                cmd = api.command(RequestCode.UNLOCK_BATCH_MQ, None, body)
                 api.check(await self.instance.invoke(addr, cmd, 1.0), addr, "unlock queues")
             except Exception as exc:
                 log.info("%s: unlocking queues at %s failed (the lease expires anyway): %s", self.group, broker, exc)
@@ -600,13 +602,14 @@ class AsyncPushConsumer(BalancedConsumer):
         committed, sent back or counted). (result, remark, spent ms)."""
         if msg.topic == retry_topic(self.group):
             msg.topic = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
-        listener, start = self.listener, time.perf_counter()
+        listener: Callable[[Any], Any] = self.listener  # type: ignore[assignment]  # None raises, reported below
+        start = time.perf_counter()
         work = msg if self.consume_batch_max_size is None else [msg]
         try:
             if self._runner is not None and self._runner.is_async:
-                value = await listener(work)  # type: ignore[misc]
+                value = await listener(work)
             else:
-                value = await asyncio.get_running_loop().run_in_executor(None, listener, work)  # type: ignore[arg-type]
+                value = await asyncio.get_running_loop().run_in_executor(None, listener, work)
         except Exception as exc:
             log.warning("%s: consuming %s directly raised %r", self.group, msg.msg_id, exc)
             return CMResult.CR_THROW_EXCEPTION, "".join(traceback.format_exception(exc)), _ms_since(start)

@@ -286,7 +286,7 @@ class BalancedConsumer(abc.ABC):
 
     async def _attach(self) -> None:
         await self.instance.start()
-        self.instance.members.append(self)  # type: ignore[arg-type]
+        self.instance.members.append(self)  # type: ignore[arg-type]  # a member, as instance.Member says
         self.instance.on_consumer_ids_changed.append(lambda group: self.rebalance_soon())
         self._started_ms = int(time.time() * 1000)
         if self.tracer is not None:

@@ -171,7 +171,7 @@ def thread_stacks() -> str:
 @dataclass(slots=True)
 class RunningInfo:
     """A decoded ConsumerRunningInfo (a Java, C++ or SmartGo consumer's)."""
-    properties: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, object] = field(default_factory=dict)  # SmartGo's own carry numbers as numbers
     subscriptions: list[dict] = field(default_factory=list)
     queues: dict[MessageQueue, dict] = field(default_factory=dict)
     status: dict[str, dict] = field(default_factory=dict)

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from smartgo.client.config import ClientConfig
 from smartgo.client.listener import BatchListener, Listener, is_coroutine_listener
@@ -32,6 +32,9 @@ from smartgo.client.message import Message, Prop, SendResult, SendStatus
 from smartgo.client.uniq_id import uniq_ids
 from smartgo.net.codes import TRACE_TOPIC
 from smartgo.store.record import MessageExt
+
+if TYPE_CHECKING:
+    from smartgo.client.producer import AsyncProducer  # the producer module imports this one
 
 log = logging.getLogger("smartgo.client.trace")
 T = TypeVar("T")
@@ -297,7 +300,7 @@ class TraceDispatcher:
         self._loop_thread = 0               # a producer's records come on the loop: no self-pipe write
         self._task: asyncio.Task | None = None
         self._in_flight: set[asyncio.Future] = set()
-        self._producer = None
+        self._producer: AsyncProducer | None = None
         self._last_failure_log = -math.inf
 
     async def start(self) -> None:
@@ -324,10 +327,10 @@ class TraceDispatcher:
             return
         self._wake_pending = True
         if threading.get_ident() == self._loop_thread:
-            self._wake.set()  # type: ignore[union-attr]
+            self._wake.set()  # type: ignore[union-attr]  # set by start()
             return
         try:
-            self._loop.call_soon_threadsafe(self._wake.set)  # type: ignore[union-attr]
+            self._loop.call_soon_threadsafe(self._wake.set)  # type: ignore[union-attr]  # set by start()
         except RuntimeError:                # the loop is closed: the client is gone
             pass
 
@@ -338,10 +341,10 @@ class TraceDispatcher:
     async def _run(self) -> None:
         wake = self._wake
         while True:
-            await wake.wait()  # type: ignore[union-attr]
+            await wake.wait()  # type: ignore[union-attr]  # set by start()
             if len(self._pending) < BATCH_SIZE:
                 await asyncio.sleep(BATCH_WAIT)
-            wake.clear()  # type: ignore[union-attr]
+            wake.clear()  # type: ignore[union-attr]  # set by start()
             self._wake_pending = False
             self._send_pending()
 
@@ -353,7 +356,7 @@ class TraceDispatcher:
         for body, keys in pack(records):
             try:
                 msg = Message(self.topic, body.encode("utf-8"), keys=keys)
-                fut = self._producer.send_async(msg, timeout=5.0)  # type: ignore[union-attr]
+                fut = self._producer.send_async(msg, timeout=5.0)  # type: ignore[union-attr]  # set by start()
             except Exception as exc:
                 self._failed(exc)
                 continue
@@ -387,7 +390,7 @@ class TraceDispatcher:
         self._send_pending(closing=True)
         if self._in_flight:
             await asyncio.wait(list(self._in_flight), timeout=timeout)
-        await self._producer.close()  # type: ignore[union-attr]
+        await self._producer.close()  # type: ignore[union-attr]  # set by start()
 
 
 # -- a traced listener --------------------------------------------------------------------------------
@@ -449,21 +452,22 @@ def traced_listener(listener: Listener | BatchListener, group: str, tracer: Trac
     verdict, how it ended) as it returns or raises. Works for plain and coroutine listeners, on a
     message or a batch (judge: acked_one or acked_batch, as the runner reads the answer)."""
     append = tracer.append
+    call_listener: Callable[[Any], Any] = listener  # called with what it was registered for
 
-    def messages(work: T) -> Sequence[MessageExt]:
-        return work if isinstance(work, list) else (work,)  # type: ignore[return-value]
+    def messages(work: Any) -> Sequence[MessageExt]:
+        return work if isinstance(work, list) else (work,)
 
     if is_coroutine_listener(listener):
-        async def traced_async(work: T) -> object:
+        async def traced_async(work: Any) -> object:
             with _Consumption(group, messages(work), append) as call:
-                value = await listener(work)  # type: ignore[misc]
+                value = await call_listener(work)
                 call.done(judge(value, work))
                 return value
         return traced_async
 
-    def traced(work: T) -> object:
+    def traced(work: Any) -> object:
         with _Consumption(group, messages(work), append) as call:
-            value = listener(work)  # type: ignore[arg-type]
+            value = call_listener(work)
             call.done(judge(value, work))
             return value
     return traced

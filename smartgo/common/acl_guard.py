@@ -75,5 +75,6 @@ class AclGuard:
                 log.warning("%s: request code %d refused by the ACL: %s", conn, request.code, exc)
                 return None if request.is_oneway else request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
             return await processor(conn, request)
-        guarded.smartgo_eager = getattr(processor, "smartgo_eager", False)  # type: ignore[attr-defined]
+        eager = getattr(processor, "smartgo_eager", False)
+        guarded.smartgo_eager = eager  # type: ignore[attr-defined]  # a marker attribute on a function
         return guarded

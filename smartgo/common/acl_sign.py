@@ -30,7 +30,7 @@ SECURITY_TOKEN = "SecurityToken"
 # MixAll.UNIQUE_MSG_QUERY_FLAG: added by queryMessage after the 4.9.3- client signed, so unsigned
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 # SmartGo's: the client's address, which a slave adds to a client's write it passes on to its
-# master (smartgo.broker.master_forward), after the client signed. The master stores it as the
+# master (smartgo.broker.ha.master_forward), after the client signed. The master stores it as the
 # message's born host, and judges the request on its signature alone: the connection's address is
 # the slave's, which may be white-listed for the slave's own calls, and the field is the slave's word.
 FORWARDED_FOR = "smartgoForwardedFor"
@@ -121,7 +121,7 @@ def sign_request(cmd: RemotingCommand, access_key: str, secret_key: str, securit
 
 # ---------------------------------------------------------------------------------------------
 # ACL admin requests (UPDATE_AND_CREATE_ACL_CONFIG's header; the broker's edits are in
-# smartgo.broker.acl_file)
+# smartgo.broker.acl.acl_file)
 
 #: PlainAccessConfig's fields, in the order 4.x writes a new account
 ACCESS_CONFIG_FIELDS = ("accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm",
@@ -162,7 +162,7 @@ class AccessConfig:
                    split_list(ext.get("topicPerms")), split_list(ext.get("groupPerms")))
 
     def to_header(self) -> dict[str, str]:
-        def text(value: Any) -> str | None:
+        def text(value: Any) -> str:
             if isinstance(value, bool):
                 return str(value).lower()
             return ",".join(value) if isinstance(value, list) else value

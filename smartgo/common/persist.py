@@ -105,7 +105,8 @@ class RecordFile(Generic[T]):
         return self.file.load(self._parse, self.what)
 
     def save(self, value: T) -> None:
-        self.file.save(json.dumps(dataclasses.asdict(value)).encode())  # type: ignore[call-overload]
+        fields = dataclasses.asdict(value)  # type: ignore[call-overload]  # T is a dataclass
+        self.file.save(json.dumps(fields).encode())
 
     def delete(self) -> None:
         self.file.delete()

@@ -274,6 +274,7 @@ def _clip(text: str, limit: int = 40) -> str:
 
 class _Node:
     __slots__ = ("depth",)
+    depth: int
     is_boolean = False
 
 
@@ -423,7 +424,7 @@ class _Parser:
                 break
         c = text[pos]
         if c.isascii() and (c.isalpha() or c == "_" or c == "$"):
-            word = _ID_RE.match(text, pos).group()
+            word = _ID_RE.match(text, pos).group()  # type: ignore[union-attr]  # matches: c starts an identifier
             upper = word.upper()
             tok = _Token(upper if upper in _KEYWORDS else "ID", word, pos)
         elif "0" <= c <= "9" or c == ".":
@@ -433,7 +434,8 @@ class _Parser:
             fl = f.end() - pos if f else 0
             if dl == 0 and fl == 0:
                 raise self.error("lexical error: '.' must be followed by a digit", pos)
-            tok = (_Token("DECIMAL", d.group(), pos) if dl >= fl else _Token("FLOAT", f.group(), pos))
+            tok = (_Token("DECIMAL", d.group(), pos) if dl >= fl  # type: ignore[union-attr]  # d matched: dl > 0
+                   else _Token("FLOAT", f.group(), pos))  # type: ignore[union-attr]  # f matched: fl > dl
         elif c == "'":
             m = _STRING_RE.match(text, pos)
             if m is None:
@@ -586,12 +588,12 @@ class _Parser:
             return _Const(value if value <= _INT_MAX else _Long(value))
         if kind == "FLOAT":
             self.take()
-            value = float(tok.text)
-            if value == math.inf:
+            double = float(tok.text)
+            if double == math.inf:
                 raise self.error(f"{_clip(tok.text)} is greater than Double.MAX_VALUE", tok.pos)
-            if value == 0.0:  # createFloat rejects anything below Double.MIN_VALUE, zero included
+            if double == 0.0:  # createFloat rejects anything below Double.MIN_VALUE, zero included
                 raise self.error(f"{_clip(tok.text)} is less than Double.MIN_VALUE (4.9E-324)", tok.pos)
-            return _Const(value)
+            return _Const(double)
         if kind in ("TRUE", "FALSE", "NULL"):
             self.take()
             return _Const({"TRUE": True, "FALSE": False, "NULL": None}[kind])

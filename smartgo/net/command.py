@@ -67,14 +67,14 @@ class RemotingCommand:
         if value is None:
             if default is _MISSING:
                 raise HeaderFieldError(name, f"the custom field {name} is null")
-            return default  # type: ignore[return-value]
+            return default  # type: ignore[return-value]  # the caller's default
         return value
 
     def ext_int(self, name: str, default: object = _MISSING) -> int:
         """An Integer or Long field, parsed like Java's Long.parseLong (decimal, optional sign)."""
         value = self.ext_str(name, default)
         if value is default:
-            return value  # type: ignore[return-value]
+            return value  # type: ignore[return-value]  # the caller's default
         try:
             return int(value, 10)
         except (TypeError, ValueError):
@@ -84,5 +84,5 @@ class RemotingCommand:
         """A Boolean field: "true" in any case is True, anything else False (Boolean.parseBoolean)."""
         value = self.ext_str(name, default)
         if value is default:
-            return value  # type: ignore[return-value]
+            return value  # type: ignore[return-value]  # the caller's default
         return value.lower() == "true"

@@ -125,6 +125,7 @@ class Endpoint:
         idle = self.options.idle_timeout
         # Timeouts need the fine scan; idleness is checked about every min(idle / 4, 1 s).
         idle_every = 0 if idle is None else max(1, round(min(idle / 4, 1.0) / interval))
+        idle_s = idle or 0.0  # read only when idle_every is set
         tick = 0
         while True:
             await asyncio.sleep(interval)
@@ -134,7 +135,7 @@ class Endpoint:
             for conn in list(self.connections.values()):
                 if conn._pending:
                     conn._expire(now)
-                if check_idle and now - conn.last_active >= idle and not conn.closed:  # type: ignore[operator]
+                if check_idle and now - conn.last_active >= idle_s and not conn.closed:
                     log.info("closing %s: idle for %.0f s", conn, now - conn.last_active)
                     self._emit(ConnectionEvent.IDLE, conn, f"idle for {idle} s")
                     conn.close(f"idle for {idle} s")
@@ -306,7 +307,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = transport  # type: ignore[assignment]  # a stream transport
         self.last_active = self._loop.time()
         self.remote_address = _address(transport.get_extra_info("peername"))
         self.local_address = _address(transport.get_extra_info("sockname"))
@@ -432,7 +433,7 @@ class Connection(asyncio.Protocol):
         if getattr(processor, "smartgo_eager", False):
             try:
                 coro = processor(self, cmd)
-                first = coro.send(None)
+                first = coro.send(None)  # type: ignore[attr-defined]  # smartgo_eager marks coroutine functions
             except StopIteration as done:
                 self._reply(cmd, done.value)
                 return
@@ -464,7 +465,7 @@ class Connection(asyncio.Protocol):
         """The turn's budget is spent: stop reading, go on with the backlog next turn."""
         self._deferred = True
         self._update_reading()
-        self._budget.defer(self._resume)  # type: ignore[union-attr]
+        self._budget.defer(self._resume)  # type: ignore[union-attr]  # only a budgeted one defers
 
     def _resume(self) -> None:
         self._deferred = False
@@ -628,7 +629,7 @@ def eager(processor: P) -> P:
     asyncio.timeout) asyncio.wait_for there: `loop.wait_within` is the one to use.
     For a class instance, set the class attribute `smartgo_eager = True` instead.
     """
-    processor.smartgo_eager = True  # type: ignore[attr-defined]
+    processor.smartgo_eager = True  # type: ignore[attr-defined]  # a marker attribute
     return processor
 
 

@@ -47,15 +47,18 @@ class EchoProcessors:
                                      body=request.body)
 
 
+_NO_TLS = ServerTls()
+
+
 def make_server(host: str, port: int, max_frame: int = DEFAULT_MAX_FRAME, busy_poll_us: int = 0,
-                tls: ServerTls = ServerTls()) -> RemotingServer:
+                tls: ServerTls = _NO_TLS) -> RemotingServer:
     processors = EchoProcessors()
     return RemotingServer(host, [port], {RequestCode.SEND_MESSAGE_V2: processors.send},
                           default_processor=processors.echo, max_frame=max_frame, busy_poll_us=busy_poll_us,
                           **server_options(tls))
 
 
-async def serve(host: str, port: int, max_frame: int, busy_poll_us: int = 0, tls: ServerTls = ServerTls()) -> None:
+async def serve(host: str, port: int, max_frame: int, busy_poll_us: int = 0, tls: ServerTls = _NO_TLS) -> None:
     server = make_server(host, port, max_frame, busy_poll_us, tls)
     await server.start()
     stop = asyncio.Event()

@@ -69,7 +69,7 @@ def loads_keyed(data: bytes | bytearray | memoryview | str, key: Callable[[Any],
         value, end = _KeyedParser(text, key).value(0)
     except (IndexError, json.JSONDecodeError) as exc:
         raise ValueError(f"undecodable JSON body: {exc}") from None
-    if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
+    if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]  # _WS matches empty too
         raise ValueError(f"trailing data after the JSON body at {end}")
     return value
 
@@ -80,7 +80,7 @@ class _KeyedParser:
         self.key = key
 
     def ws(self, i: int) -> int:
-        return _WS.match(self.text, i).end()  # type: ignore[union-attr]
+        return _WS.match(self.text, i).end()  # type: ignore[union-attr]  # _WS matches empty too
 
     def value(self, i: int) -> tuple[Any, int]:
         i = self.ws(i)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import replace
 
 from smartgo import accel
@@ -150,7 +151,7 @@ def _inflate_body(cmd: RemotingCommand, max_frame: int) -> None:
     if not body:
         raise HeaderError("compressed flag set on an empty body")
     try:
-        cmd.body = inflate(body, max_frame)
+        cmd.body = inflate(body, max_frame)  # type: ignore[arg-type]  # a decoded frame's body is one buffer
     except InflateError as exc:
         raise HeaderError(f"compressed body {exc}") from None
 
@@ -168,7 +169,7 @@ def encode_command(cmd: RemotingCommand, extra_flags: int = 0, compress_threshol
     """
     body = cmd.body
     if body is None:
-        bodies: tuple | list = ()
+        bodies: Sequence[Buffer] = ()
         body_len = 0
     elif isinstance(body, (bytes, bytearray, memoryview)):
         bodies = (body,)
@@ -221,6 +222,7 @@ def codec_in_use() -> str:
 
 def _configure_codec(decoders: dict) -> None:
     """Give the C codec this module's types, tables and the Python decoders it hands over to."""
+    assert _codec is not None  # called only once the C codec loaded
     _codec.configure(RemotingCommand, FrameError, decoders, LANGUAGE_BY_NAME, LanguageCode.OTHER,
                      LANGUAGE_BY_NAME["JAVA"], LANGUAGE_NAMES, _inflate_body, SerializeType.JSON,
                      SerializeType.MSGPACK, _COMPRESSED_BY_SMARTGO)

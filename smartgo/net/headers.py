@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import struct
+from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _quote
 
 import msgpack
@@ -85,14 +86,15 @@ def _language(value: object) -> int:
 def _make_command(code: object, language: object, version: object, opaque: object, flag: object,
                   remark: object, ext: object, serialize_type: int) -> RemotingCommand:
     if not (type(code) is type(version) is type(opaque) is type(flag) is int
-            and _INT32_MIN <= min(code, version, opaque, flag)  # type: ignore[type-var]
-            and max(code, version, opaque, flag) <= _INT32_MAX):  # type: ignore[type-var]
+            and _INT32_MIN <= min(code, version, opaque, flag)
+            and max(code, version, opaque, flag) <= _INT32_MAX):
         for name, value in (("code", code), ("version", version), ("opaque", opaque), ("flag", flag)):
             _int32(name, value)
     if remark is not None and type(remark) is not str:
         raise HeaderError(f"header field remark must be a string, got {type(remark).__name__}")
-    return RemotingCommand(code, language if type(language) is int else _language(language),  # type: ignore[arg-type]
-                           version, opaque, flag, remark,  # type: ignore[arg-type]
+    lang = language if type(language) is int else _language(language)
+    return RemotingCommand(code, lang,  # type: ignore[arg-type]  # ints: checked above
+                           version, opaque, flag, remark,  # type: ignore[arg-type]  # ints and str: checked above
                            _normalize_ext(ext, serialize_type == SerializeType.MSGPACK), None, serialize_type)
 
 
@@ -120,7 +122,7 @@ def encode_json_header(cmd: RemotingCommand, extra_flags: int = 0) -> bytes:
                 cmd.version)).encode("ascii")
 
 
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: context type
 
 
 def decode_json_header(data: Buffer) -> RemotingCommand:
@@ -152,7 +154,7 @@ _I16 = struct.Struct(">h")
 
 def encode_binary_header(cmd: RemotingCommand, extra_flags: int = 0) -> bytes:
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
-    parts = []
+    parts: list[bytes] = []
     for key, value in (cmd.ext_fields or {}).items():
         if value is None:
             continue
@@ -198,7 +200,8 @@ def decode_binary_header(data: Buffer) -> RemotingCommand:
             value_end = key_end + 4 + value_len
             if value_len < 0 or value_end > end:
                 raise _bad_length("extFields value", value_len, size)
-            ext[data[pos + 2:key_end].decode("utf-8")] = data[key_end + 4:value_end].decode("utf-8")  # type: ignore[index]
+            key = data[pos + 2:key_end].decode("utf-8")
+            ext[key] = data[key_end + 4:value_end].decode("utf-8")  # type: ignore[index]  # a dict: ext_len > 0
             pos = value_end
     except UnicodeDecodeError as exc:
         raise HeaderError(f"ROCKETMQ header has text that is not UTF-8: {exc}") from None
@@ -222,13 +225,15 @@ def decode_msgpack_header(data: Buffer) -> RemotingCommand:
         raise HeaderError(f"undecodable msgpack header: {type(exc).__name__}: {exc}") from None
     if type(obj) is not list or len(obj) != 7:
         raise HeaderError("msgpack header is not a 7-item array")
-    return _make_command(*obj, SerializeType.MSGPACK)
+    return _make_command(*obj, SerializeType.MSGPACK)  # type: ignore[call-arg]  # obj: 7 items, checked above
 
 
-_ENCODERS = {SerializeType.JSON: encode_json_header, SerializeType.ROCKETMQ: encode_binary_header,
-             SerializeType.MSGPACK: encode_msgpack_header}
-DECODERS = {SerializeType.JSON: decode_json_header, SerializeType.ROCKETMQ: decode_binary_header,
-             SerializeType.MSGPACK: decode_msgpack_header}
+_ENCODERS: dict[int, Callable[[RemotingCommand, int], bytes]] = {
+    SerializeType.JSON: encode_json_header, SerializeType.ROCKETMQ: encode_binary_header,
+    SerializeType.MSGPACK: encode_msgpack_header}
+DECODERS: dict[int, Callable[[Buffer], RemotingCommand]] = {
+    SerializeType.JSON: decode_json_header, SerializeType.ROCKETMQ: decode_binary_header,
+    SerializeType.MSGPACK: decode_msgpack_header}
 
 
 def encode_header(cmd: RemotingCommand, extra_flags: int = 0) -> bytes:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 try:
     import uvloop
 except ImportError:  # pragma: no cover - depends on the installation
-    uvloop = None  # type: ignore[assignment]
+    uvloop = None  # type: ignore[assignment]  # None: not installed
 
 T = TypeVar("T")
 

@@ -10,6 +10,7 @@ import logging
 import socket
 import ssl
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from smartgo.net.budget import TurnBudget
 from smartgo.net.codes import SerializeType
@@ -55,7 +56,7 @@ class RemotingServer(Endpoint):
         self.ports: list[int] = []
 
     def register(self, code: int, processor: Processor) -> None:
-        self.options.processors[code] = processor  # type: ignore[index]
+        self.options.processors[code] = processor  # type: ignore[index]  # a dict, made by the server
 
     @property
     def port(self) -> int:
@@ -66,7 +67,7 @@ class RemotingServer(Endpoint):
         if self._servers:
             raise RuntimeError("server already started")
         loop = asyncio.get_running_loop()
-        tls = {"ssl": self._ssl, "ssl_handshake_timeout": self._handshake_timeout} \
+        tls: dict[str, Any] = {"ssl": self._ssl, "ssl_handshake_timeout": self._handshake_timeout} \
             if self._tls_mode == "enforcing" else {}
         try:
             for port in self._requested_ports:
@@ -90,7 +91,11 @@ class RemotingServer(Endpoint):
         sock = socket.create_server((self.host, port), family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
                                     backlog=self._backlog, reuse_port=self._reuse_port)
         sock.setblocking(False)
-        accepting = serve_permissive(sock, lambda: Connection(self, dialled=False), self._ssl,  # type: ignore[arg-type]
+
+        def accepted() -> Connection:
+            return Connection(self, dialled=False)
+
+        accepting = serve_permissive(sock, accepted, self._ssl,  # type: ignore[arg-type]  # Connection: a Protocol
                                      self._handshake_timeout)
         task = asyncio.get_running_loop().create_task(accepting)
         task.add_done_callback(lambda _: sock.close())  # once the loop has let go of it

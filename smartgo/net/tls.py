@@ -16,6 +16,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from smartgo.net.loop import wait_within
 
@@ -123,7 +124,7 @@ async def _adopt(conn: socket.socket, make_protocol: Callable[[], asyncio.Protoc
             conn.close()
             return
         tls = first[0] == HANDSHAKE
-        options = {"ssl": context, "ssl_handshake_timeout": timeout} if tls else {}
+        options: dict[str, Any] = {"ssl": context, "ssl_handshake_timeout": timeout} if tls else {}
         await loop.connect_accepted_socket(make_protocol, conn, **options)
     except asyncio.CancelledError:
         conn.close()
@@ -140,7 +141,12 @@ async def _peek(conn: socket.socket) -> bytes:
     """The first byte the peer sent, left in the socket (b"" when it closed first)."""
     loop = asyncio.get_running_loop()
     readable = loop.create_future()
-    loop.add_reader(conn.fileno(), lambda: readable.done() or readable.set_result(None))
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(conn.fileno(), ready)
     try:
         await readable
     finally:

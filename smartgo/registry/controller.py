@@ -318,7 +318,7 @@ class FailoverController:
             raise SwitchoverError(f"{target} is the master of {name} already")
         if name in self._switching:
             raise SwitchoverError(f"a switchover of {name} is under way")
-        master = broker.broker_addrs.get(MASTER_ID)
+        master = broker.broker_addrs.get(MASTER_ID)  # type: ignore[union-attr]  # a slave_id was found in it
         self._switching.add(name)
         try:
             if master is None:

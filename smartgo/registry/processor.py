@@ -54,7 +54,7 @@ class RegistryProcessors:
         # Encoded route answers by topic, valid while the tables, the KV config and orderMessageEnable stay:
         # clients ask far more often (every 30 s each) than brokers change anything.
         self._routes_cached: dict[str, bytes] = {}
-        self._cache_version = (-1, -1)
+        self._cache_version: tuple[int, int, bool] = (-1, -1, False)
 
     def table(self) -> dict[int, Processor]:
         return {
@@ -100,8 +100,9 @@ class RegistryProcessors:
             return refusal
         result = self.routes.register_broker(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
                                              parsed, conn)
-        failover = self.controller is not None and "failoverEpoch" in (request.ext_fields or {})
-        ext = self.controller.answer(broker_name, request.ext_int("failoverEpoch")) if failover else {}
+        controller = self.controller
+        failover = controller is not None and "failoverEpoch" in (request.ext_fields or {})
+        ext = controller.answer(broker_name, request.ext_int("failoverEpoch")) if controller and failover else {}
         if result.master_addr is not None:
             ext["masterAddr"] = result.master_addr
         if result.ha_server_addr is not None:

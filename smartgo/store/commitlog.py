@@ -10,6 +10,7 @@ readers in other processes never look past the bound they are given.
 from __future__ import annotations
 
 import logging
+import mmap
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -37,13 +38,13 @@ class Block(NamedTuple):
 
     data: bytes | bytearray | memoryview
     queue: QueueKey | None
-    count: int = 1
+    count: int = 1  # type: ignore[assignment]  # RocketMQ's name; shadows tuple.count, which nothing calls
 
 
 class AppendResult(NamedTuple):
     physical_offset: int  # of the block's first record
     queue_offset: int  # of the block's first record (0 when queue is None)
-    count: int
+    count: int  # type: ignore[assignment]  # as Block.count: shadows tuple.count, which nothing calls
     store_timestamp: int
     end_offset: int  # the written position right after this block
 
@@ -312,7 +313,7 @@ class RecordWalk:
         self.verify = verify
         self.stopped: str | None = None  # why a verifying walk ended early
 
-    def __iter__(self) -> Iterator[tuple[int, object, int, int]]:
+    def __iter__(self) -> Iterator[tuple[int, mmap.mmap, int, int]]:
         fs = self.reader.file_size
         bound = self.bound
         verify = self.verify

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -24,7 +25,7 @@ ENTRY = struct.Struct(">qiq")
 
 
 @functools.cache
-def entry_dtype():
+def entry_dtype() -> np.dtype:
     """ENTRY as a numpy dtype, for dispatch's columnar path."""
     return np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 
@@ -53,7 +54,7 @@ def list_queues(root: Path | str) -> list[QueueKey]:
     return sorted(out)
 
 
-def _real_phys_at(mm, i: int) -> int:
+def _real_phys_at(mm: mmap.mmap, i: int) -> int:
     """commitLogOffset of entry i, or of the nearest real entry before it when i is a hole (or
     unwritten); -1 when there is none. Holes filling a gap take their neighbour's position, so
     a binary search over entries stays monotonic."""
@@ -129,7 +130,7 @@ class ConsumeQueueWriter:
         self.max_phys_end = phys + size
         return True
 
-    def put_entries(self, queue_offset: int, entries) -> bool:
+    def put_entries(self, queue_offset: int, entries: bytes | bytearray | memoryview) -> bool:
         """Write raw consecutive entries (a bytes-like of whole 20-byte entries) from
         queue_offset, which must be the max offset (False, nothing written, otherwise):
         one slice assignment per file instead of a put per entry."""
@@ -189,7 +190,8 @@ class ConsumeQueueWriter:
         for start in self.files.starts():
             count = self._entries_in(start)
             mm = self.files.get(start).mm
-            for i in range(_first_false(0, count, lambda i: _real_phys_at(mm, i) < begin), count):
+            first = _first_false(0, count, lambda i: _real_phys_at(mm, i) < begin)  # noqa: B023 - called right here
+            for i in range(first, count):
                 phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
                 if size == HOLE_SIZE:
                     continue
@@ -271,7 +273,7 @@ class ConsumeQueueWriter:
             n = min(mf.size, first_hole(mf.path)) // CQ_UNIT
 
             def within(i: int) -> bool:
-                phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)
+                phys, size, _ = ENTRY.unpack_from(mm, i * CQ_UNIT)  # noqa: B023 - used in this iteration only
                 return size == HOLE_SIZE or (size > 0 and phys + size <= end_phys)
 
             if n and within(0):
@@ -339,7 +341,7 @@ class ConsumeQueueReader:
 
             # Holes are not messages, but only holes before the first live entry are "gone": a
             # hole filling a gap after live entries takes the verdict of the real entry before it.
-            i = _first_false(0, n, lambda i: _real_phys_at(mm, i) < commitlog_min)
+            i = _first_false(0, n, lambda i: _real_phys_at(mm, i) < commitlog_min)  # noqa: B023 - used right here
             if i < n:
                 self._min_cache = (start, commitlog_min, first + i)
                 return first + i

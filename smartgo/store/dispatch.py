@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import mmap
 import time
 from typing import NamedTuple
 
@@ -37,7 +38,7 @@ from smartgo.store.record import (
 
 
 @functools.cache
-def _size_magic():
+def _size_magic() -> _np.dtype:
     return _np.dtype([("size", ">i4"), ("magic", ">i4")])
 
 
@@ -53,7 +54,7 @@ _PROPERTY_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 
 
-def _equal_sized_run(mm, rel: int, size: int, most: int):
+def _equal_sized_run(mm: mmap.mmap, rel: int, size: int, most: int) -> _np.ndarray:
     """Positions of the records at rel, rel + size, ... (at most `most`) while each has this
     size and the message magic: exact, since each one's size puts the next where we look."""
     np = _np
@@ -129,7 +130,8 @@ class Dispatcher:
         self._release(pos)
         return DispatchRound(pos, {key: cq.max_offset for key, cq in touched.items()}, count, last_ts)
 
-    def _walk(self, mm, base: int, rel: int, limit: int, want: int) -> tuple:
+    def _walk(self, mm: mmap.mmap, base: int, rel: int, limit: int,
+              want: int) -> tuple[list[int] | _np.ndarray, int, CorruptRecordError | None]:
         """(positions, end, error): up to want record positions from rel, stopping at limit,
         at a blank filler (end = the file size) or at garbage (error: CorruptRecordError).
         Positions are a list, or an int64 array once runs of equal-sized records were
@@ -138,7 +140,7 @@ class Dispatcher:
         unpack = SIZE_MAGIC.unpack_from
         positions: list[int] = []
         append = positions.append
-        runs = []
+        runs: list[_np.ndarray] = []
         error = None
         n = 0
         probe_at = RUN_PROBE if self.vectorize else want
@@ -187,7 +189,8 @@ class Dispatcher:
             cq = self._by_raw[raw] = self.queues.get(name, queue_id)
         return cq
 
-    def _put_records(self, mm, base: int, positions: list[int], touched: dict) -> tuple[int, int]:
+    def _put_records(self, mm: mmap.mmap, base: int, positions: list[int],
+                     touched: dict[QueueKey, ConsumeQueueWriter]) -> tuple[int, int]:
         """The per-record path; returns the last store timestamp and how many records it took
         (fewer than given when the next would open one new queue too many for a chunk)."""
         by_raw = self._by_raw
@@ -220,7 +223,8 @@ class Dispatcher:
                     index.add(topic, keys, uniq, phys, store_ts)
         return last_ts, len(positions)
 
-    def _put_columns(self, mm, base: int, positions, touched: dict) -> tuple[int, int]:
+    def _put_columns(self, mm: mmap.mmap, base: int, positions: list[int] | _np.ndarray,
+                     touched: dict[QueueKey, ConsumeQueueWriter]) -> tuple[int, int]:
         """The columnar path, same effect as _put_records, and the same answer."""
         np = _np
         u8 = np.frombuffer(mm, np.uint8)  # dropped on return: the map must stay closable
@@ -269,7 +273,8 @@ class Dispatcher:
                               cols.store_timestamp)
         return last_ts, len(given)
 
-    def _group(self, u8, cols: DispatchColumns, phys) -> tuple:
+    def _group(self, u8: _np.ndarray, cols: DispatchColumns,
+               phys: _np.ndarray) -> tuple[_np.ndarray, list[ConsumeQueueWriter], list[bytes]]:
         """(group per record, ConsumeQueueWriter per group, topic bytes per group): records
         grouped by their exact topic bytes and queue id."""
         np = _np
@@ -300,7 +305,9 @@ class Dispatcher:
             queues.append(self._queue(raw, int(cols.queue_id[row]), int(phys[row])))
         return group.ravel(), queues, topics
 
-    def _tags_codes(self, buf, at, length, delay, topics: list[bytes], group, store_ts):
+    def _tags_codes(self, buf: _np.ndarray, at: _np.ndarray, length: _np.ndarray,
+                    delay: tuple[_np.ndarray, _np.ndarray] | None, topics: list[bytes], group: _np.ndarray,
+                    store_ts: _np.ndarray) -> _np.ndarray:
         """ConsumeQueue tagsCode per record (Java hashCode of TAGS; a delivery time for
         SCHEDULE_TOPIC_XXXX when delay is given), as dispatch_properties computes it."""
         np = _np
@@ -316,8 +323,9 @@ class Dispatcher:
                                               int(store_ts[i]), self.delay_levels_ms)
         return codes
 
-    def _write_queues(self, rows, group, queues: list[ConsumeQueueWriter], first_offset, cols: DispatchColumns,
-                      phys, tags, touched: dict) -> None:
+    def _write_queues(self, rows: _np.ndarray, group: _np.ndarray, queues: list[ConsumeQueueWriter],
+                      first_offset: _np.ndarray, cols: DispatchColumns, phys: _np.ndarray, tags: _np.ndarray,
+                      touched: dict[QueueKey, ConsumeQueueWriter]) -> None:
         """Each queue's entries with one put_entries when they continue it exactly (the normal
         case), else entry by entry (holes, offsets it already has)."""
         np = _np
@@ -333,7 +341,7 @@ class Dispatcher:
         entries["phys"] = phys[rows]
         entries["size"] = cols.size[rows]
         entries["tags"] = tags[rows]
-        raw = memoryview(entries).cast("B")
+        raw = memoryview(entries).cast("B")  # type: ignore[arg-type]  # ndarray has the buffer protocol; stubs miss it
         for g in np.flatnonzero(counts).tolist():
             cq = queues[g]
             a = int(starts[g])
@@ -345,11 +353,14 @@ class Dispatcher:
                 if cq.put(int(cols.queue_offset[r]), int(phys[r]), int(cols.size[r]), int(tags[r])):
                     touched[cq.key] = cq
 
-    def _write_index(self, buf, uniq_at, uniq_len, keys_at, keys_len, topics: list[bytes], group, phys,
-                     store_ts) -> None:
+    def _write_index(self, buf: _np.ndarray, uniq_at: _np.ndarray, uniq_len: _np.ndarray, keys_at: _np.ndarray,
+                     keys_len: _np.ndarray, topics: list[bytes], group: _np.ndarray, phys: _np.ndarray,
+                     store_ts: _np.ndarray) -> None:
         """Index entries for UNIQ_KEY and each KEYS token (in that order per record), hashed
         as ``topic#key`` all at once."""
         np = _np
+        index = self.index
+        assert index is not None  # called only when this writer indexes
         row = np.flatnonzero(uniq_len)
         at = uniq_at[row]
         length = uniq_len[row]
@@ -363,12 +374,12 @@ class Dispatcher:
         if not len(row):
             return
         key_group = group[row]
-        prefix = np.array([self.index.prefix_hash(t) for t in topics], np.uint32)[key_group]
+        prefix = np.array([index.prefix_hash(t) for t in topics], np.uint32)[key_group]
         h, scalar = span_hashes_u32(buf, at, length)
         full = prefixed_hashes(prefix, h, length)
         for i in np.flatnonzero(scalar).tolist():
             full[i] = java_hash_u32(topics[key_group[i]] + b"#" + buf[at[i]:at[i] + length[i]].tobytes())
-        self.index.put_hashed(positive_index_hashes(full), phys[row], store_ts[row])
+        index.put_hashed(positive_index_hashes(full), phys[row], store_ts[row])
 
     def _release(self, position: int) -> None:
         """Keep the reader's RSS flat: unmap files behind, drop read pages of the current one."""

@@ -41,7 +41,7 @@ VECTORIZE_MIN = 64  # below this many keys per round the plain loop is faster
 
 
 @functools.cache
-def _entry_dtype():
+def _entry_dtype() -> _np.dtype:
     return _np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 
@@ -147,7 +147,7 @@ class IndexFile:
             self.end_timestamp = ts
         return stop
 
-    def put_many_vectorized(self, hashes, phys, timestamps) -> int:
+    def put_many_vectorized(self, hashes: _np.ndarray, phys: _np.ndarray, timestamps: _np.ndarray) -> int:
         """put_many over numpy int64 arrays, bit-identical to it; returns how many fit."""
         np = _np
         count = self.count
@@ -164,7 +164,7 @@ class IndexFile:
         slot_area[slots] = idx
         if (slot_area[slots] == idx).all():  # no slot twice in the batch (the usual case)
             prev = old
-            first = slice(None)
+            first: slice | _np.ndarray = slice(None)
         else:
             order = np.argsort(slots, kind="stable")
             sorted_slots = slots[order]
@@ -305,7 +305,7 @@ class IndexService:
         if self.current is not None and self.current.count > 1:
             self.indexed_upto = max(self.indexed_upto, self.current.end_phy)
 
-    def put_hashed(self, hashes, phys, stamps) -> None:
+    def put_hashed(self, hashes: _np.ndarray, phys: _np.ndarray, stamps: _np.ndarray) -> None:
         """Write entries for keys already hashed (positive index hashes, phyOffsets, store
         timestamps: int64 numpy arrays, in add() order) right away; offsets the index already
         covers are skipped. The next publish() makes them visible."""

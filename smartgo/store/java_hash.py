@@ -12,6 +12,10 @@ import functools
 import operator
 import sys
 from array import array
+from collections.abc import Sequence
+
+from smartgo import accel
+from smartgo.store.lazy_numpy import np as _np    # vectorised hashing of a dispatch round's tags and keys
 
 _MASK = 0xFFFFFFFF
 _CHUNK = 256
@@ -19,9 +23,6 @@ _CHUNK = 256
 _POWERS = [pow(31, k, 1 << 32) for k in range(_CHUNK + 1)]
 _SUFFIX = [_POWERS[n - 1::-1] if n else [] for n in range(_CHUNK + 1)]
 _mul = operator.mul
-
-from smartgo import accel
-from smartgo.store.lazy_numpy import np as _np    # vectorised hashing of a dispatch round's tags and keys
 
 _c = accel.load("smartgo.store._java_hash")
 #: (seed * 31**len(data) + hash(data)) mod 2**32 of ASCII bytes, None if not ASCII (_java_hash.c);
@@ -34,13 +35,13 @@ def accelerated() -> bool:
 
 
 @functools.cache
-def _np_tables():
+def _np_tables() -> tuple[_np.ndarray, _np.ndarray, _np.ndarray]:
     """31**k, its inverses mod 2**32 and the column numbers, as arrays (built on first use)."""
     return (_np.array(_POWERS, dtype=_np.uint32),
             _np.array([pow(31, -k, 1 << 32) for k in range(_CHUNK + 1)], dtype=_np.uint32), _np.arange(_CHUNK))
 
 
-def _hash_units(units) -> int:
+def _hash_units(units: Sequence[int]) -> int:
     """Unsigned hash of a sequence of code units (bytes, array('H'), list of ints)."""
     n = len(units)
     if n <= _CHUNK:
@@ -55,7 +56,7 @@ def _hash_units(units) -> int:
     return h
 
 
-def _utf16_units(text: str):
+def _utf16_units(text: str) -> array[int]:
     units = array("H", text.encode("utf-16-le", "surrogatepass"))
     if sys.byteorder == "big":
         units.byteswap()
@@ -96,15 +97,15 @@ def prefix_hash(topic: bytes, cache: dict[bytes, int]) -> int:
 
 def _prefixes(topics: list[bytes], cache: dict[bytes, int]) -> list[int]:
     """prefix_hash per topic."""
-    prefixes = [cache.get(t) for t in topics]
-    if None in prefixes:
-        prefixes = [prefix_hash(t, cache) for t in topics]
-    return prefixes
+    cached = [cache.get(t) for t in topics]
+    if None in cached:
+        return [prefix_hash(t, cache) for t in topics]
+    return cached  # type: ignore[return-value]  # no None left in it: checked just above
 
 
 def index_hashes(topics: list[bytes], keys: list[bytes], prefix_cache: dict[bytes, int]) -> list[int]:
     """Positive index hash (IndexFile.indexKeyHashMethod) of each ``topic#key``."""
-    out = []
+    out: list[int] = []
     append = out.append
     suffix = _SUFFIX
     powers = _POWERS
@@ -126,7 +127,7 @@ def index_hashes(topics: list[bytes], keys: list[bytes], prefix_cache: dict[byte
     return out
 
 
-def byte_rows(a, starts, width: int):
+def byte_rows(a: _np.ndarray, starts: _np.ndarray, width: int) -> _np.ndarray:
     """a[start:start + width] for each start as one (n, width) copy: fancy indexing of a
     strided window view copies rows without building an index per byte. Bytes outside a
     read as 0."""
@@ -139,7 +140,8 @@ def byte_rows(a, starts, width: int):
     return rows
 
 
-def span_hashes_u32(buf, starts, lengths):
+def span_hashes_u32(buf: _np.ndarray, starts: _np.ndarray,
+                    lengths: _np.ndarray) -> tuple[_np.ndarray, _np.ndarray]:
     """Unsigned Java hashes of the spans buf[start:start + length] of a uint8 array, as a
     uint32 array, plus a mask of the spans left for java_hash_u32 (non-ASCII, or longer
     than _CHUNK bytes; their slot holds garbage). Empty spans hash to 0, whatever their start."""
@@ -164,14 +166,15 @@ def span_hashes_u32(buf, starts, lengths):
     return padded * inverse_powers[_np.clip(width - lengths, 0, _CHUNK)], scalar
 
 
-def positive_index_hashes(h_u32):
+def positive_index_hashes(h_u32: _np.ndarray) -> _np.ndarray:
     """positive_index_hash over a uint32 array, as int64."""
     signed = _np.abs(h_u32.view(_np.int32).astype(_np.int64))
     signed[signed == 0x80000000] = 0
     return signed
 
 
-def index_hashes_vectorized(topics: list[bytes], keys: list[bytes], prefix_cache: dict[bytes, int]):
+def index_hashes_vectorized(topics: list[bytes], keys: list[bytes],
+                            prefix_cache: dict[bytes, int]) -> _np.ndarray | None:
     """index_hashes for a large batch with numpy (an int64 array), or None when numpy is
     missing or a key is not short ASCII (the caller falls back)."""
     if _np is None:
@@ -185,7 +188,7 @@ def index_hashes_vectorized(topics: list[bytes], keys: list[bytes], prefix_cache
                                                  key_hash, lengths))
 
 
-def prefixed_hashes(prefix_u32, key_u32, key_lengths):
+def prefixed_hashes(prefix_u32: _np.ndarray, key_u32: _np.ndarray, key_lengths: _np.ndarray) -> _np.ndarray:
     """Unsigned hash of prefix + key from the two parts' hashes (key: ASCII, <= _CHUNK bytes)."""
     return prefix_u32 * _np_tables()[0][_np.minimum(key_lengths, _CHUNK)] + key_u32
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 
 def _lazy(name: str) -> ModuleType | None:
@@ -26,7 +27,10 @@ def _lazy(name: str) -> ModuleType | None:
     return module
 
 
-np = _lazy("numpy")
+if TYPE_CHECKING:       # the type checker sees numpy itself (a core dependency, so never None in practice)
+    import numpy as np
+else:
+    np = _lazy("numpy")
 
 
 def load() -> None:

@@ -110,7 +110,7 @@ class MessageStore:
             self.open()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._opened:
             self.shutdown()
 

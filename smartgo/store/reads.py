@@ -20,7 +20,7 @@ from smartgo.store.errors import CorruptRecordError, OffsetGoneError
 from smartgo.store.index_file import IndexReader
 from smartgo.store.mapped_file import MappingLimit
 from smartgo.store.record import (
-    MESSAGE_MAGIC, SIZE_MAGIC, MessageExt, decode_record, parse_offset_msg_id, peek_dispatch_fields, peek_head,
+    MESSAGE_MAGIC, SIZE_MAGIC, Buffer, MessageExt, decode_record, parse_offset_msg_id, peek_dispatch_fields, peek_head,
     store_timestamp_at,
 )
 
@@ -194,14 +194,14 @@ class StoreReader:
                     cur -= 1  # not written yet as far as this reader knows: stop here
                     full = True
                     break
-                rec_size, magic = unpack_head(mm, rel)
+                rec_size, magic = unpack_head(mm, rel)  # type: ignore[arg-type]  # set above: seg_start starts at -1
                 if rec_size != size or magic != MESSAGE_MAGIC:
                     log.error("consume queue %s/%d offset %d points at no record (%d, %d bytes); skipped",
                               topic, queue_id, cur - 1, phys, size)
                     continue
-                if match is not None and not self._matches(match, mm, rel, phys):
+                if match is not None and not self._matches(match, mm, rel, phys):  # type: ignore[arg-type]  # as above
                     continue
-                buffers.append(view[rel:rel + size])
+                buffers.append(view[rel:rel + size])  # type: ignore[index]  # set with mm, above
                 total += size
                 result.status = GetStatus.FOUND
         result.next_begin_offset = cur
@@ -209,7 +209,7 @@ class StoreReader:
         return result
 
     @staticmethod
-    def _matches(match: Callable[[bytes], bool], mm, rel: int, phys: int) -> bool:
+    def _matches(match: Callable[[bytes], bool], mm: Buffer, rel: int, phys: int) -> bool:
         try:
             props = peek_head(mm, rel)[6]
         except CorruptRecordError:

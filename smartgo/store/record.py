@@ -9,19 +9,23 @@ patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (offsets exporte
 from __future__ import annotations
 
 import functools
+import mmap
 import re
 import socket
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from smartgo.store.errors import CorruptRecordError, InvalidMessageIdError, MessageIllegalError
 from smartgo.store.java_hash import TAGS_CODES as _TAGS_CODES
 from smartgo.store.java_hash import byte_rows, tags_code
 
 from smartgo.store.lazy_numpy import np as _np    # dispatch parses whole rounds with it
+
+#: what records are read from: a mapped file, or bytes
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 MESSAGE_MAGIC = 0xDAA320A7 - (1 << 32)  # -626843481, as the signed int32 Java writes
 BLANK_MAGIC = 0xCBD43194 - (1 << 32)  # -875286124: end-of-file filler
@@ -83,7 +87,7 @@ MSG_ID_V6 = struct.Struct(">16siq")
 _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 
 
-def body_crc(body) -> int:
+def body_crc(body: Buffer) -> int:
     """UtilAll.crc32: java.util.zip.CRC32 masked to a positive int."""
     return zlib.crc32(body) & 0x7FFFFFFF
 
@@ -128,7 +132,7 @@ def pack_host(host: str, port: int) -> bytes:
     return packed
 
 
-def unpack_host(raw) -> tuple[str, int]:
+def unpack_host(raw: Buffer) -> tuple[str, int]:
     if len(raw) == 8:
         ip, port = HOST_V4.unpack(raw)
         return socket.inet_ntoa(ip), port
@@ -169,7 +173,7 @@ def encode_properties(props: Mapping[str, str] | None) -> bytes:
     return "\x02".join(f"{k}\x01{v}" for k, v in props.items()).encode("utf-8")
 
 
-def decode_properties(raw: bytes | bytearray | memoryview | str) -> dict[str, str]:
+def decode_properties(raw: bytes | bytearray | memoryview | _np.ndarray | str) -> dict[str, str]:
     """MessageDecoder.string2messageProperties: skips segments without a name or a value (so any
     under 3 chars); accepts a trailing \\x02."""
     text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
@@ -198,10 +202,11 @@ def check_sizes(body_len: int, props_len: int, max_body: int = DEFAULT_MAX_BODY)
                                   f"{MAX_PROPERTIES_LENGTH}-byte limit")
 
 
-def append_record(parts: list, body, tfield: bytes, properties: bytes, queue_id: int, flag: int, sys_flag: int,
-                  born_timestamp: int, born_host: bytes, store_host: bytes, reconsume_times: int,
+def append_record(parts: list[Buffer], body: Buffer, tfield: bytes, properties: bytes, queue_id: int, flag: int,
+                  sys_flag: int, born_timestamp: int, born_host: bytes, store_host: bytes, reconsume_times: int,
                   prepared_tx_offset: int = 0, queue_offset: int = 0, physical_offset: int = 0,
-                  store_timestamp: int = 0, _pack=HEADER.pack, _pack16=INT16.pack, _crc32=zlib.crc32) -> int:
+                  store_timestamp: int = 0, _pack: Callable[..., bytes] = HEADER.pack,
+                  _pack16: Callable[[int], bytes] = INT16.pack, _crc32: Callable[[Buffer], int] = zlib.crc32) -> int:
     """Append one record to parts as (header, body, tail) and return its size: b"".join(parts)
     is the record. tfield is a topic_field(), hosts are pack_host() values (so the IPv6 host
     flags are cleared). No limits are checked here (check_sizes)."""
@@ -292,7 +297,7 @@ def _v6_fields(mv: memoryview, pos: int, sys_flag: int) -> tuple[bytes, int, byt
     return born_raw, store_ts, store_host_raw, reconsume, prepared, INT32.unpack_from(mv, p)[0], p + 4
 
 
-def decode_record(buf, pos: int = 0, *, check_crc: bool = False, with_body: bool = True) -> MessageExt:
+def decode_record(buf: Buffer, pos: int = 0, *, check_crc: bool = False, with_body: bool = True) -> MessageExt:
     """Decode the record at buf[pos:]. Any inconsistency raises CorruptRecordError."""
     try:
         return _decode(memoryview(buf), pos, check_crc, with_body)
@@ -342,7 +347,7 @@ def _decode(mv: memoryview, pos: int, check_crc: bool, with_body: bool) -> Messa
                       (store_host_raw + INT64.pack(phys)).hex().upper())
 
 
-def iter_records(buf, *, check_crc: bool = False) -> Iterator[MessageExt]:
+def iter_records(buf: Buffer, *, check_crc: bool = False) -> Iterator[MessageExt]:
     """Decode concatenated records (a PULL/QUERY/VIEW body). Garbage raises CorruptRecordError."""
     mv = memoryview(buf)
     pos = 0
@@ -353,7 +358,7 @@ def iter_records(buf, *, check_crc: bool = False) -> Iterator[MessageExt]:
         yield msg
 
 
-def decode_records(buf, *, check_crc: bool = False) -> list[MessageExt]:
+def decode_records(buf: Buffer, *, check_crc: bool = False) -> list[MessageExt]:
     return list(iter_records(buf, check_crc=check_crc))
 
 
@@ -363,7 +368,7 @@ def decode_records(buf, *, check_crc: bool = False) -> list[MessageExt]:
 _CHECK_HEAD = struct.Struct(">iii16xqi44xi")
 
 
-def check_record(mv, pos: int, limit: int, expected_phys: int | None = None) -> int:
+def check_record(mv: Buffer, pos: int, limit: int, expected_phys: int | None = None) -> int:
     """Size of the well-formed record at mv[pos:limit] (magic, lengths, body CRC and, if given,
     the PHYSICALOFFSET field), else 0. Recovery's per-record test; never raises."""
     if limit - pos < HEADER_V4_SIZE + 3:
@@ -412,7 +417,8 @@ _PEEK_V4 = struct.Struct(">i8xi4xq8xi16xq20xi")
 _DISPATCH_PROPS = re.compile(rb"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY)\x01([^\x02]*)")
 
 
-def peek_head(mm, pos: int, _unpack=_PEEK_V4.unpack_from) -> tuple:
+def peek_head(mm: Buffer, pos: int, _unpack: Callable[[Buffer, int], tuple[Any, ...]] = _PEEK_V4.unpack_from
+              ) -> tuple[int, bytes, int, int, int, int, bytes]:
     """(total size, topic, queue id, queue offset, sys flag, store time, raw properties) of a
     well-formed record at pos in an mmap, bytes or memoryview: the cheap half of a peek.
     CorruptRecordError when the body and topic lengths do not fit the total size."""
@@ -433,7 +439,8 @@ def peek_head(mm, pos: int, _unpack=_PEEK_V4.unpack_from) -> tuple:
 
 
 def dispatch_properties(props: bytes, topic: bytes, store_ts: int, delay_levels_ms: tuple[int, ...] = (),
-                        _findall=_DISPATCH_PROPS.findall, _codes=_TAGS_CODES) -> tuple[int, bytes, bytes]:
+                        _findall: Callable[[bytes], list[tuple[bytes, bytes]]] = _DISPATCH_PROPS.findall,
+                        _codes: Mapping[object, int] = _TAGS_CODES) -> tuple[int, bytes, bytes]:
     """(tags code, KEYS, UNIQ_KEY) from raw properties: the other half of a peek."""
     found = dict(_findall(props)) if props else {}
     tags = found.get(b"TAGS")
@@ -443,14 +450,14 @@ def dispatch_properties(props: bytes, topic: bytes, store_ts: int, delay_levels_
     return code, found.get(b"KEYS", b""), found.get(b"UNIQ_KEY", b"")
 
 
-def peek_dispatch_fields(mm, pos: int, delay_levels_ms: tuple[int, ...] = ()) -> tuple:
+def peek_dispatch_fields(mm: Buffer, pos: int, delay_levels_ms: tuple[int, ...] = ()) -> tuple[Any, ...]:
     """peek_dispatch as a plain tuple in DispatchInfo's field order."""
     total, topic, queue_id, queue_offset, sys_flag, store_ts, props = peek_head(mm, pos)
     return (total, topic, queue_id, queue_offset, sys_flag, store_ts,
             *dispatch_properties(props, topic, store_ts, delay_levels_ms))
 
 
-def peek_dispatch(mm, pos: int = 0, delay_levels_ms: tuple[int, ...] = ()) -> DispatchInfo:
+def peek_dispatch(mm: Buffer, pos: int = 0, delay_levels_ms: tuple[int, ...] = ()) -> DispatchInfo:
     """Dispatch fields of a well-formed record at pos, without building a MessageExt.
     For SCHEDULE_TOPIC_XXXX the tags code is the delivery time, as RocketMQ computes it."""
     return DispatchInfo(*peek_dispatch_fields(mm, pos, delay_levels_ms))
@@ -463,28 +470,28 @@ def peek_dispatch(mm, pos: int = 0, delay_levels_ms: tuple[int, ...] = ()) -> Di
 class DispatchColumns(NamedTuple):
     """peek_head's fields of many records, as int64 arrays (positions are in the file)."""
 
-    size: object
-    queue_id: object
-    queue_offset: object
-    sys_flag: object
-    store_timestamp: object
-    topic_start: object
-    topic_len: object
-    props_start: object
-    props_end: object
+    size: _np.ndarray
+    queue_id: _np.ndarray
+    queue_offset: _np.ndarray
+    sys_flag: _np.ndarray
+    store_timestamp: _np.ndarray
+    topic_start: _np.ndarray
+    topic_len: _np.ndarray
+    props_start: _np.ndarray
+    props_end: _np.ndarray
 
 
 class PropertyRows(NamedTuple):
     """Many records' properties in one uint8 buffer (see gather_properties)."""
 
-    buf: object
-    row_starts: object  # where each record's properties begin in buf
-    lengths: object
+    buf: _np.ndarray
+    row_starts: _np.ndarray  # where each record's properties begin in buf
+    lengths: _np.ndarray
     width: int  # rows are this far apart (0: packed, one after the other)
 
 
 @functools.cache
-def _head_v4():
+def _head_v4() -> _np.dtype:
     """TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN of an IPv4 record."""
     return _np.dtype({"names": ["size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "body_len"],
                       "formats": [">i4", ">i4", ">i8", ">i4", ">i8", ">i4"],
@@ -498,7 +505,7 @@ _KEY_SEPARATOR = ord(" ")
 _PAD = 256  # bytes before and after the rows, so hash windows (<= 256 wide) stay in the buffer
 
 
-def dispatch_columns(u8, positions, base: int = 0) -> DispatchColumns:
+def dispatch_columns(u8: _np.ndarray, positions: _np.ndarray, base: int = 0) -> DispatchColumns:
     """The dispatch fields of the well-formed records at positions (an int64 array) of a
     uint8 view of a mapped file starting at physical offset base. CorruptRecordError when a
     record's body and topic lengths do not fit its size."""
@@ -512,8 +519,9 @@ def dispatch_columns(u8, positions, base: int = 0) -> DispatchColumns:
         flag = int(sys_flag[i])
         born = 12 if flag & BORNHOST_V6_FLAG else 0
         extra = born + (12 if flag & STOREHOST_V6_FLAG else 0)
-        store_ts[i] = INT64.unpack_from(u8, pos + POS_STORETIMESTAMP + born)[0]
-        body_at[i] = pos + HEADER_V4_SIZE + extra + INT32.unpack_from(u8, pos + POS_BODYLEN + extra)[0]
+        store_ts[i] = INT64.unpack_from(u8, pos + POS_STORETIMESTAMP + born)[0]  # type: ignore[arg-type]  # a buffer
+        body_len = INT32.unpack_from(u8, pos + POS_BODYLEN + extra)[0]  # type: ignore[arg-type]  # ndarray: a buffer
+        body_at[i] = pos + HEADER_V4_SIZE + extra + body_len
     end = positions + size
     topic_len = u8.take(body_at, mode="clip").astype(_np.int64)
     props_start = body_at + topic_len + 3
@@ -525,7 +533,7 @@ def dispatch_columns(u8, positions, base: int = 0) -> DispatchColumns:
                            sys_flag, store_ts, body_at + 1, topic_len, props_start, end)
 
 
-def gather_properties(u8, starts, ends) -> PropertyRows:
+def gather_properties(u8: _np.ndarray, starts: _np.ndarray, ends: _np.ndarray) -> PropertyRows:
     """The properties u8[starts[i]:ends[i]] of many records copied into one buffer, each
     followed by a \\x02 so no value runs into what follows. Usually as fixed-width rows (a
     row copy each; the bytes after a row's separator are left over from the file and never
@@ -593,7 +601,8 @@ def property_values(props: PropertyRows, names: tuple[bytes, ...]) -> list[tuple
     return out
 
 
-def key_tokens(buf, starts, lengths) -> tuple:
+def key_tokens(buf: _np.ndarray, starts: _np.ndarray,
+               lengths: _np.ndarray) -> tuple[_np.ndarray, _np.ndarray, _np.ndarray]:
     """(row, token start, token length) of the non-empty space-separated tokens of each row's
     KEYS value buf[start:start + length] (rows without one have length 0), in row order."""
     rows = _np.flatnonzero(lengths > 0)
@@ -632,7 +641,7 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
     return tuple(int(tok[:-1]) * units[tok[-1]] for tok in spec.split())
 
 
-def store_timestamp_at(mv, pos: int) -> int:
+def store_timestamp_at(mv: Buffer, pos: int) -> int:
     """STORETIMESTAMP of the record at pos (honours a v6 born host)."""
     sys_flag = INT32.unpack_from(mv, pos + POS_SYSFLAG)[0]
     return INT64.unpack_from(mv, pos + (POS_STORETIMESTAMP + 12 if sys_flag & BORNHOST_V6_FLAG
@@ -661,7 +670,7 @@ def encode_batch_body(items: list[BatchItem] | list[tuple[bytes, int, bytes]]) -
     return b"".join(parts)
 
 
-def decode_batch_body(data) -> list[BatchItem]:
+def decode_batch_body(data: Buffer) -> list[BatchItem]:
     """Split a SEND_BATCH body; malformed input raises CorruptRecordError."""
     mv = memoryview(data)
     out: list[BatchItem] = []

@@ -63,7 +63,7 @@ class RecordColumns(NamedTuple):
     props_at: np.ndarray
     props_end: np.ndarray
 
-    def select(self, rows) -> RecordColumns:
+    def select(self, rows: np.ndarray | slice) -> RecordColumns:
         """The records at rows (an index array, a boolean mask or a slice)."""
         return RecordColumns(*(c[rows] for c in self))
 
@@ -339,7 +339,7 @@ def _irregular(rows: PropertyRows, props: Properties) -> np.ndarray:
         if counts.max() > 8:  # many names in a row: sort them instead of comparing neighbours
             order = np.lexsort((suffix, prefix, length, row))
             row, length, prefix, suffix = row[order], length[order], prefix[order], suffix[order]
-            distances = (1,)
+            distances: tuple[int, ...] | range = (1,)
         else:
             distances = range(1, int(counts.max()))
         for d in distances:

@@ -50,7 +50,7 @@ class StoreLock:
     def __enter__(self) -> StoreLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
