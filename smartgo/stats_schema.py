@@ -1,6 +1,6 @@
 """The broker statistics file contract (docs/STATS.md, schema v1): names, bounds, file naming.
 
-One module shared by the writer (smartgo.broker.stats_files, the broker actor) and the readers
+One module shared by the writer (smartgo.broker.stats.stats_files, the broker actor) and the readers
 (analytics/), so the two cannot drift. Pure Python, no Spark.
 """
 

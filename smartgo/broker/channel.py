@@ -237,7 +237,7 @@ Event = Callable[[str, dict], None]
 
 def handlers(processor: Any) -> dict[int, Processor]:
     """A broker actor processor's table: its class's CODES (request code -> method name), bound.
-    The net actors forward exactly these codes (smartgo.broker.broker_actor.FORWARDED_CODES)."""
+    The net actors forward exactly these codes (smartgo.broker.actors.broker_actor.FORWARDED_CODES)."""
     return {code: getattr(processor, name) for code, name in processor.CODES.items()}
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from smartgo.actors.board import Board
-from smartgo.broker.topics import TopicConfig, read_snapshot
+from smartgo.broker.managers.topics import TopicConfig, read_snapshot
 from smartgo.store import StoreReader
 
 

@@ -1,6 +1,6 @@
 """The broker role's recovery hook: runs in its own process before any broker actor starts.
 
-store lock check -> a slave's request to start over carried out (smartgo.broker.reseed) ->
+store lock check -> a slave's request to start over carried out (smartgo.broker.ha.reseed) ->
 smartgo.store.recover() (normal or abnormal, by the abort file) -> the expired queues of deleted
 topics removed (smartgo.store.cleanup.delete_dropped_queues) -> abort
 file created -> the recovered positions written to <run-dir>/recovered.msgpack, where the
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgpack
 
-from smartgo.broker import failover, reseed
+from smartgo.broker.ha import failover, reseed
 from smartgo.broker.settings import store_config
-from smartgo.broker.topics import SYSTEM_TOPICS, default_topics, read_snapshot
+from smartgo.broker.managers.topics import SYSTEM_TOPICS, default_topics, read_snapshot
 from smartgo.config import NodeConfig
 from smartgo.net.codes import NO_OFFSET
 from smartgo.store import StoreLock, mark_running, recover

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from smartgo.actors.logs import Repeats, gist
-from smartgo.broker.topics import TopicSnapshot
+from smartgo.broker.managers.topics import TopicSnapshot
 from smartgo.net import fastjson
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode

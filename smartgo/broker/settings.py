@@ -5,12 +5,12 @@ from __future__ import annotations
 import resource
 
 from smartgo.config import ConfigError, NodeConfig
-from smartgo.broker.schedule_message import TimerSettings
+from smartgo.broker.schedule.schedule_message import TimerSettings
 from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig
 from smartgo.store.record import parse_delay_levels
 
 NET_PREFIX = "net-"
-SCHEDULE = "schedule"       # the schedule actor: a producer to commit like a net actor (smartgo.broker.schedule_actor)
+SCHEDULE = "schedule"       # the schedule actor: a producer to commit like a net actor (actors/schedule_actor.py)
 
 
 def net_names(config: NodeConfig) -> list[str]:
@@ -47,7 +47,7 @@ def timer_settings(config: NodeConfig) -> TimerSettings:
 
 
 def intent_fields(nets: list[str]) -> list[tuple[str, str]]:
-    """The board fields of the commit actor's restart protocol (smartgo.broker.commit_actor)."""
+    """The board fields of the commit actor's restart protocol (smartgo.broker.actors.commit_actor)."""
     return [("commit.intent", "sequence number of the batch being appended; 0 = none"),
             ("commit.intent_start", "written position when that batch began"),
             ("commit.intent_bytes", "upper bound of the bytes that batch may write"),

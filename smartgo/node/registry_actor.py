@@ -9,8 +9,8 @@ an embedded one leaves registrations open when the node has no account of its ow
 from __future__ import annotations
 
 from smartgo.actors.actor import Actor, ActorContext
-from smartgo.broker import failover
-from smartgo.broker.acl_guard import node_guard
+from smartgo.broker.ha import failover
+from smartgo.broker.acl.acl_guard import node_guard
 from smartgo.common.acl_sign import node_client
 from smartgo.net.tls import node_server_options
 from smartgo.registry.server import RegistryServer

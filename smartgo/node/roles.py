@@ -15,11 +15,11 @@ from dataclasses import replace
 from smartgo.actors.board import FieldSpec
 from smartgo.actors.role import Role
 from smartgo.actors.spec import ActorSpec
-from smartgo.broker import failover
+from smartgo.broker.ha import failover
 from smartgo.broker.recovery import queue_demand
 from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_writer, delay_levels, intent_fields,
                                     is_slave, net_names, vip_port)
-from smartgo.broker.stats import minute_sample_ms, window_seconds
+from smartgo.broker.stats.stats import minute_sample_ms, window_seconds
 from smartgo.config import ConfigError, NodeConfig
 
 
@@ -88,7 +88,7 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
         raise ConfigError(f"broker_id {config.broker_id}: a master is 0, a slave 1 or more (RocketMQ brokerId)")
     if slave and config.replication == "sync":
         raise ConfigError("replication=sync is a master's setting (SYNC_MASTER); a slave only follows")
-    pkg = "smartgo.broker"
+    pkg = "smartgo.broker.actors"
     specs = []
     broker_after: tuple[str, ...] = ()
     if not config.registry:

@@ -112,7 +112,7 @@ def delete_index_before(config: StoreConfig, commitlog_min: int) -> list[str]:
 
 def empty_store(config: StoreConfig) -> tuple[int, int]:
     """Delete the CommitLog, the consume queues, the index, the checkpoint and the scrub's list
-    of damage, as a slave starting over must (smartgo.broker.reseed; config/ stays); returns the
+    of damage, as a slave starting over must (smartgo.broker.ha.reseed; config/ stays); returns the
     (files, bytes) of CommitLog deleted. Only while nothing maps the store."""
     starts = segment_starts(config.commitlog_dir)
     size = sum(os.stat(config.commitlog_dir / segment_name(s)).st_size for s in starts)

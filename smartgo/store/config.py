@@ -11,7 +11,7 @@ from smartgo.store.record import DEFAULT_MAX_BODY, parse_delay_levels
 CQ_UNIT = 20
 PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
 #: Levels 1..32 of SCHEDULE_TOPIC_XXXX are message_delay_level's; from this one on, the timer hops
-#: (smartgo.broker.schedule_message: timer messages). Fixed, so a changed level table never moves
+#: (smartgo.broker.schedule.schedule_message: timer messages). Fixed, so a changed level table never moves
 #: the hops' queues under the entries they hold.
 TIMER_FIRST_LEVEL = 33
 #: ConsumeQueue files a process keeps mapped at once (smartgo.store.mapped_file.MappingLimit).

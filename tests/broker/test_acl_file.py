@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from smartgo.broker import acl_file
-from smartgo.broker.acl_file import AclEditError
+from smartgo.broker.acl import acl_file
+from smartgo.broker.acl.acl_file import AclEditError
 from smartgo.common.acl_check import AclConfigError, parse_acl
 from smartgo.common.acl_sign import AccessConfig, split_list
 

@@ -22,7 +22,7 @@ from smartgo.actors.ring import CONSUMER, PRODUCER, Ring
 from smartgo.node.roles import ROLES
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker import recovery
-from smartgo.broker.commit_actor import CommitActor
+from smartgo.broker.actors.commit_actor import CommitActor
 from smartgo.broker.rings import (DONE_RING_CAPACITY, SEND_RING_CAPACITY, STATUS_FENCED, STATUS_OK, iter_completions,
                                   send_prefix)
 from smartgo.broker.settings import store_config
@@ -56,7 +56,7 @@ class Harness:
 
     async def commit_actor(self, run: bool) -> CommitActor:
         self.incarnation += 1
-        spec = ActorSpec("commit", "smartgo.broker.commit_actor:CommitActor", {"nets": NETS})
+        spec = ActorSpec("commit", "smartgo.broker.actors.commit_actor:CommitActor", {"nets": NETS})
         actor = CommitActor(ActorContext(spec, self.config, self.board, 0, self.incarnation, None), nets=NETS)
         await actor.start()
         if not run:

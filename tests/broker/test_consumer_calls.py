@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from smartgo.broker.admin_processor import CALL_CLIENT_TIMEOUT
+from smartgo.broker.processor.admin_processor import CALL_CLIENT_TIMEOUT
 from smartgo.broker.testing import ClientStub, send_command
 from smartgo.net.codes import FLAG_ONEWAY, FLAG_RESPONSE, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

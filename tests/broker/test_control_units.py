@@ -20,13 +20,13 @@ import pytest
 from smartgo.actors.testing import ROOT
 from smartgo.broker.broker_config import FILE, RuntimeConfig, check_updates, properties_text
 from smartgo.broker.channel import BrokerLink, ClientRef
-from smartgo.broker.clients import ClientTable, registered
-from smartgo.broker.groups import DEFAULT_GROUPS, SubscriptionGroups, parse_group_body
-from smartgo.broker.locks import RebalanceLocks
-from smartgo.broker.offsets import ConsumerOffsets
-from smartgo.broker import stats_items
-from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook, minute_sample_ms
-from smartgo.broker.stats_files import StatsFiles
+from smartgo.broker.managers.clients import ClientTable, registered
+from smartgo.broker.managers.groups import DEFAULT_GROUPS, SubscriptionGroups, parse_group_body
+from smartgo.broker.managers.locks import RebalanceLocks
+from smartgo.broker.managers.offsets import ConsumerOffsets
+from smartgo.broker.stats import stats_items
+from smartgo.broker.stats.stats import LatencyHistogram, NetStats, StatsBook, minute_sample_ms
+from smartgo.broker.stats.stats_files import StatsFiles
 from smartgo.common.bodies import BodyError
 from smartgo.common.heartbeat import parse_heartbeat
 from smartgo.common.persist import PersistedFile

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.broker.schedule_message import (HALF_TOPIC, ScheduleRecordError, copy_signature, deliver_time,
-                                             end_transaction_record, half_copy, half_rewrite, is_copy_candidate,
-                                             republish, schedule_rewrite)
-from smartgo.broker.schedule_offsets import DelayOffsetFile, DelayState, decode_state, get_all_delay_offset
+from smartgo.broker.schedule.schedule_message import (HALF_TOPIC, ScheduleRecordError, copy_signature, deliver_time,
+                                                      end_transaction_record, half_copy, half_rewrite,
+                                                      is_copy_candidate, republish, schedule_rewrite)
+from smartgo.broker.schedule.schedule_offsets import DelayOffsetFile, DelayState, decode_state, get_all_delay_offset
 from smartgo.broker.settings import delay_levels
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.net.codes import RequestCode, ResponseCode

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.broker import failover
+from smartgo.broker.ha import failover
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.failover import RoleState
+from smartgo.broker.ha.failover import RoleState
 from smartgo.broker.recovery import Recovered, save as save_recovered
-from smartgo.broker.role_manager import RoleManager
+from smartgo.broker.ha.role_manager import RoleManager
 from smartgo.config import NodeConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

@@ -1,4 +1,4 @@
-"""A slave's net actor passing writes on to its master (smartgo.broker.master_forward), against a
+"""A slave's net actor passing writes on to its master (smartgo.broker.ha.master_forward), against a
 scripted master client: what goes on, what comes back, and what happens without a master."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.broker.master_forward import MasterForward
-from smartgo.broker.stats import NetStats
+from smartgo.broker.ha.master_forward import MasterForward
+from smartgo.broker.stats.stats import NetStats
 from smartgo.common.acl_sign import FORWARDED_FOR
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

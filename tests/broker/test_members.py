@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.clients import ClientTable
-from smartgo.broker.members import FILE, MemberFile
+from smartgo.broker.managers.clients import ClientTable
+from smartgo.broker.managers.members import FILE, MemberFile
 from smartgo.broker.testing import heartbeat_body
 from smartgo.common.heartbeat import parse_heartbeat
 

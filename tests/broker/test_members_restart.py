@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from smartgo.broker.members import FILE
+from smartgo.broker.managers.members import FILE
 from smartgo.broker.testing import ClientStub, group_command, pull_command, restart_broker, send_command
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.testing import wait_until

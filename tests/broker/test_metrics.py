@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.broker.broker_actor import BrokerActor
-from smartgo.broker.metrics import BrokerMetrics
-from smartgo.broker.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Request, answer, parse_head
-from smartgo.broker.prometheus import CONTENT_TYPE, Family, render
-from smartgo.broker.stats import LatencyHistogram, NetStats, StatsBook, transaction_counts
+from smartgo.broker.actors.broker_actor import BrokerActor
+from smartgo.broker.stats.metrics import BrokerMetrics
+from smartgo.broker.stats.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Request, answer, parse_head
+from smartgo.broker.stats.prometheus import CONTENT_TYPE, Family, render
+from smartgo.broker.stats.stats import LatencyHistogram, NetStats, StatsBook, transaction_counts
 from smartgo.broker.testing import (FREE_PORT, ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
                                     send_command, stats_records, update_offset_command)
 from smartgo.config import NodeConfig
@@ -134,7 +134,7 @@ def test_a_scraper_that_accepts_gzip_gets_the_page_gzipped():
 
 
 def test_the_server_answers_bad_requests_and_goes_on_serving(caplog, monkeypatch):
-    monkeypatch.setattr("smartgo.broker.metrics_http.READ_TIMEOUT", 0.3)
+    monkeypatch.setattr("smartgo.broker.stats.metrics_http.READ_TIMEOUT", 0.3)
     log = logging.getLogger("test.metrics")
     broken = {"on": False}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smartgo.broker.send_processor import SLAVE_REMARK
+from smartgo.broker.processor.send_processor import SLAVE_REMARK
 from smartgo.broker.testing import (FREE_PORT, batch_command, committed_total, group_command, message_properties,
                                     metric_value, offset_command, parse_metrics, pull_command, restart_broker,
                                     scrape_metrics, send_command, uniq_key, update_offset_command)
@@ -310,7 +310,7 @@ def test_consumers_read_on_from_the_slave_when_the_master_dies(tmp_path, start_n
     than at its 30 s poll, and a route change makes it rebalance."""
     from smartgo.actors.testing import launch_node
     from smartgo.broker.registration import BrokerIdentity, Registrar
-    from smartgo.broker.topics import read_snapshot
+    from smartgo.broker.managers.topics import read_snapshot
     from smartgo.client import AsyncProducer, AsyncPushConsumer, ConsumeResult, Message
     from smartgo.client.message import SendStatus
     from smartgo.testing import async_wait_until

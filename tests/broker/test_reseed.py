@@ -1,5 +1,5 @@
 """A slave that fell behind its master's retention starts over as a copy of it (a 4.x slave
-stalls for good), and one pointed at another log keeps its store (smartgo.broker.reseed)."""
+stalls for good), and one pointed at another log keeps its store (smartgo.broker.ha.reseed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from smartgo.broker.recovery import load as recovered
 from smartgo.broker.recovery import recover_broker
-from smartgo.broker.reseed import REQUEST_FILE, Reseed, done, pending, request
+from smartgo.broker.ha.reseed import REQUEST_FILE, Reseed, done, pending, request
 from smartgo.broker.settings import store_config
 from smartgo.broker.testing import restart_broker
 from smartgo.config import NodeConfig

@@ -1,4 +1,4 @@
-"""SlaveSynchronize (smartgo.broker.slave_sync): fetching a real master's four tables, applying them
+"""SlaveSynchronize (smartgo.broker.ha.slave_sync): fetching a real master's four tables, applying them
 to a slave's files and managers (counter rules, nothing rewritten when equal, a failed write),
 and a master that answers garbage or errors."""
 
@@ -13,15 +13,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.broker.broker_actor import BrokerActor
-from smartgo.broker.groups import GroupConfig, GroupSnapshot, SubscriptionGroups, parse_group_snapshot
-from smartgo.broker.offsets import ConsumerOffsets
-from smartgo.broker.schedule_offsets import DELAY_OFFSET_FILE, DelayOffsetFile, DelayState
+from smartgo.broker.actors.broker_actor import BrokerActor
+from smartgo.broker.managers.groups import GroupConfig, GroupSnapshot, SubscriptionGroups, parse_group_snapshot
+from smartgo.broker.managers.offsets import ConsumerOffsets
+from smartgo.broker.schedule.schedule_offsets import DELAY_OFFSET_FILE, DelayOffsetFile, DelayState
 from smartgo.broker.schedule_testing import delayed_command, max_offset
-from smartgo.broker.slave_sync import (Changed, MasterState, SlaveSyncError, apply_state, fetch_master_state,
-                                       next_topics, run_slave_sync)
+from smartgo.broker.ha.slave_sync import (Changed, MasterState, SlaveSyncError, apply_state, fetch_master_state,
+                                          next_topics, run_slave_sync)
 from smartgo.broker.testing import update_offset_command
-from smartgo.broker.topics import SNAPSHOT, TopicConfig, TopicSnapshot, read_snapshot, write_snapshot
+from smartgo.broker.managers.topics import SNAPSHOT, TopicConfig, TopicSnapshot, read_snapshot, write_snapshot
 from smartgo.net import fastjson
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -109,7 +109,7 @@ def _inodes(store: Path) -> dict[Path, int]:
 def test_apply_takes_the_masters_tables_once(tmp_path, caplog):
     snapshot, groups, offsets = _slave(tmp_path)
     state = _master(groups)
-    with caplog.at_level(logging.INFO, logger="smartgo.broker.slave_sync"):
+    with caplog.at_level(logging.INFO, logger="smartgo.broker.ha.slave_sync"):
         changed = apply_state(tmp_path, snapshot, groups, offsets, state)
     assert changed.topics == state.topics == read_snapshot(tmp_path)       # the master's dataVersion adopted
     assert changed.topic_names == {"T1", "OnlyOnSlave"}
@@ -123,7 +123,7 @@ def test_apply_takes_the_masters_tables_once(tmp_path, caplog):
 
     caplog.clear()
     before = _inodes(tmp_path)
-    with caplog.at_level(logging.INFO, logger="smartgo.broker.slave_sync"):
+    with caplog.at_level(logging.INFO, logger="smartgo.broker.ha.slave_sync"):
         again = apply_state(tmp_path, changed.topics, groups, offsets, state)
     assert not again and again == Changed()
     assert _inodes(tmp_path) == before                                     # nothing rewritten
@@ -147,7 +147,7 @@ def test_a_failed_write_leaves_that_table_and_the_others_go_on(tmp_path, caplog)
     snapshot, groups, offsets = _slave(tmp_path)
     state = _master(groups)
     (tmp_path / "config" / f".topics.json.{os.getpid()}.tmp").mkdir()    # the snapshot's temp file cannot be made
-    with caplog.at_level(logging.ERROR, logger="smartgo.broker.slave_sync"):
+    with caplog.at_level(logging.ERROR, logger="smartgo.broker.ha.slave_sync"):
         changed = apply_state(tmp_path, snapshot, groups, offsets, state)
     assert changed.topics is None and read_snapshot(tmp_path) == snapshot
     assert "topic table not written" in caplog.text
@@ -272,7 +272,7 @@ def test_the_loop_warns_goes_on_and_applies_once_the_master_answers(caplog):
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-    with caplog.at_level(logging.WARNING, logger="smartgo.broker.slave_sync"):
+    with caplog.at_level(logging.WARNING, logger="smartgo.broker.ha.slave_sync"):
         asyncio.run(main())
     assert applied[0] == EXPECTED
     assert master.requests[0] == RequestCode.GET_ALL_TOPIC_CONFIG and asked[1] == 0   # nothing asked while None

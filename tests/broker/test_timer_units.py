@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smartgo.broker.schedule_message import (HALF_TOPIC, TimerSettings, copy_signature, delayed_commit,
-                                             end_transaction_record, is_copy_candidate, republish, timer_copies,
-                                             timer_rewrite, timer_step)
+from smartgo.broker.schedule.schedule_message import (HALF_TOPIC, TimerSettings, copy_signature, delayed_commit,
+                                                      end_transaction_record, is_copy_candidate, republish,
+                                                      timer_copies, timer_rewrite, timer_step)
 from smartgo.broker.settings import delay_levels, timer_settings
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig, schedule_levels, timer_hops

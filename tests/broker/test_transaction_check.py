@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
+from smartgo.broker.schedule.schedule_message import HALF_TOPIC, OP_TOPIC
 from smartgo.broker.testing import (FREE_PORT, end_transaction_command, group_command, heartbeat_body, metric_value,
                                     parse_metrics, pull_command, restart_broker, scrape_metrics, send_command,
                                     stats_records, uniq_key)
-from smartgo.broker.transaction_check import CHECK_GROUP
+from smartgo.broker.transaction.transaction_check import CHECK_GROUP
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.broker.offsets import ConsumerOffsets
-from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
-from smartgo.broker.topics import RW, TRANS_CHECK_MAX_TIME_TOPIC
-from smartgo.broker.transaction_check import CHECK_GROUP, TransactionChecker
+from smartgo.broker.managers.offsets import ConsumerOffsets
+from smartgo.broker.schedule.schedule_message import HALF_TOPIC, OP_TOPIC
+from smartgo.broker.managers.topics import RW, TRANS_CHECK_MAX_TIME_TOPIC
+from smartgo.broker.transaction.transaction_check import CHECK_GROUP, TransactionChecker
 from smartgo.store import Message, MessageStore
 from smartgo.store.consume_queue import CQ_UNIT, ENTRY, HOLE_SIZE, queue_dir
 from smartgo.store.record import decode_record

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from smartgo.broker.schedule_message import HALF_TOPIC, OP_TOPIC
+from smartgo.broker.schedule.schedule_message import HALF_TOPIC, OP_TOPIC
 from smartgo.broker.testing import (batch_command, end_transaction_command, message_properties, pull_command,
                                     restart_broker, send_command, uniq_key)
 from smartgo.net.codes import RequestCode, ResponseCode

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from smartgo.broker.turns import Turns
+from smartgo.broker.processor.turns import Turns
 
 
 async def _take(turns: Turns, key: str, name: str, done: list[str], hold: asyncio.Event | None = None) -> None:

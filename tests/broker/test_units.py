@@ -12,12 +12,12 @@ import pytest
 
 from smartgo.actors.ring import CONSUMER, PRODUCER, Doorbell, Ring
 from smartgo.broker.channel import BrokerLink, ChannelError, ChannelServer, ClientRef, InvokeError
-from smartgo.broker.cleanup_actor import CleanupPolicy, Decision, clean
-from smartgo.broker.message_filter import EVERYTHING, FilterError, Filters, tag_codes
+from smartgo.broker.actors.cleanup_actor import CleanupPolicy, Decision, clean
+from smartgo.broker.processor.message_filter import EVERYTHING, FilterError, Filters, tag_codes
 from smartgo.filter import compile_selector
-from smartgo.broker.send_processor import stored_properties
-from smartgo.broker.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, auto_created, default_topics,
-                                   parse_static_topics, read_snapshot, write_snapshot)
+from smartgo.broker.processor.send_processor import stored_properties
+from smartgo.broker.managers.topics import (DEFAULT_TOPIC, TopicConfig, TopicSnapshot, auto_created, default_topics,
+                                            parse_static_topics, read_snapshot, write_snapshot)
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -142,7 +142,7 @@ def test_filters_compile_once_and_remember_failures(monkeypatch):
     def counting(expression):
         compiled.append(expression)
         return compile_selector(expression)
-    monkeypatch.setattr("smartgo.broker.message_filter.compile_selector", counting)
+    monkeypatch.setattr("smartgo.broker.processor.message_filter.compile_selector", counting)
     raised = []
     for _ in range(3):                                  # a failure is kept too: no recompiling per pull
         with pytest.raises(FilterError, match="invalid SQL92 expression 'a >'") as failure:

@@ -1,5 +1,5 @@
 """The SDK's push consumer through a kill -9 of the whole node: the restarted node serves the
-group's persisted members and subscriptions (smartgo.broker.members), so the consumer's first
+group's persisted members and subscriptions (smartgo.broker.managers.members), so the consumer's first
 pulls are accepted at once - no SUBSCRIPTION_NOT_EXIST, no heartbeat needed first (the SDK would
 heartbeat then and wait PULL_DELAY_ON_ERROR, 3 s, before pulling again) - and it reads every
 message sent after the restart, the first well within the clients' 30 s between heartbeats."""
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from smartgo.actors.testing import Node
-from smartgo.broker.members import FILE
+from smartgo.broker.managers.members import FILE
 from smartgo.broker.testing import restart_broker, start_broker
 from smartgo.client import AsyncProducer, AsyncPushConsumer, Message
 from smartgo.testing import async_wait_until

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from smartgo.broker.topics import default_topics, system_topics
+from smartgo.broker.managers.topics import default_topics, system_topics
 from smartgo.client import AsyncProducer, Message, MessageQueue, SendResult, SendStatus
 from smartgo.client import trace
 from smartgo.client.config import ClientConfig
