@@ -162,7 +162,7 @@ class AccessConfig:
                    split_list(ext.get("topicPerms")), split_list(ext.get("groupPerms")))
 
     def to_header(self) -> dict[str, str]:
-        def text(value: Any) -> str | None:
+        def text(value: Any) -> str:
             if isinstance(value, bool):
                 return str(value).lower()
             return ",".join(value) if isinstance(value, list) else value

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from smartgo.store.checkpoint import Checkpoint
 from smartgo.store.commitlog import CommitLogReader, QueueKey
 from smartgo.store.config import StoreConfig
-from smartgo.store.consume_queue import ConsumeQueueSet
+from smartgo.store.consume_queue import ConsumeQueueSet, ConsumeQueueWriter
 from smartgo.store.dispatch import Dispatcher
 from smartgo.store.damage import Damage, hole_out, repair, repair_found, replace_misplaced
 from smartgo.store.errors import CorruptRecordError, OffsetGoneError, UnnamedRecordError
 from smartgo.store.index_file import IndexService
 from smartgo.store.mapped_file import MappedFileQueue
-from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
+from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, Buffer, store_timestamp_at
 from smartgo.store.store_files import abort_file_exists
 
 log = logging.getLogger("smartgo.store.recovery")
@@ -161,7 +161,7 @@ def _walk(cl: CommitLogReader, start: int, config: StoreConfig, flushed: int,
           damages: list[Damage]) -> tuple[int, int, str | None]:
     """(end of the valid data, its last store timestamp, why the walk stopped): a verifying
     walk from start that replaces each damaged record below the flushed offset and goes on."""
-    last = None
+    last: tuple[Buffer, int] | None = None
     while True:
         walk = cl.walk(start, None, verify=True)
         for _phys, mm, rel, _size in walk:
@@ -179,7 +179,7 @@ def _cut(cl: CommitLogReader, cut_at: int, end: int) -> tuple[int, int]:
     previous file's last record (its slave check compares against that timestamp)."""
     start = max(cut_at - 1, cl.files.starts()[0])
     walk = cl.walk(start - start % cl.file_size, cut_at, verify=True)
-    last = None
+    last: tuple[Buffer, int] | None = None
     for _phys, mm, rel, _size in walk:
         last = (mm, rel)
     log.warning("commitlog cut from %d to %d: records this node wrote as a master that the master after it "
@@ -213,7 +213,7 @@ def _redispatch(dispatcher: Dispatcher, start: int, end: int, config: StoreConfi
             hole_out(dispatcher.queues, damage)
 
 
-def _recover_queue(cq, cl: CommitLogReader, cl_min: int, end: int, flushed: int,
+def _recover_queue(cq: ConsumeQueueWriter, cl: CommitLogReader, cl_min: int, end: int, flushed: int,
                    misplaced: set[tuple[int, int]]) -> bool:
     """Run the queue's recovery with an entry test against the CommitLog; True if entries
     were cut for a reason other than reaching the end of the data. An entry pointing at a
@@ -239,7 +239,7 @@ def _recover_queue(cq, cl: CommitLogReader, cl_min: int, end: int, flushed: int,
         rel = phys - start
         if rel + size > seg_size:
             return False
-        head = unpack(seg_mm, rel)
+        head = unpack(seg_mm, rel)  # type: ignore[arg-type]  # a map: set above, as seg_start starts at -1
         if head == (size, MESSAGE_MAGIC, queue_id, queue_offset, phys):
             return True
         if head[:2] == (size, MESSAGE_MAGIC) and head[4] == phys and phys + size <= flushed:
