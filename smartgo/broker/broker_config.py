@@ -75,7 +75,7 @@ class RuntimeConfig:
     def __init__(self, base: NodeConfig, store_path: Path) -> None:
         self.file = PersistedFile(store_path / FILE)
         self.overrides: dict[str, object] = self.file.load(_load_overrides, "broker config overrides") or {}
-        self.config = dataclasses.replace(base, **self.overrides)
+        self.config = dataclasses.replace(base, **self.overrides)  # type: ignore[arg-type]  # settings by name
         self.version = 0
         self.timestamp = time.time_ns() // 1_000_000
 
@@ -85,7 +85,7 @@ class RuntimeConfig:
         if changed:
             self.overrides.update(changed)
             self.file.save(json.dumps(_saved(self.overrides), sort_keys=True).encode())
-            self.config = dataclasses.replace(self.config, **changed)
+            self.config = dataclasses.replace(self.config, **changed)  # type: ignore[arg-type]  # settings by name
             self.version += 1
             self.timestamp = time.time_ns() // 1_000_000
         return changed

@@ -101,7 +101,7 @@ class _Writer(Batcher):
         super().__init__(ring)
         self.offsets: dict[tuple[str, str, int], int] = {}
 
-    def put(self, obj: dict) -> None:       # type: ignore[override]
+    def put(self, obj: dict) -> None:  # type: ignore[override]  # takes dicts only, unlike the base
         if self.offsets:
             self._put_offsets()
         super().put(_packb(obj))

@@ -78,7 +78,7 @@ def send_prefix(req_id: int, count: int, queue_id: int, topic: bytes) -> bytes:
 
 class SendRequest(NamedTuple):
     req_id: int
-    count: int
+    count: int  # type: ignore[assignment]  # records in the block; shadows tuple.count, which nothing calls
     queue_id: int
     topic: bytes
     data: memoryview

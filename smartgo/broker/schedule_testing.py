@@ -25,7 +25,8 @@ def delayed_command(topic: str, body: bytes, level: int | str, *, queue_id: int 
 
 
 def max_offset(call: Call, topic: str, queue_id: int) -> int:
-    return int(call(offset_command(RequestCode.GET_MAX_OFFSET, topic, queue_id)).ext_fields["offset"])
+    answer = call(offset_command(RequestCode.GET_MAX_OFFSET, topic, queue_id))
+    return int(answer.ext_fields["offset"])  # type: ignore[index]  # an offset answer has fields
 
 
 def pull_all(call: Call, topic: str, queue_id: int, offset: int = 0) -> list[MessageExt]:
@@ -36,7 +37,7 @@ def pull_all(call: Call, topic: str, queue_id: int, offset: int = 0) -> list[Mes
         if r.code != ResponseCode.SUCCESS:
             return out
         out += decode_records(r.body_bytes(), check_crc=True)
-        offset = int(r.ext_fields["nextBeginOffset"])
+        offset = int(r.ext_fields["nextBeginOffset"])  # type: ignore[index]  # a pull answer has fields
 
 
 def delivered(call: Call, topic: str, queues: int) -> Counter:
@@ -46,6 +47,7 @@ def delivered(call: Call, topic: str, queues: int) -> Counter:
 
 def view(call: Call, msg_id: str) -> MessageExt:
     """VIEW_MESSAGE_BY_ID: the record an offsetMsgId points at."""
-    r = call(RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(parse_offset_msg_id(msg_id)[2])}))
+    offset = str(parse_offset_msg_id(msg_id)[2])
+    r = call(RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": offset}))
     assert r.code == ResponseCode.SUCCESS, r.remark
     return decode_records(r.body_bytes(), check_crc=True)[0]

@@ -120,7 +120,7 @@ def store_config(config: NodeConfig) -> StoreConfig:
         flush_interval_consume_queue_ms=int(config.cq_flush_interval * 1000),
         flush_consume_queue_least_pages=config.cq_flush_least_pages,
         flush_consume_queue_thorough_interval_ms=int(config.cq_flush_thorough_interval * 1000),
-        file_reserved_time_hours=config.file_reserved_hours,  # type: ignore[arg-type]  (hours may be fractional)
+        file_reserved_time_hours=config.file_reserved_hours,  # type: ignore[arg-type]  # hours may be fractional
         delete_when=config.delete_when,
         disk_max_used_space_ratio=config.disk_max_used_ratio,
         access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio,

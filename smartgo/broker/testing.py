@@ -73,7 +73,7 @@ def end_transaction_command(prepared: RemotingCommand, group: str, ending: int =
                             checked: bool = False, **overrides: str) -> RemotingCommand:
     """END_TRANSACTION as DefaultMQProducerImpl sends it, for a prepare's reply (the half's queue offset
     and offsetMsgId) or, checked, a CHECK_TRANSACTION_STATE's header."""
-    ext = prepared.ext_fields
+    ext: dict[str, str] = prepared.ext_fields  # type: ignore[assignment]  # a prepare's reply has fields
     if checked:
         table, offset, msg_id = ext["tranStateTableOffset"], ext["commitLogOffset"], ext["msgId"]
     else:
@@ -195,8 +195,8 @@ class ClientStub:
 
     def heartbeat(self, consumers: dict[str, dict[str, str]] | None = None, language: int = LanguageCode.PYTHON,
                   client_version: int = CURRENT_VERSION, **kw: object) -> RemotingCommand:
-        return self.call(RemotingCommand(RequestCode.HEART_BEAT, language, client_version,
-                                         body=heartbeat_body(self.client_id, consumers, **kw)))  # type: ignore[arg-type]
+        body = heartbeat_body(self.client_id, consumers, **kw)  # type: ignore[arg-type]  # kw: heartbeat_body's
+        return self.call(RemotingCommand(RequestCode.HEART_BEAT, language, client_version, body=body))
 
     def unregister(self, consumer_group: str) -> RemotingCommand:
         return self.call(RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
@@ -244,9 +244,10 @@ def start_broker(base: Path, settings: dict | None = None, wait: bool = True, la
 
     node = launch_node(base, node_settings, role="master", wait=wait, launcher=launcher)
     used = {**picked, **(settings or {})}
-    node.registry_port = used["embedded_registry_port"]       # type: ignore[attr-defined]
-    node.ha_port = used["ha_port"]                            # type: ignore[attr-defined]
-    node.metrics_port = picked.get("metrics_port", used.get("metrics_port", 0))   # type: ignore[attr-defined]
+    node.registry_port = used["embedded_registry_port"]  # type: ignore[attr-defined]  # a broker's port
+    node.ha_port = used["ha_port"]  # type: ignore[attr-defined]  # a broker's port
+    metrics_port = picked.get("metrics_port", used.get("metrics_port", 0))
+    node.metrics_port = metrics_port  # type: ignore[attr-defined]  # a broker's port
     return node
 
 
@@ -260,7 +261,7 @@ def committed_total(addr: str, topic: str, group: str, queues: int) -> int | Non
             r = client.invoke(addr, offset_command(RequestCode.QUERY_CONSUMER_OFFSET, topic, q, consumerGroup=group))
             if r.code != ResponseCode.SUCCESS:
                 return None
-            total += int(r.ext_fields["offset"])
+            total += int(r.ext_fields["offset"])  # type: ignore[index]  # SUCCESS: has the field
         return total
     finally:
         client.close()
@@ -273,10 +274,11 @@ def start_slave(base: Path, master: Node, settings: dict | None = None) -> Node:
     picked: dict = {}
     node = launch_node(base, lambda: _metrics_port({
         **SMALL_NODE, "disk_usage_file": usage, "ha_port": free_port(),
-        "registry": f"127.0.0.1:{master.registry_port}",      # type: ignore[attr-defined]
+        "registry": f"127.0.0.1:{master.registry_port}",  # type: ignore[attr-defined]  # a broker's port
         "slave_sync_interval": 0.5, **(settings or {})}, picked), role="slave")
-    node.registry_port = master.registry_port      # type: ignore[attr-defined]
-    node.metrics_port = picked.get("metrics_port", (settings or {}).get("metrics_port", 0))   # type: ignore
+    node.registry_port = master.registry_port  # type: ignore[attr-defined]  # a broker's port
+    metrics_port = picked.get("metrics_port", (settings or {}).get("metrics_port", 0))
+    node.metrics_port = metrics_port  # type: ignore[attr-defined]  # a broker's port
     return node
 
 
@@ -288,9 +290,9 @@ def restart_broker(node: Node, role: str = "master") -> Node:
     with open(node.stderr, "ab") as f:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT)
     again = Node(proc, node.store, node.port, node.stderr)
-    again.registry_port = getattr(node, "registry_port", 0)    # type: ignore[attr-defined]
-    again.ha_port = getattr(node, "ha_port", 0)    # type: ignore[attr-defined]
-    again.metrics_port = getattr(node, "metrics_port", 0)    # type: ignore[attr-defined]
+    again.registry_port = getattr(node, "registry_port", 0)  # type: ignore[attr-defined]  # a broker's port
+    again.ha_port = getattr(node, "ha_port", 0)  # type: ignore[attr-defined]  # a broker's port
+    again.metrics_port = getattr(node, "metrics_port", 0)  # type: ignore[attr-defined]  # a broker's port
     try:
         again.wait_healthy()
     except BaseException:

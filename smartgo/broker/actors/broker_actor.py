@@ -29,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import date
+from typing import Any
 
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.actors.board import NodeState
@@ -132,9 +133,9 @@ class BrokerActor(Actor):
                                time.monotonic(), minute_sample_ms(cfg))
         self._day = date.today()
         self._morning = self._yesterday = (0, 0)
-        self.identity = {"cluster": cfg.cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,
-                         "addr": broker_addr(cfg)}
-        self.published: dict[str, list] = {}            # group -> the state the net actors have
+        self.identity: dict[str, Any] = {"cluster": cfg.cluster_name, "broker": cfg.broker_name,
+                                         "broker_id": cfg.broker_id, "addr": broker_addr(cfg)}
+        self.published: dict[str, list | None] = {}     # group -> the state the net actors have
         for name in set(self.groups.table) | set(self.clients.consumers):
             self.published[name] = self.group_state(name)
         self.channel = ChannelServer(
@@ -198,7 +199,7 @@ class BrokerActor(Actor):
         write_snapshot(store, snap)
         return snap
 
-    def publish_topics(self, changed: list[TopicConfig], removed: list[str] = ()) -> asyncio.Future:
+    def publish_topics(self, changed: list[TopicConfig], removed: Sequence[str] = ()) -> asyncio.Future:
         """A new version of the table: persisted, announced on the board (net actors reload it
         on their next request), registered at once; the future is done when the registries have
         been sent it."""

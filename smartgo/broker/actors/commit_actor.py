@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 from collections import defaultdict
 
 from smartgo.actors.actor import Actor, ActorContext
@@ -137,7 +138,8 @@ class CommitActor(Actor):
         reader = CommitLogReader(self.store.commitlog_dir, self.store.commitlog_file_size)
         try:
             records = [(phys, mm, rel, size) for phys, mm, rel, size in reader.walk(start, written)]
-            owners, results = [], []
+            owners: list[tuple[int, int]] = []
+            results: list[AppendResult | DiskFullError | MessageIllegalError] = []
             k = 0
             for i, recs in inputs:
                 for mv in recs:
@@ -222,7 +224,7 @@ class CommitActor(Actor):
             self.dispatch_bell.ring()
             self.ha_bell.ring()
             if flush_follows:
-                self.flush_bell.ring()
+                self.flush_bell.ring()  # type: ignore[union-attr]  # flush_follows: there is one
 
     def _complete(self, owners: list[tuple[int, int]], results: list, wake: bool = True) -> None:
         """One completion record per net actor for the whole batch."""
@@ -261,7 +263,7 @@ class CommitActor(Actor):
         profiling.dump(self._profile, self.name)
 
 
-def _same_block(data: memoryview, records: list[tuple[int, object, int, int]]) -> bool:
+def _same_block(data: memoryview, records: list[tuple[int, mmap.mmap, int, int]]) -> bool:
     """The CommitLog records are `data` as appended: equal bytes except QUEUEOFFSET,
     PHYSICALOFFSET and STORETIMESTAMP, which the writer patched (IPv4 hosts: SmartGo writes no
     other kind)."""

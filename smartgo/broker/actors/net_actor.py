@@ -60,7 +60,7 @@ from smartgo.common.bodies import BodyError
 from smartgo.common.heartbeat import parse_heartbeat
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.net.connection import Connection, ConnectionEvent
+from smartgo.net.connection import Connection, ConnectionEvent, Processor
 from smartgo.net.errors import RemotingError, RemotingTimeoutError
 from smartgo.net.budget import TurnBudget
 from smartgo.net.loop import wait_within
@@ -116,7 +116,7 @@ class NetActor(Actor):
         offsets = OffsetProcessor(self.view, self.link)
         halves = ResumeHalfProcessor(self)
         self.link.events["given_up"] = halves.given_up
-        processors = {
+        processors: dict[int, Processor] = {
             RequestCode.SEND_MESSAGE: self.sends.process,
             RequestCode.SEND_MESSAGE_V2: self.sends.process,
             RequestCode.SEND_BATCH_MESSAGE: self.sends.process,

@@ -27,17 +27,17 @@ class Reseed:
     slave_end: int          # where this slave's CommitLog ended
 
 
-def _file(store_path: Path) -> RecordFile[Reseed]:
+def _file(store_path: str | Path) -> RecordFile[Reseed]:
     return RecordFile(Path(store_path) / REQUEST_FILE, Reseed, "reseed request")
 
 
-def request(store_path: Path, reseed: Reseed) -> None:
+def request(store_path: str | Path, reseed: Reseed) -> None:
     _file(store_path).save(reseed)
 
 
-def pending(store_path: Path) -> Reseed | None:
+def pending(store_path: str | Path) -> Reseed | None:
     return _file(store_path).load()
 
 
-def done(store_path: Path) -> None:
+def done(store_path: str | Path) -> None:
     _file(store_path).delete()

@@ -33,7 +33,8 @@ class LockRequest:
 def parse_lock_body(raw: bytes | None, what: str) -> LockRequest:
     """LockBatchRequestBody / UnlockBatchRequestBody; BodyError names a bad field."""
     body = parse_body(raw, what)
-    return LockRequest(body.text("clientId"), body.text("consumerGroup"), [queue_from(q) for q in body.objects("mqSet")])
+    return LockRequest(body.text("clientId"), body.text("consumerGroup"),
+                       [queue_from(q) for q in body.objects("mqSet")])
 
 
 def queue_json(q: Queue) -> dict:

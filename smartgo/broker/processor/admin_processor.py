@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import psutil
@@ -31,7 +32,7 @@ from smartgo.broker.managers.topics import DEFAULT_TOPIC, TopicConfig, default_t
 from smartgo.common.properties import parse_properties
 from smartgo.net import fastjson
 from smartgo.net.codes import CURRENT_VERSION, MQVersion, RequestCode, ResponseCode
-from smartgo.net.command import RemotingCommand
+from smartgo.net.command import Buffer, RemotingCommand
 from smartgo.net.loop import wait_within
 from smartgo.store.errors import InvalidMessageIdError, MessageIllegalError
 from smartgo.store.record import parse_offset_msg_id, topic_field
@@ -69,7 +70,7 @@ def refuse_old_consumers(request: RemotingCommand, channels: list[ClientChannel]
                                  f"version={old.version}")
 
 
-def queue_keyed(entries: list[tuple[dict, dict]], **fields: object) -> bytes:
+def queue_keyed(entries: Sequence[tuple[dict, object]], **fields: object) -> bytes:
     """{...fields, "offsetTable": {<MessageQueue object>: value, ...}} as fastjson writes it."""
     head = b"".join(fastjson.dumps(k) + b":" + fastjson.dumps(v) + b"," for k, v in sorted(fields.items()))
     return b"{" + head + b'"offsetTable":' + fastjson.dumps_keyed(entries) + b"}"
@@ -250,7 +251,8 @@ class AdminProcessor:
             b'},"messageQueueTable":{}}'
         return request.make_response(ResponseCode.SUCCESS, body=body)
 
-    async def _call_consumer(self, request: RemotingCommand, body: bytes | None, **added: str) -> RemotingCommand:
+    async def _call_consumer(self, request: RemotingCommand, body: Buffer | Sequence[Buffer] | None,
+                             **added: str) -> RemotingCommand:
         """AdminBrokerProcessor.callConsumer: the request (its header plus `added`), under a new
         opaque, to the connection of clientId in consumerGroup; the consumer's response is the
         answer, as it is."""

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 REQUEST_WAIT = 2.0      # s; under the net actor's wait for a forwarded answer (3 s)
 POLL = 0.02
-KINDS = {RequestCode.DELETE_EXPIRED_COMMITLOG: ("commitlog", "CommitLog files older than file_reserved_hours"),
-         RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: ("queues", "ConsumeQueue and index files below the CommitLog "
-                                                            "minimum")}
+KINDS: dict[int, tuple[str, str]] = {
+    RequestCode.DELETE_EXPIRED_COMMITLOG: ("commitlog", "CommitLog files older than file_reserved_hours"),
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: ("queues", "ConsumeQueue and index files below the CommitLog minimum")}
 
 
 class CleanupProcessor:

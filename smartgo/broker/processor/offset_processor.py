@@ -30,8 +30,8 @@ class OffsetProcessor:
         """UpdateConsumerOffsetRequestHeader: consumerGroup, topic, queueId, commitOffset."""
         ext = request.ext_fields
         try:
-            group, topic = ext["consumerGroup"], ext["topic"]
-            queue_id, offset = int(ext["queueId"]), int(ext["commitOffset"])
+            group, topic = ext["consumerGroup"], ext["topic"]  # type: ignore[index]  # None: TypeError, below
+            queue_id, offset = int(ext["queueId"]), int(ext["commitOffset"])  # type: ignore[index]  # as above
         except (KeyError, ValueError, TypeError):     # the slow path only to name the bad field
             group, topic = request.ext_str("consumerGroup"), request.ext_str("topic")
             queue_id, offset = request.ext_int("queueId"), request.ext_int("commitOffset")

@@ -194,7 +194,7 @@ class PullProcessor:
         if remark is not None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, remark)
         if not flagged and is_tag_type(expression_type):
-            codes, match = sub.codes, None          # the codeSet the client registered
+            codes, match = sub.codes, None  # type: ignore[union-attr]  # not flagged: the codeSet the client registered
         else:
             try:
                 f = self.filters.get(expression_type, expression)

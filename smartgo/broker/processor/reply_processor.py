@@ -62,7 +62,7 @@ class ReplyProcessor:
         if queue_id is None:
             queue_id = await sends.check_created(conn, request, h)
         if type(queue_id) is not int:
-            return queue_id
+            return queue_id  # type: ignore[return-value]  # not an int: the refusal
         props = decode_properties(h.properties)
         push = self._push_command(conn, request, h, props)            # before put() may rewrite h
         stored = None
@@ -96,7 +96,7 @@ class ReplyProcessor:
             "defaultTopicQueueNums": str(h.default_queues), "queueId": str(h.queue_id), "sysFlag": str(h.sys_flag),
             "bornTimestamp": str(h.born_timestamp), "flag": str(h.flag),
             "properties": encode_properties(props).decode(), "reconsumeTimes": str(h.reconsume_times),
-            "unitMode": ext.get("unitMode") or ext.get("k") or "false",
+            "unitMode": ext.get("unitMode") or ext.get("k") or "false",  # type: ignore[union-attr]  # parsed: a dict
             "bornHost": "/" + conn.remote_address, "storeHost": self.store_host,
             "storeTimestamp": props[PUSH_REPLY_TIME]}, body=request.body_bytes())
 
@@ -107,7 +107,7 @@ class ReplyProcessor:
             if not value:
                 log.warning("a reply from %s has no %s property: not pushed", conn.remote_address, name)
                 return f"reply message properties[{name}] is null"
-        local = self.net.local_producer(client)
+        local = self.net.local_producer(client)  # type: ignore[arg-type]  # checked in the loop above
         if local is not None:
             self.net.push(local, push)
             return None

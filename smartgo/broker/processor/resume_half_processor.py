@@ -64,7 +64,7 @@ class ResumeHalfProcessor:
                         response.remark)
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"{PUT_FAILED} {response.remark}")
         log.info("half message %s put back in %s by %s: checked again from the next pass (now %s)", msg_id,
-                 HALF_TOPIC, conn.remote_address, response.ext_fields["msgId"])
+                 HALF_TOPIC, conn.remote_address, response.ext_fields["msgId"])  # type: ignore[index]  # stored
         return request.make_response(ResponseCode.SUCCESS)
 
     def _half(self, msg_id: str) -> bytes:
@@ -106,7 +106,7 @@ class ResumeHalfProcessor:
     def _copied(response: RemotingCommand, phys: int) -> None:
         if response.code == ResponseCode.SUCCESS:
             log.info("the given-up half message at CommitLog offset %d is copied to %s as %s", phys,
-                     TRANS_CHECK_MAX_TIME_TOPIC, response.ext_fields["msgId"])
+                     TRANS_CHECK_MAX_TIME_TOPIC, response.ext_fields["msgId"])  # type: ignore[index]  # stored
         else:
             log.error("the given-up half message at CommitLog offset %d was not copied to %s: %s", phys,
                       TRANS_CHECK_MAX_TIME_TOPIC, response.remark)

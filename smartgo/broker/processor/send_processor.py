@@ -102,7 +102,7 @@ def parse_header(request: RemotingCommand, batches: bool = True) -> SendHeader:
     never with batches=False (ReplyMessageProcessor stores a reply as one message)."""
     code = request.code
     names = _V1 if code in _V1_CODES else _V2
-    ext = request.ext_fields
+    ext: dict[str, str] = request.ext_fields  # type: ignore[assignment]  # None: the slow path names the field
     batch = batches and (code == _BATCH_CODE or ext.get(names[10]) in _BATCH_FLAG)
     try:
         return SendHeader(ext[names[0]], ext[names[1]], ext[names[2]], int(ext[names[3]]), int(ext[names[4]]),
@@ -199,7 +199,7 @@ class SendProcessor:
         if queue_id is None or conn in self._turns:
             return await self._in_turn(conn, request, h, queue_id)
         if type(queue_id) is not int:
-            return queue_id
+            return queue_id  # type: ignore[return-value]  # not an int: the refusal
         return self.put(conn, request, h, queue_id)
 
     async def _in_turn(self, conn: Connection, request: RemotingCommand, h: SendHeader,
@@ -212,7 +212,7 @@ class SendProcessor:
             if queue_id is None:
                 queue_id = await self.check_created(conn, request, h)
             if type(queue_id) is not int:
-                return queue_id
+                return queue_id  # type: ignore[return-value]  # not an int: the refusal
             return self.put(conn, request, h, queue_id)
 
     def check(self, conn: Connection, request: RemotingCommand, h: SendHeader,
@@ -256,7 +256,9 @@ class SendProcessor:
     async def check_created(self, conn: Connection, request: RemotingCommand, h: SendHeader) -> int | RemotingCommand:
         """check() of a topic this broker does not have: created from its default topic (TBW102) first."""
         cfg = await self._missing_topic(request, h)
-        return cfg if isinstance(cfg, RemotingCommand) else self.check(conn, request, h, cfg)
+        if isinstance(cfg, RemotingCommand):
+            return cfg
+        return self.check(conn, request, h, cfg)  # type: ignore[return-value]  # with a config, check() decides
 
     def put(self, conn: Connection, request: RemotingCommand, h: SendHeader, queue_id: int,
             answer: asyncio.Future | None = None) -> RemotingCommand | None:
@@ -357,7 +359,7 @@ class SendProcessor:
     # ---- encoding ------------------------------------------------------------------------------------------
     def _born_host(self, conn: Connection, request: RemotingCommand) -> bytes:
         """The producer's address: the connection's, or the one a slave passing the send on names."""
-        addr = request.ext_fields.get(FORWARDED_FOR) or conn.remote_address
+        addr = request.ext_fields.get(FORWARDED_FOR) or conn.remote_address  # type: ignore[union-attr]  # parsed
         packed = self._born_hosts.get(addr)
         if packed is None:
             host, _, port = addr.rpartition(":")
@@ -541,7 +543,7 @@ class SendProcessor:
             if not p.answer.done():
                 p.answer.set_result(response)
         elif not p.request.is_oneway:
-            p.conn.send(response)
+            p.conn.send(response)  # type: ignore[union-attr]  # no answer future: sent on its connection
         if p.counted:                            # statistics: stored messages, and every answer's latency
             if response.code in STORED:
                 self.stats.stored(p.topic, len(p.sizes), sum(p.sizes))

@@ -194,7 +194,8 @@ def republish(rec: memoryview | bytes) -> Republished:
     lay = _layout(rec)
     props = bytes(rec[lay.props:lay.total])
     topic, queue_id, tfield = _real_route(props)
-    return Republished(topic, queue_id, _rebuild(rec, lay, tfield, queue_id, _DELAY_SEGMENT(b"", props).lstrip(b"\x02")))
+    properties = _DELAY_SEGMENT(b"", props).lstrip(b"\x02")
+    return Republished(topic, queue_id, _rebuild(rec, lay, tfield, queue_id, properties))
 
 
 def end_transaction_record(rec: memoryview | bytes, tx_type: int, half_offset: int) -> Republished:
@@ -269,7 +270,8 @@ def sent_back_fields(rec: memoryview | bytes) -> SentBack:
     return SentBack(topic, INT32.unpack_from(rec, lay.body_len_at - 12)[0], props)
 
 
-def send_back_record(rec: memoryview | bytes, topic: str, queue_id: int, properties: str, reconsume_times: int) -> bytes:
+def send_back_record(rec: memoryview | bytes, topic: str, queue_id: int, properties: str,
+                     reconsume_times: int) -> bytes:
     """The record CONSUMER_SEND_MSG_BACK stores (SendMessageProcessor.asyncConsumerSendMsgBack):
     body, flag, sys flag, born time and host of the original; a new topic, queue, properties
     and reconsume times."""
@@ -342,7 +344,7 @@ def timer_rewrite(properties: str, topic: str, queue_id: int, now_ms: int,
     a time beyond the maximum delay, or timers switched off (5.x: MESSAGE_ILLEGAL for each)."""
     if _property(properties, TIMER_OUT_MS + "\x01") is not None:
         return None
-    for segment, unit, relative in _TIMER_ASKS:
+    for segment, unit, relative in _TIMER_ASKS:  # noqa: B007 - unit and relative are read after the break
         if (value := _property(properties, segment)) is not None:
             break
     else:

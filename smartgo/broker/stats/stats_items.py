@@ -21,7 +21,7 @@ one-second tick; an item is created by its first count, as in 4.x.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"          # key: topic
 TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"

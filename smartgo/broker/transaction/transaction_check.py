@@ -119,8 +119,8 @@ class TransactionChecker:
         self.open_halves = self._open
         # the stored op offset stays at the first op record that closes a half past the progress,
         # so a restart reads it again (as fillOpRemoveMap does) and never checks a closed half
-        offsets.commit(CHECK_GROUP, OP_TOPIC, 0, min((o for o in self.done.values() if o is not None),
-                                                     default=self.op_cursor))
+        op_offset = min((o for o in self.done.values() if o is not None), default=self.op_cursor)
+        offsets.commit(CHECK_GROUP, OP_TOPIC, 0, op_offset)  # type: ignore[arg-type]  # _read_ops set op_cursor
         self.checks = {off: c for off, c in self.checks.items() if off >= progress}
         if self.checks != self._saved:
             self.file.save(json.dumps({"checks": {str(off): list(c) for off, c in self.checks.items()}}).encode())
