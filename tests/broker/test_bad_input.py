@@ -26,6 +26,8 @@ CASES = [
      ResponseCode.SYSTEM_ERROR, "the custom field b is null"),
     ("send v1 without queueId", lambda: without(send_command("Bad", b"x", v1=True), "queueId"),
      ResponseCode.SYSTEM_ERROR, "the custom field queueId is null"),
+    ("a send without any header field", lambda: RemotingCommand(RequestCode.SEND_MESSAGE_V2, body=b"x"),
+     ResponseCode.SYSTEM_ERROR, "the custom field a is null"),
     ("send with a non-numeric queue id", lambda: with_field(send_command("Bad", b"x"), "e", "one"),
      ResponseCode.SYSTEM_ERROR, "the custom field e is not an integer"),
     ("send to a queue id past the topic's", lambda: send_command("SELF_TEST_TOPIC", b"x", queue_id=5),

@@ -102,7 +102,7 @@ def parse_header(request: RemotingCommand, batches: bool = True) -> SendHeader:
     never with batches=False (ReplyMessageProcessor stores a reply as one message)."""
     code = request.code
     names = _V1 if code in _V1_CODES else _V2
-    ext: dict[str, str] = request.ext_fields  # type: ignore[assignment]  # None: the slow path names the field
+    ext = request.ext_fields or {}      # none at all: the slow path names the first field missing
     batch = batches and (code == _BATCH_CODE or ext.get(names[10]) in _BATCH_FLAG)
     try:
         return SendHeader(ext[names[0]], ext[names[1]], ext[names[2]], int(ext[names[3]]), int(ext[names[4]]),
