@@ -51,11 +51,18 @@ def statvfs_usage(path: str) -> float:
 
 
 def file_usage(path: str) -> Callable[[str], float]:
-    """Testing: the usage is whatever number the file holds (0 when it is missing or garbled)."""
+    """Testing: the usage is whatever number the file holds (0 when it is missing or garbled). An
+    empty file is a test rewriting it (write_text truncates first): the last reading stands."""
+    last = 0.0
+
     def read(_store: str) -> float:
+        nonlocal last
         try:
             with open(path) as f:
-                return float(f.read().strip() or 0)
+                text = f.read().strip()
+            if text:
+                last = float(text)
+            return last
         except (OSError, ValueError):
             return 0.0
     return read
