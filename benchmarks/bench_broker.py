@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 
 from host_probe import HostProbe  # noqa: E402
 from smartgo import accel  # noqa: E402
-from smartgo.actors.testing import Node  # noqa: E402
-from smartgo.broker.testing import (batch_command, message_properties, pull_command, send_command,  # noqa: E402
+from tests.support.nodes import Node  # noqa: E402
+from tests.support.broker import (batch_command, message_properties, pull_command, send_command,  # noqa: E402
                                     start_broker, uniq_key)
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import FLAG_SMARTGO, ResponseCode, SerializeType, code_name  # noqa: E402
@@ -395,7 +395,7 @@ def max_offsets(node: Node) -> dict[str, int]:
 
 
 def wait_dispatched(node: Node, timeout: float = 300) -> None:
-    from smartgo.testing import wait_until
+    from tests.support.waits import wait_until
     wait_until(lambda: (f := node.health()["fields"])["commitlog.dispatched"] == f["commitlog.written"],
                timeout=timeout, interval=0.1, message="dispatch to catch up")
 

@@ -43,7 +43,7 @@ from smartgo.net.connection import eager  # noqa: E402
 from smartgo.net.loop import run  # noqa: E402
 from smartgo.net.server import RemotingServer  # noqa: E402
 from smartgo.store.record import encode_properties, encode_record, pack_host  # noqa: E402
-from smartgo.testing import free_ports, wait_for_port  # noqa: E402
+from tests.support.waits import free_ports, wait_for_port  # noqa: E402
 
 TOPIC = "BenchmarkTest"
 GROUP = "bench_client_consumer"

@@ -43,13 +43,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_broker import actor_cpu, broker_node, median_of, percentile, run_workers  # noqa: E402
 from host_probe import HostProbe  # noqa: E402
-from smartgo.actors.testing import Node  # noqa: E402
-from smartgo.broker.testing import group_command, heartbeat_body, send_command, update_offset_command  # noqa: E402
+from tests.support.nodes import Node  # noqa: E402
+from tests.support.broker import group_command, heartbeat_body, send_command, update_offset_command  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
 from smartgo.net.frame import FrameDecoder, encode_frame  # noqa: E402
-from smartgo.testing import free_port  # noqa: E402
+from tests.support.waits import free_port  # noqa: E402
 
 TARGETS = {"heartbeat_cpu_pct": 5.0, "offsets_updates_s": 20_000}
 NODE = {"heartbeat_interval": 0.2, "log_level": "WARNING", "commitlog_file_size": 64 << 20,

@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.board import Board  # noqa: E402
 from smartgo.broker import profiling  # noqa: E402
-from smartgo.broker.schedule_testing import delayed_command  # noqa: E402
-from smartgo.broker.testing import pull_command, send_command, start_broker, uniq_key  # noqa: E402
+from tests.support.schedule import delayed_command  # noqa: E402
+from tests.support.broker import pull_command, send_command, start_broker, uniq_key  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import ResponseCode  # noqa: E402
 from smartgo.store import StoreReader  # noqa: E402

@@ -31,18 +31,21 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from host_probe import HostProbe
-from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import pull_command, start_broker, start_slave
-from smartgo.client import Admin, AsyncAdmin, AsyncProducer, Message, SendStatus
-from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import ResponseCode
-from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the test helpers
+
+from host_probe import HostProbe  # noqa: E402
+from tests.support.nodes import launch_node  # noqa: E402
+from tests.support.broker import pull_command, start_broker, start_slave  # noqa: E402
+from smartgo.client import Admin, AsyncAdmin, AsyncProducer, Message, SendStatus  # noqa: E402
+from smartgo.net.client import BlockingRemotingClient  # noqa: E402
+from smartgo.net.codes import ResponseCode  # noqa: E402
+from smartgo.store.record import decode_records  # noqa: E402
+from tests.support.waits import wait_until  # noqa: E402
 
 TOPIC = "Failover"
 QUEUES = 4

@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from host_probe import HostProbe  # noqa: E402
-from smartgo.actors.testing import Node  # noqa: E402
-from smartgo.broker.testing import pull_command, restart_broker, send_command, start_broker  # noqa: E402
+from tests.support.nodes import Node  # noqa: E402
+from tests.support.broker import pull_command, restart_broker, send_command, start_broker  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import ResponseCode  # noqa: E402
-from smartgo.testing import wait_until  # noqa: E402
+from tests.support.waits import wait_until  # noqa: E402
 
 BODY = b"m" * 128
 PER_TOPIC = 1000

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.board import Board, monotonic_ns  # noqa: E402
-from smartgo.actors.testing import Node  # noqa: E402
-from smartgo.broker.testing import batch_command, pull_command, send_command, start_broker  # noqa: E402
+from tests.support.nodes import Node  # noqa: E402
+from tests.support.broker import batch_command, pull_command, send_command, start_broker  # noqa: E402
 from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import ResponseCode, SerializeType  # noqa: E402
 from smartgo.net.errors import RemotingError  # noqa: E402

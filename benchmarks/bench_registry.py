@@ -36,7 +36,7 @@ from smartgo.net.client import RemotingClient  # noqa: E402
 from smartgo.net.codes import RequestCode, ResponseCode, SerializeType  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
 from smartgo.net.loop import run  # noqa: E402
-from smartgo.testing import free_port, wait_for_port  # noqa: E402
+from tests.support.waits import free_port, wait_for_port  # noqa: E402
 
 CLIENTS = 8
 

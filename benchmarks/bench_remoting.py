@@ -50,7 +50,7 @@ from smartgo.net.frame import FrameDecoder, codec_in_use, encode_command  # noqa
 from smartgo.net.headers import decode_header, encode_header  # noqa: E402
 from smartgo.net.loop import run  # noqa: E402
 from smartgo.net.tls import client_context  # noqa: E402
-from smartgo.testing import free_port, self_signed_cert, wait_for_port  # noqa: E402
+from tests.support.waits import free_port, self_signed_cert, wait_for_port  # noqa: E402
 
 SEND_HEADER = {
     "a": "PID_benchmark_producer", "b": "BenchmarkTopic", "c": "TBW102", "d": "4", "e": "3",

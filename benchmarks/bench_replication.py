@@ -50,9 +50,9 @@ from bench_broker import (NODE, SyncLoad, broker_node, fill, median_of, percenti
                           sync_figures, sync_jobs, wait_dispatched)
 from host_probe import HostProbe  # noqa: E402
 from smartgo.actors.board import Board, BoardError  # noqa: E402
-from smartgo.actors.testing import Node  # noqa: E402
-from smartgo.broker.testing import start_slave  # noqa: E402
-from smartgo.testing import wait_until  # noqa: E402
+from tests.support.nodes import Node  # noqa: E402
+from tests.support.broker import start_slave  # noqa: E402
+from tests.support.waits import wait_until  # noqa: E402
 
 MB = 1 << 20
 KIB = 1 << 10

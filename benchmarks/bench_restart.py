@@ -35,18 +35,21 @@ import json
 import os
 import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from host_probe import HostProbe
-from smartgo.actors.testing import Node
-from smartgo.broker.testing import send_command, start_broker
-from smartgo.config import NodeConfig
-from smartgo.net.client import BlockingRemotingClient
-from smartgo.net.codes import ResponseCode
-from smartgo.testing import wait_until
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the test helpers
+
+from host_probe import HostProbe  # noqa: E402
+from tests.support.nodes import Node  # noqa: E402
+from tests.support.broker import send_command, start_broker  # noqa: E402
+from smartgo.config import NodeConfig  # noqa: E402
+from smartgo.net.client import BlockingRemotingClient  # noqa: E402
+from smartgo.net.codes import ResponseCode  # noqa: E402
+from tests.support.waits import wait_until  # noqa: E402
 
 TARGET_S = 1.0
 SETTLE = 1.2                    # > restart_window: the next kill of the same actor is a first restart again

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.actors import testing as node_testing
+from tests.support import nodes as node_testing
 from smartgo.cpus import usable_cpus
-from smartgo.testing import free_port
+from tests.support.waits import free_port
 
 MAX_WORKERS = 8
 

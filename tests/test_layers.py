@@ -21,7 +21,7 @@ import the ones listed (FORBIDDEN):
   smartgo.broker   all of the above                               the broker role
   smartgo.node     all of the above                               the role table, the registry actor
 
-The small top-level modules: cpus, stats_schema and testing import nothing of SmartGo; accel loads
+The small top-level modules: cpus and stats_schema import nothing of SmartGo; accel loads
 the C accelerators of net and store (and reports which are in use); config reads cpus and
 net.tls for its settings. A module outside every row fails too: each new package takes its row.
 """
@@ -39,7 +39,6 @@ _BASICS = {"smartgo.accel", "smartgo.cpus", "smartgo.config"}
 ALLOWED: dict[str, set[str]] = {
     "smartgo.cpus": set(),
     "smartgo.stats_schema": set(),
-    "smartgo.testing": set(),
     "smartgo.accel": {"smartgo.net", "smartgo.store"},
     "smartgo.config": {"smartgo.cpus", "smartgo.net"},
     "smartgo.filter": set(),

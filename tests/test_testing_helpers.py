@@ -1,4 +1,4 @@
-"""smartgo.testing's port helpers: what tests rely on when they pick ports."""
+"""tests.support.waits's port helpers: what tests rely on when they pick ports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.testing import held_port_outside_ephemeral_range
+from tests.support.waits import held_port_outside_ephemeral_range
 
 
 @pytest.mark.timeout(10)

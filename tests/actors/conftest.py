@@ -1,4 +1,4 @@
-"""Fixtures for the actor-runtime tests (the harness itself is smartgo/actors/testing.py)."""
+"""Fixtures for the actor-runtime tests (the harness itself is tests/support/nodes.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.actors.testing import Node, launch_node
+from tests.support.nodes import Node, launch_node
 
 
 @pytest.fixture

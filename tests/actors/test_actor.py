@@ -16,7 +16,7 @@ from smartgo.actors.ring import CONSUMER, PRODUCER, Ring
 from smartgo.actors.spec import ActorSpec
 from smartgo.config import NodeConfig
 from smartgo.net.loop import run as run_loop
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 
 class Probe(Actor):

@@ -10,7 +10,7 @@ import pytest
 
 from smartgo.actors.role import node_actors
 from smartgo.actors.spec import ActorSpec, SpecError, start_layers
-from smartgo.actors.testing import toml_dumps
+from tests.support.nodes import toml_dumps
 from smartgo.config import ConfigError, NodeConfig, add_arguments, from_namespace, load_file
 from smartgo.node.roles import ROLES
 
@@ -85,12 +85,12 @@ def test_a_flag_setting_refuses_anything_but_true_or_false(value: str, capsys):
 def test_extra_actors_from_the_file(tmp_path: Path):
     f = tmp_path / "node.toml"
     f.write_text(toml_dumps({"role": "registry", "actor": [
-        {"name": "probe", "cls": "smartgo.actors.testing_actors:RecorderActor", "after": ["registry"],
+        {"name": "probe", "cls": "tests.support.actors:RecorderActor", "after": ["registry"],
          "kwargs": {"events": "/tmp/x"}, "heartbeat_deadline": 1.5, "restart": "transient"}]}))
     cfg = NodeConfig.from_dict(load_file(f))
     specs = node_actors(cfg, ROLES["registry"])
     assert [s.name for s in specs] == ["registry", "probe"]
-    assert specs[1] == ActorSpec("probe", "smartgo.actors.testing_actors:RecorderActor", {"events": "/tmp/x"},
+    assert specs[1] == ActorSpec("probe", "tests.support.actors:RecorderActor", {"events": "/tmp/x"},
                                  ("registry",), 1.5, "transient")
     bad = NodeConfig(role="registry", actor=[{"name": "p", "klass": "x:y"}])
     with pytest.raises(SpecError, match="'p'"):

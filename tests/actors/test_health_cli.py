@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from smartgo.actors.testing import ROOT
-from smartgo.broker.testing import start_broker
+from tests.support.nodes import ROOT
+from tests.support.broker import start_broker
 
 pytestmark = pytest.mark.timeout(60)
 

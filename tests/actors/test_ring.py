@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from smartgo.actors.ring import (CONSUMER, FRAME_HDR, PRODUCER, Doorbell, Ring, RingError, RingTimeout,
                                  wait_any)
 from smartgo.net.loop import run as run_loop
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 CAP = 4096
 SEQ = struct.Struct("<Q")

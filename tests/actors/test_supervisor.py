@@ -12,13 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smartgo.actors.testing import ROOT, SUPERVISOR, events, registry_request, running, toml_dumps, wait_gone
-from smartgo.testing import wait_until
+from tests.support.nodes import ROOT, SUPERVISOR, events, registry_request, running, toml_dumps, wait_gone
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 LAUNCHER = Path(__file__).with_name("launch_test_node.py")
-RECORDER = "smartgo.actors.testing_actors:RecorderActor"
+RECORDER = "tests.support.actors:RecorderActor"
 
 
 def test_kill_9_restarts_the_actor_and_the_registry_serves_again(start_node):
@@ -47,7 +47,7 @@ def test_actors_are_named_in_ps_and_run_under_the_configured_policy(start_node):
 
 
 def test_a_hung_actor_is_killed_and_restarted(start_node):
-    node = start_node({"actor": [{"name": "hang", "cls": "smartgo.actors.testing_actors:HangingActor",
+    node = start_node({"actor": [{"name": "hang", "cls": "tests.support.actors:HangingActor",
                                   "heartbeat_deadline": 1.0, "kwargs": {"hang_after": 0.3}}]})
     hung = node.actor("hang")["pid"]
     report = node.wait_healthy(check=lambda r: r["actors"][1]["restarts"] >= 1)
@@ -60,7 +60,7 @@ def test_a_hung_actor_is_killed_and_restarted(start_node):
 def test_restart_intensity_restarts_the_node_and_reruns_recovery(start_node):
     # Crashes three times at start; max_restarts 2: the third crash restarts the node, after which it runs.
     node = start_node({"max_restarts": 2, "actor": [
-        {"name": "crashy", "cls": "smartgo.actors.testing_actors:CrashingActor", "kwargs": {"crash_times": 3}}]},
+        {"name": "crashy", "cls": "tests.support.actors:CrashingActor", "kwargs": {"crash_times": 3}}]},
         role="test", launcher=LAUNCHER, wait=False)
     node.wait_healthy(check=lambda r: r["node"]["restarts"] == 1)
     assert len((node.store / "recoveries").read_text().splitlines()) == 2
@@ -70,7 +70,7 @@ def test_restart_intensity_restarts_the_node_and_reruns_recovery(start_node):
 
 def test_gives_up_with_a_clear_message_when_node_restarts_do_not_help(start_node):
     node = start_node({"max_restarts": 1, "max_node_restarts": 1, "actor": [
-        {"name": "crashy", "cls": "smartgo.actors.testing_actors:CrashingActor"}]}, wait=False)
+        {"name": "crashy", "cls": "tests.support.actors:CrashingActor"}]}, wait=False)
     status = node.proc.wait(30)
     assert status == 1
     err = node.stderr.read_text()

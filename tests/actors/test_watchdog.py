@@ -10,7 +10,7 @@ from smartgo.actors.watchdog import Verdict, Watchdog, judge
 
 pytestmark = pytest.mark.timeout(60)
 
-BUSY = "smartgo.actors.testing_actors:BusyActor"
+BUSY = "tests.support.actors:BusyActor"
 S = 10**9
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from analytics.report import run_report
-from smartgo.broker.testing import (batch_command, pull_command, send_command, start_broker, stats_records,
+from tests.support.broker import (batch_command, pull_command, send_command, start_broker, stats_records,
                                     update_offset_command)
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import ResponseCode
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -269,7 +269,7 @@ def test_a_live_store_is_read_while_it_is_appended(tmp_path):
     every 100 messages until the scan running meanwhile is done, so at least 20 scans overlap
     its writes however fast either side is."""
     from smartgo.store import Message, MessageStore
-    from smartgo.testing import wait_until
+    from tests.support.waits import wait_until
 
     from .conftest import Clock, small_store_config
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.actors.testing import Node, launch_node
-from smartgo.broker.testing import start_broker, start_slave
+from tests.support.nodes import Node, launch_node
+from tests.support.broker import start_broker, start_slave
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.command import RemotingCommand
 

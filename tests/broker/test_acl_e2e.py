@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.actors.testing import NodeStartError
-from smartgo.broker.testing import pull_command, send_command, start_broker
+from tests.support.nodes import NodeStartError
+from tests.support.broker import pull_command, send_command, start_broker
 from smartgo.client import AccessConfig, Admin, AsyncProducer, AsyncPushConsumer, BrokerError, Message
 from smartgo.common.acl_sign import signer
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.loop import run
-from smartgo.testing import async_wait_until, wait_until
+from tests.support.waits import async_wait_until, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -268,7 +268,7 @@ def test_a_node_with_a_bad_acl_file_does_not_start(tmp_path):
 def test_a_slave_signs_its_copies_from_an_acl_enabled_master(tmp_path):
     """SlaveSynchronize's requests are checked like any others: a slave without credentials is
     refused (and says why in its log), one with acl_access_key / acl_secret_key gets the tables."""
-    from smartgo.broker.testing import start_slave
+    from tests.support.broker import start_slave
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
     master = start_broker(tmp_path / "master", {"acl_enable": "true", "acl_file": str(acl)})

@@ -11,12 +11,12 @@ import uuid
 
 import pytest
 
-from smartgo.actors.testing import ROOT
-from smartgo.broker.testing import group_command, pull_command, send_command, update_offset_command
+from tests.support.nodes import ROOT
+from tests.support.broker import group_command, pull_command, send_command, update_offset_command
 from smartgo.client.bodies import parse_consume_stats, parse_topic_stats
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 NODE_SETTINGS = {"offset_persist_interval": 0.2, "stats_sample_interval": 2}   # consumeTps within 2 s, not 10
 

@@ -13,12 +13,12 @@ import uuid
 
 import pytest
 
-from smartgo.broker.testing import ClientStub, pull_command, send_command, update_offset_command
+from tests.support.broker import ClientStub, pull_command, send_command, update_offset_command
 from smartgo.client.bodies import loads, parse_broker_consume_stats, parse_client_offsets, parse_time_spans
 from smartgo.client.message import MessageQueue
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 NODE_SETTINGS = {"stats_sample_interval": 2}            # the stats items' minute list: 2 s, not 10 s

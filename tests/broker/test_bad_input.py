@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.broker.testing import batch_command, pull_command, send_command
+from tests.support.broker import batch_command, pull_command, send_command
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 

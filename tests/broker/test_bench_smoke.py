@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.testing import run_benchmark
+from tests.support.waits import run_benchmark
 
 
 @pytest.mark.timeout(180)

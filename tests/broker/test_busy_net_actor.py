@@ -18,7 +18,7 @@ import asyncio
 
 import pytest
 
-from smartgo.broker.testing import batch_command, offset_command, pull_command
+from tests.support.broker import batch_command, offset_command, pull_command
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode, SerializeType
 from smartgo.net.errors import RemotingError

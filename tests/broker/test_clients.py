@@ -13,15 +13,15 @@ import uuid
 
 import pytest
 
-from smartgo.actors.testing import ROOT
-from smartgo.broker.testing import (ClientStub, group_command, heartbeat_body, pull_command, send_command,
+from tests.support.nodes import ROOT
+from tests.support.broker import (ClientStub, group_command, heartbeat_body, pull_command, send_command,
                                     update_offset_command)
 from smartgo.client import Admin
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 
 def uid(prefix: str) -> str:
@@ -95,7 +95,7 @@ def test_a_killed_client_process_leaves_its_group(broker, stubs):
     group, topic = uid("G"), uid("T")
     a = stubs()
     a.heartbeat({group: {topic: "*"}})
-    script = ("import signal\nfrom smartgo.broker.testing import ClientStub\n"
+    script = ("import signal\nfrom tests.support.broker import ClientStub\n"
               f"c = ClientStub({broker.addr!r}, 'killed@1')\n"
               f"assert c.heartbeat({{{group!r}: {{{topic!r}: '*'}}}}).code == 0\n"
               "print('ready', flush=True)\nsignal.pause()\n")          # until the test kills it

@@ -29,7 +29,7 @@ from smartgo.broker.settings import store_config
 from smartgo.config import NodeConfig
 from smartgo.store import CommitLogReader, recover
 from smartgo.store.record import decode_record, encode_properties, encode_record, pack_host
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 NETS = ["net-0", "net-1"]
 HOST = pack_host("127.0.0.1", 10911)

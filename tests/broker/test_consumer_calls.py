@@ -13,11 +13,11 @@ import uuid
 import pytest
 
 from smartgo.broker.processor.admin_processor import CALL_CLIENT_TIMEOUT
-from smartgo.broker.testing import ClientStub, send_command
+from tests.support.broker import ClientStub, send_command
 from smartgo.net.codes import FLAG_ONEWAY, FLAG_RESPONSE, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,11 +10,11 @@ import signal
 
 import pytest
 
-from smartgo.broker.testing import (ClientStub, group_command, pull_command, restart_broker, send_command,
+from tests.support.broker import (ClientStub, group_command, pull_command, restart_broker, send_command,
                                     update_offset_command)
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 from .test_admin import create_topic, query_offset
 

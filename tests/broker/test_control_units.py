@@ -17,7 +17,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from smartgo.actors.testing import ROOT
+from tests.support.nodes import ROOT
 from smartgo.broker.broker_config import FILE, RuntimeConfig, check_updates, properties_text
 from smartgo.broker.channel import BrokerLink, ClientRef
 from smartgo.broker.managers.clients import ClientTable, registered
@@ -32,7 +32,7 @@ from smartgo.common.heartbeat import parse_heartbeat
 from smartgo.common.persist import PersistedFile
 from smartgo.common.properties import parse_properties
 from smartgo.config import ConfigError, NodeConfig
-from smartgo.broker.testing import heartbeat_body
+from tests.support.broker import heartbeat_body
 from smartgo.stats_schema import file_hour_ms, file_name
 
 HOUR_MS = 3_600_000

@@ -9,12 +9,12 @@ import json
 import psutil
 import pytest
 
-from smartgo.broker.testing import pull_command, restart_broker, send_command
+from tests.support.broker import pull_command, restart_broker, send_command
 from smartgo.net.codes import ResponseCode
 from smartgo.net.errors import RemotingError
 from smartgo.store.mapped_file import segment_name
 from smartgo.store.record import POS_BODY, POS_MAGIC, decode_records, parse_offset_msg_id
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 TOPIC = "Rot"
 

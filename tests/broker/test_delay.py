@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from smartgo.broker.schedule_testing import delayed_command, max_offset, pull_all, view
-from smartgo.broker.testing import batch_command, message_properties, pull_command, send_command, uniq_key
+from tests.support.schedule import delayed_command, max_offset, pull_all, view
+from tests.support.broker import batch_command, message_properties, pull_command, send_command, uniq_key
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 NODE_SETTINGS = {"topics": "Delayed:4;Capped:2;Offsets:1;Refused:1"}
 LEVELS_MS = {1: 1000, 2: 5000}

@@ -13,12 +13,12 @@ from collections import Counter
 import psutil
 import pytest
 
-from smartgo.broker.schedule_testing import delayed_command, delivered, max_offset, pull_all
-from smartgo.broker.testing import restart_broker, send_command, uniq_key
+from tests.support.schedule import delayed_command, delivered, max_offset, pull_all
+from tests.support.broker import restart_broker, send_command, uniq_key
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import ResponseCode
 from smartgo.store.record import SCHEDULE_TOPIC
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 TOPIC = "Later"
 QUEUES = 4

@@ -9,12 +9,12 @@ import time
 
 import psutil
 
-from smartgo.broker.testing import group_command, offset_command, pull_command, restart_broker, send_command
+from tests.support.broker import group_command, offset_command, pull_command, restart_broker, send_command
 from smartgo.cli.main import main
 from smartgo.client import Admin
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import decode_records, parse_offset_msg_id
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 
 def test_disk_full_refuses_sends_with_a_remark_while_pulls_go_on(start_node, tmp_path):

@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import (FREE_PORT, committed_total, metric_value, offset_command, parse_metrics,
+from tests.support.nodes import launch_node
+from tests.support.broker import (FREE_PORT, committed_total, metric_value, offset_command, parse_metrics,
                                     restart_broker, scrape_metrics, send_command)
 from smartgo.client import Admin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import pack_host
-from smartgo.testing import async_wait_until, wait_until
+from tests.support.waits import async_wait_until, wait_until
 
 from .test_replication import assert_same_log, caught_up, field
 

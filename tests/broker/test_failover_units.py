@@ -18,7 +18,7 @@ from smartgo.broker.ha.role_manager import RoleManager
 from smartgo.config import NodeConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import free_port
+from tests.support.waits import free_port
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 import psutil
 import pytest
 
-from smartgo.broker.testing import pull_command, restart_broker, send_command, uniq_key
+from tests.support.broker import pull_command, restart_broker, send_command, uniq_key
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.errors import ConnectionClosedError, RemotingConnectError, RemotingTimeoutError
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
-from smartgo.broker.testing import offset_command
+from tests.support.waits import wait_until
+from tests.support.broker import offset_command
 
 TOPIC = "Faulty"
 QUEUES = 4
@@ -225,7 +225,7 @@ def test_a_full_ring_queues_sends_briefly_then_refuses_them_and_never_stores_a_r
     """commit stops draining (SIGSTOP): the send ring fills, further sends wait in the net actor's
     overflow queue and get SYSTEM_BUSY after 2 s; once commit runs again the ones in the ring
     are stored and acknowledged. Refused sends are not in the store."""
-    from smartgo.broker.testing import batch_command, message_properties
+    from tests.support.broker import batch_command, message_properties
     broker = start_node({"topics": "Flood:1", "heartbeat_deadline": 30.0})
     commit = psutil.Process(broker.node.actor("commit")["pid"])
     keys = [[uniq_key() for _ in range(32)] for _ in range(48)]          # 48 x 256 KiB > the 8 MiB ring

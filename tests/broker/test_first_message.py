@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "first_message.py"
 

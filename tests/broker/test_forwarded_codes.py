@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from smartgo.actors.testing import ROOT
+from tests.support.nodes import ROOT
 from smartgo.broker.actors.broker_actor import FORWARDED_CODES, PROCESSORS, RELAYED_CODES
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 from tests.broker.test_faults import QUEUES, TOPIC, Load, check_exactly_once, kill9, settled, stored_keys
 
 # What each helper runs (`python -c ...`); a fork server's actors keep its command line.

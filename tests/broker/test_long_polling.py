@@ -5,10 +5,10 @@ from __future__ import annotations
 import concurrent.futures
 import time
 
-from smartgo.broker.testing import offset_command, pull_command, send_command
+from tests.support.broker import offset_command, pull_command, send_command
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 
 def dispatched(broker, topic, queue_id, count):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.testing import run_benchmark
+from tests.support.waits import run_benchmark
 
 QUEUES = 400
 

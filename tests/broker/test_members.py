@@ -8,7 +8,7 @@ import logging
 from smartgo.broker.channel import ClientRef
 from smartgo.broker.managers.clients import ClientTable
 from smartgo.broker.managers.members import FILE, MemberFile
-from smartgo.broker.testing import heartbeat_body
+from tests.support.broker import heartbeat_body
 from smartgo.common.heartbeat import parse_heartbeat
 
 from .test_control_units import Clock

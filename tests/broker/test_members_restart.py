@@ -10,9 +10,9 @@ import json
 import pytest
 
 from smartgo.broker.managers.members import FILE
-from smartgo.broker.testing import ClientStub, group_command, pull_command, restart_broker, send_command
+from tests.support.broker import ClientStub, group_command, pull_command, restart_broker, send_command
 from smartgo.net.codes import RequestCode, ResponseCode
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 from .test_clients import consumer_ids, tags
 

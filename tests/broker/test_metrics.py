@@ -19,13 +19,13 @@ from smartgo.broker.stats.metrics import BrokerMetrics
 from smartgo.broker.stats.metrics_http import MAX_HEAD, BadRequest, MetricsServer, Request, answer, parse_head
 from smartgo.broker.stats.prometheus import CONTENT_TYPE, Family, render
 from smartgo.broker.stats.stats import LatencyHistogram, NetStats, StatsBook, transaction_counts
-from smartgo.broker.testing import (FREE_PORT, ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
+from tests.support.broker import (FREE_PORT, ClientStub, metric_value, parse_metrics, pull_command, scrape_metrics,
                                     send_command, stats_records, update_offset_command)
 from smartgo.config import NodeConfig
 from smartgo.net.codes import LanguageCode, MQVersion, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import decode_records, parse_offset_msg_id
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

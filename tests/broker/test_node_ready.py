@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from smartgo.node.roles import ROLES
-from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import FREE_PORT, start_broker
+from tests.support.nodes import launch_node
+from tests.support.broker import FREE_PORT, start_broker
 from smartgo.config import NodeConfig
-from smartgo.testing import free_port
+from tests.support.waits import free_port
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -9,12 +9,12 @@ import resource
 import psutil
 import pytest
 
-from smartgo.actors.testing import ROOT
-from smartgo.broker.testing import pull_command, send_command, start_broker
+from tests.support.nodes import ROOT
+from tests.support.broker import pull_command, send_command, start_broker
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import ResponseCode
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 SOFT = 256
 QUEUES = 400

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from smartgo.broker.testing import offset_command, pull_command, send_command, uniq_key
+from tests.support.broker import offset_command, pull_command, send_command, uniq_key
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import decode_records, parse_offset_msg_id
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 FOREVER = 1 << 62
 

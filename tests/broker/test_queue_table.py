@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.broker.testing import (FREE_PORT, metric_value, parse_metrics, pull_command, restart_broker,
+from tests.support.broker import (FREE_PORT, metric_value, parse_metrics, pull_command, restart_broker,
                                     scrape_metrics, send_command)
 from smartgo.client import Admin
 from smartgo.cli.health import render
 from smartgo.client.errors import BrokerError
 from smartgo.net.codes import ResponseCode
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 LIMIT = 48                                      # 75% of board_queue_capacity 64
 

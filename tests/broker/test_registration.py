@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import restart_broker, send_command
+from tests.support.nodes import launch_node
+from tests.support.broker import restart_broker, send_command
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 
 def route(client, registry: str, topic: str) -> RemotingCommand:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from smartgo.actors.testing import launch_node
+from tests.support.nodes import launch_node
 from smartgo.cli.main import main
 from smartgo.client import Admin
 from smartgo.common.acl_sign import sign_request
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(90)
 

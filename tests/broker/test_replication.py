@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from smartgo.broker.processor.send_processor import SLAVE_REMARK
-from smartgo.broker.testing import (FREE_PORT, batch_command, committed_total, group_command, message_properties,
+from tests.support.broker import (FREE_PORT, batch_command, committed_total, group_command, message_properties,
                                     metric_value, offset_command, parse_metrics, pull_command, restart_broker,
                                     scrape_metrics, send_command, uniq_key, update_offset_command)
 from smartgo.net.client import RemotingClient
@@ -25,7 +25,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.frame import FrameDecoder, encode_command
 from smartgo.net.ha_codec import encode_header
 from smartgo.store.record import decode_records, pack_host
-from smartgo.testing import free_port, held_port_outside_ephemeral_range, steady_disk_usage, wait_until
+from tests.support.waits import free_port, held_port_outside_ephemeral_range, steady_disk_usage, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -308,12 +308,12 @@ def test_consumers_read_on_from_the_slave_when_the_master_dies(tmp_path, start_n
     other 100 from the slave, with the group's offsets (SlaveSynchronize), once the registry
     drops the master: a refused connection makes the client refresh its routes at once rather
     than at its 30 s poll, and a route change makes it rebalance."""
-    from smartgo.actors.testing import launch_node
+    from tests.support.nodes import launch_node
     from smartgo.broker.registration import BrokerIdentity, Registrar
     from smartgo.broker.managers.topics import read_snapshot
     from smartgo.client import AsyncProducer, AsyncPushConsumer, ConsumeResult, Message
     from smartgo.client.message import SendStatus
-    from smartgo.testing import async_wait_until
+    from tests.support.waits import async_wait_until
 
     registry = launch_node(tmp_path / "registry", {}, role="registry")
     try:
@@ -397,9 +397,9 @@ def test_slave_read_enable_sends_a_consumer_reading_old_data_to_the_slave(start_
     """slave_read_enable with an in-memory window of 0 % (every record counts as old): the master
     suggests brokerId 1, and an SDK consumer then reads much of its backlog at the slave. A slave
     whose window holds everything suggests the master again."""
-    from smartgo.broker.testing import pull_command, stats_records
+    from tests.support.broker import pull_command, stats_records
     from smartgo.client import AsyncPushConsumer, ConsumeResult
-    from smartgo.testing import async_wait_until
+    from tests.support.waits import async_wait_until
 
     master = start_node({"topics": "Cold:4", "slave_read_enable": "true", "access_message_in_memory_max_ratio": 0})
     slave = slaves(master.node, {"slave_read_enable": "true", "stats_interval": 1})
@@ -437,7 +437,7 @@ def test_a_taken_ha_port_costs_replication_not_the_broker(tmp_path, slaves):
     """The HA port is held by someone else: the master serves clients and logs the error; once the
     port is free its ha actor listens, and a slave replicates. (Started without the harness's wait,
     which takes "address already in use" for a clash of the node's own ports and retries.)"""
-    from smartgo.broker.testing import start_broker
+    from tests.support.broker import start_broker
     from smartgo.net.client import BlockingRemotingClient
     holder = held_port_outside_ephemeral_range()      # not one a connection elsewhere could take once it is let go
     port = holder.getsockname()[1]
@@ -464,9 +464,9 @@ def test_a_taken_ha_port_costs_replication_not_the_broker(tmp_path, slaves):
 def test_a_slave_started_before_its_master_finds_it_within_seconds(tmp_path, start_node):
     """Until a slave is connected to its master it registers every second, not every
     register_interval (30 s), so it learns where to replicate from as soon as the master is up."""
-    from smartgo.actors.testing import launch_node
-    from smartgo.broker.testing import SMALL_NODE
-    from smartgo.testing import steady_disk_usage
+    from tests.support.nodes import launch_node
+    from tests.support.broker import SMALL_NODE
+    from tests.support.waits import steady_disk_usage
 
     registry = launch_node(tmp_path / "registry", {}, role="registry")
     slave = None

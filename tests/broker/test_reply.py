@@ -12,12 +12,12 @@ import uuid
 import psutil
 import pytest
 
-from smartgo.broker.testing import heartbeat_body, pull_command, send_command, start_broker
+from tests.support.broker import heartbeat_body, pull_command, send_command, start_broker
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import decode_properties, decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 from .conftest import Broker
 

@@ -11,14 +11,14 @@ from smartgo.broker.recovery import load as recovered
 from smartgo.broker.recovery import recover_broker
 from smartgo.broker.ha.reseed import REQUEST_FILE, Reseed, done, pending, request
 from smartgo.broker.settings import store_config
-from smartgo.broker.testing import restart_broker
+from tests.support.broker import restart_broker
 from smartgo.config import NodeConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store import CommitLogWriter, StoreConfig
 from smartgo.store.cleanup import empty_store
 from smartgo.store.mapped_file import segment_starts
-from smartgo.testing import steady_disk_usage, wait_until
+from tests.support.waits import steady_disk_usage, wait_until
 from tests.broker.test_replication import caught_up, commitlog_bytes, field, send_many
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from smartgo.broker.schedule_testing import max_offset, pull_all, view
-from smartgo.broker.testing import send_command, uniq_key
+from tests.support.schedule import max_offset, pull_all, view
+from tests.support.broker import send_command, uniq_key
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import SCHEDULE_TOPIC, MessageExt, parse_offset_msg_id
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 # levels 3, 4, 5 (the first three send-backs with delay level 0) wait 1 s, 2 s, 3 s
 NODE_SETTINGS = {"topics": "Orders:2", "message_delay_level": "1s 1s 1s 2s 3s"}

@@ -7,13 +7,13 @@ import socket
 
 import pytest
 
-from smartgo.broker.testing import batch_command, message_properties, pull_command, send_command, uniq_key
+from tests.support.broker import batch_command, message_properties, pull_command, send_command, uniq_key
 from smartgo.net.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.frame import FrameDecoder, encode_command
 from smartgo.store.record import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, MULTI_TAGS_FLAG, STOREHOST_V6_FLAG,
                                   decode_records, encode_batch_body, encode_record, pack_host, parse_offset_msg_id)
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 PULL_HEADERS = {"suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"}
 

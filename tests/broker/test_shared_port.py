@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from smartgo.actors.testing import ROOT, SUPERVISOR
-from smartgo.broker.testing import send_command
+from tests.support.nodes import ROOT, SUPERVISOR
+from tests.support.broker import send_command
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import ResponseCode
-from smartgo.testing import free_ports
+from tests.support.waits import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 

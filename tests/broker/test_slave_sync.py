@@ -17,17 +17,17 @@ from smartgo.broker.actors.broker_actor import BrokerActor
 from smartgo.broker.managers.groups import GroupConfig, GroupSnapshot, SubscriptionGroups, parse_group_snapshot
 from smartgo.broker.managers.offsets import ConsumerOffsets
 from smartgo.broker.schedule.schedule_offsets import DELAY_OFFSET_FILE, DelayOffsetFile, DelayState
-from smartgo.broker.schedule_testing import delayed_command, max_offset
+from tests.support.schedule import delayed_command, max_offset
 from smartgo.broker.ha.slave_sync import (Changed, MasterState, SlaveSyncError, apply_state, fetch_master_state,
                                           next_topics, run_slave_sync)
-from smartgo.broker.testing import update_offset_command
+from tests.support.broker import update_offset_command
 from smartgo.broker.managers.topics import SNAPSHOT, TopicConfig, TopicSnapshot, read_snapshot, write_snapshot
 from smartgo.net import fastjson
 from smartgo.net.client import RemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.server import RemotingServer
-from smartgo.testing import async_wait_until, free_port, wait_until
+from tests.support.waits import async_wait_until, free_port, wait_until
 
 HOST = "127.0.0.1"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

@@ -10,12 +10,12 @@ import uuid
 
 import pytest
 
-from smartgo.broker.testing import ClientStub, pull_command, send_command
+from tests.support.broker import ClientStub, pull_command, send_command
 from smartgo.net import fastjson
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,10 +6,10 @@ import socket
 
 import pytest
 
-import smartgo.actors.testing as actors_testing
-from smartgo.actors.testing import NodeStartError
-from smartgo.broker.testing import start_broker
-from smartgo.testing import free_port
+import tests.support.nodes as actors_testing
+from tests.support.nodes import NodeStartError
+from tests.support.broker import start_broker
+from tests.support.waits import free_port
 
 
 @pytest.fixture

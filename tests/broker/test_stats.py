@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from smartgo.broker.testing import batch_command, pull_command, send_command, stats_records, update_offset_command
+from tests.support.broker import batch_command, pull_command, send_command, stats_records, update_offset_command
 from smartgo.net.codes import ResponseCode
 from smartgo.stats_schema import LATENCY_BOUNDS, SCHEMA_VERSION, file_name
 from smartgo.store.record import decode_records
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 NODE_SETTINGS = {"stats_interval": 1}
 

@@ -13,11 +13,11 @@ import uuid
 
 import pytest
 
-from smartgo.actors.testing import ROOT
-from smartgo.broker.testing import pull_command, send_command, update_offset_command
+from tests.support.nodes import ROOT
+from tests.support.broker import pull_command, send_command, update_offset_command
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 NODE_SETTINGS = {"stats_sample_interval": 1}

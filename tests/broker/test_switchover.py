@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from smartgo.broker.schedule_testing import delayed_command, max_offset
-from smartgo.broker.testing import group_command, send_command, update_offset_command
+from tests.support.schedule import delayed_command, max_offset
+from tests.support.broker import group_command, send_command, update_offset_command
 from smartgo.client import Admin, AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message, SendStatus
 from smartgo.client.errors import ClientError
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.errors import RemotingError
 from smartgo.store.record import pack_host
-from smartgo.testing import async_wait_until, free_port, wait_until
+from tests.support.waits import async_wait_until, free_port, wait_until
 
 from .test_failover import FAILOVER, brokers, role_file, taking_sends
 from .test_replication import assert_same_log

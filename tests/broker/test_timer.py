@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from smartgo.broker.schedule_testing import max_offset, pull_all, view
-from smartgo.broker.testing import FREE_PORT, batch_command, parse_metrics, scrape_metrics, send_command, uniq_key
+from tests.support.schedule import max_offset, pull_all, view
+from tests.support.broker import FREE_PORT, batch_command, parse_metrics, scrape_metrics, send_command, uniq_key
 from smartgo.client import AsyncProducer, Message
 from smartgo.net.codes import ResponseCode
 from smartgo.net.loop import run
 from smartgo.store.config import TIMER_FIRST_LEVEL
 from smartgo.store.record import SCHEDULE_TOPIC
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 PRECISION_MS = 200
 NODE_SETTINGS = {"topics": "Timed:3;Sdk:1;Cli:1;Refused:1", "timer_precision_ms": PRECISION_MS,

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from smartgo.actors.testing import ROOT, NodeStartError
-from smartgo.broker.testing import start_broker
+from tests.support.nodes import ROOT, NodeStartError
+from tests.support.broker import start_broker
 from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPullConsumer, ClientError, Message, PullStatus
 
 from smartgo.net.loop import run as arun
-from smartgo.testing import free_port, self_signed_cert, wait_for_port
+from tests.support.waits import free_port, self_signed_cert, wait_for_port
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from smartgo.broker.schedule.schedule_message import HALF_TOPIC, OP_TOPIC
-from smartgo.broker.testing import (FREE_PORT, end_transaction_command, group_command, heartbeat_body, metric_value,
+from tests.support.broker import (FREE_PORT, end_transaction_command, group_command, heartbeat_body, metric_value,
                                     parse_metrics, pull_command, restart_broker, scrape_metrics, send_command,
                                     stats_records, uniq_key)
 from smartgo.broker.transaction.transaction_check import CHECK_GROUP
@@ -20,7 +20,7 @@ from smartgo.net.codes import TRANS_CHECK_MAX_TIME_TOPIC, RequestCode, ResponseC
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                   TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 NODE_SETTINGS = {"transaction_timeout": 1.0, "transaction_check_interval": 0.2, "transaction_check_max": 3,
                  "metrics_port": FREE_PORT, "metrics_host": "127.0.0.1", "stats_interval": 1}

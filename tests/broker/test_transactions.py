@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from smartgo.broker.schedule.schedule_message import HALF_TOPIC, OP_TOPIC
-from smartgo.broker.testing import (batch_command, end_transaction_command, message_properties, pull_command,
+from tests.support.broker import (batch_command, end_transaction_command, message_properties, pull_command,
                                     restart_broker, send_command, uniq_key)
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -19,7 +19,7 @@ from smartgo.net.errors import RemotingTimeoutError
 from smartgo.net.frame import encode_command
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                   TRANSACTION_ROLLBACK_TYPE, decode_record, decode_records, parse_offset_msg_id)
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 GROUP = "tx_producer"
 

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from smartgo.broker.testing import start_broker
+from tests.support.broker import start_broker
 from smartgo.cli import admin_tools
 from smartgo.cli.errors import CliError
 from smartgo.cli.main import main
 from smartgo.client import Admin, MessageQueue
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 CLUSTER, BROKER_NAME = "ToolsCluster", "broker-tools"
 TOPIC, QUEUES, READ_ONLY = "Orders", 8, "Archive"

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.broker.testing import start_broker
+from tests.support.broker import start_broker
 from smartgo.client import Admin, ConsumeResult, Message, Producer, PushConsumer, create_reply_message
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_MD, README = ROOT / "docs" / "CLIENT.md", ROOT / "README.md"

@@ -175,7 +175,7 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from smartgo.testing import free_ports, steady_disk_usage, wait_for_port, wait_until  # noqa: E402
+from tests.support.waits import free_ports, steady_disk_usage, wait_for_port, wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small files so a test store stays small (the broker's defaults are 1 GiB CommitLog files).

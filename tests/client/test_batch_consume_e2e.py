@@ -11,7 +11,7 @@ import pytest
 from smartgo.client import AsyncAdmin, AsyncLitePullConsumer, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message
 from smartgo.client.running_info import CMResult
 from smartgo.store.record import MessageExt
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import arun
 from .test_lite_pull_e2e import progress

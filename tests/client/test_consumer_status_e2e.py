@@ -9,7 +9,7 @@ import pytest
 from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, Message
 from smartgo.client.errors import BrokerError, ClientError
 from smartgo.net.codes import ResponseCode
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import arun
 from .test_push_e2e import create_topic, name, send_all

@@ -14,7 +14,7 @@ from smartgo.client import (AsyncLitePullConsumer, AsyncPullConsumer, AsyncPushC
                             MessageModel, MessageQueue, MessageSelector, PullStatus, SubscriptionError)
 from smartgo.net.codes import PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import Background, FakeBroker, arun, fake_cluster, pull_response, response
 
@@ -311,7 +311,7 @@ def test_blocking_facades(tmp):
     import concurrent.futures
 
     from smartgo.client import ClientStateError, Message, Producer, PushConsumer, SendStatus
-    from smartgo.testing import wait_until
+    from tests.support.waits import wait_until
 
     bg = Background()
     broker = FakeBroker(topics={"T": 2})

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPullConsumer, Message, PullStatus, SendStatus
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import ROOT, arun
 

@@ -16,7 +16,7 @@ from smartgo.cli.main import main
 from smartgo.client import (AsyncAdmin, AsyncLitePullConsumer, AsyncProducer, ClientStateError, LitePullConsumer,
                             Message, MessageModel, MessageQueue, MessageSelector, Producer, SubscriptionError)
 from smartgo.client.lite_pull_consumer import SUSPENDED_PULL_TIMEOUT
-from smartgo.testing import async_wait_until, wait_until
+from tests.support.waits import async_wait_until, wait_until
 
 from .conftest import arun
 from .test_push_e2e import create_topic, name, send_all

@@ -12,7 +12,7 @@ from smartgo.client import AsyncProducer, BrokerError, Message, NoRouteError, Se
 from smartgo.net.busy_poll import poller_for
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import COMPRESSED_FLAG, decode_batch_body, decode_properties
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import FakeBroker, arun, fake_cluster
 

@@ -18,7 +18,7 @@ import pytest
 
 from smartgo.client import (Admin, AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult,
                             Message, MessageModel, MessageSelector, Producer, PushConsumer)
-from smartgo.testing import async_wait_until, wait_until
+from tests.support.waits import async_wait_until, wait_until
 
 from .conftest import ROOT, arun
 

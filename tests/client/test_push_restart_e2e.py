@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from smartgo.actors.testing import Node
+from tests.support.nodes import Node
 from smartgo.broker.managers.members import FILE
-from smartgo.broker.testing import restart_broker, start_broker
+from tests.support.broker import restart_broker, start_broker
 from smartgo.client import AsyncProducer, AsyncPushConsumer, Message
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import arun
 

@@ -20,7 +20,7 @@ from smartgo.client import api
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import COMPRESSED_FLAG, MessageExt
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import ROOT, RealCluster, arun
 

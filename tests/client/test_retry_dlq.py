@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, Message
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import ROOT, RealCluster, arun
 

@@ -15,10 +15,10 @@ from collections import Counter
 
 import pytest
 
-from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import restart_broker, start_broker
+from tests.support.nodes import launch_node
+from tests.support.broker import restart_broker, start_broker
 from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPushConsumer, Message, MessageQueue, NoRouteError
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import arun
 

@@ -20,7 +20,7 @@ from smartgo.client.trace import ConsumeReturnType, MessageType, TraceRecord, Tr
 from smartgo.config import NodeConfig
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.store.record import MessageExt, decode_properties
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import FakeBroker, arun, fake_cluster
 

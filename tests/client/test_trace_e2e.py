@@ -14,7 +14,7 @@ from smartgo.cli.main import main
 from smartgo.client import (AsyncAdmin, AsyncProducer, AsyncPushConsumer, ConsumeResult, LocalTransactionState,
                             Message)
 from smartgo.client.trace import TRACE_TOPIC, ConsumeReturnType, MessageType, TraceType
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import RealCluster, arun
 

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from smartgo.actors.testing import ROOT
+from tests.support.nodes import ROOT
 from smartgo.client import AsyncAdmin, AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, BrokerError, Message
 from smartgo.client.message import MessageQueue
 from smartgo.net.codes import ResponseCode
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import arun
 from .test_consumer_status_e2e import committed

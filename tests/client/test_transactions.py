@@ -12,7 +12,7 @@ import pytest
 
 from smartgo.client import (AsyncAdmin, AsyncProducer, AsyncPullConsumer, ClientStateError, LocalTransactionState,
                             Message, NoRouteError, Producer, PullStatus, SendStatus)
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import RealCluster, arun
 

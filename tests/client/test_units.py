@@ -29,7 +29,7 @@ from smartgo.client.subscription import SubscriptionError, build_subscription
 from smartgo.client.uniq_id import UniqIdGenerator, uniq_id_ip, uniq_id_time
 from smartgo.net.codes import RequestCode
 from smartgo.store.record import MessageExt, encode_record, iter_records
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 
 def mqs(n: int, topic: str = "T", broker: str = "b") -> list[MessageQueue]:

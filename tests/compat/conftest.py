@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from smartgo.actors.testing import Node
-from smartgo.broker.testing import start_broker
+from tests.support.nodes import Node
+from tests.support.broker import start_broker
 from smartgo.client import AsyncProducer, AsyncPullConsumer, Message, MessageExt, NoRouteError, PullStatus, SendResult
 from smartgo.net.loop import run
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 CPP_DRIVER = Path(__file__).resolve().parent / "cpp_client.py"

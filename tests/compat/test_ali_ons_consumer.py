@@ -18,7 +18,7 @@ import pytest
 
 from smartgo.client import AsyncPullConsumer, MessageQueue
 from smartgo.net.codes import PullSysFlag, RequestCode
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 from .conftest import OnsError, arun, create_topic, ons, python_send, summary, topic_name
 
@@ -225,7 +225,7 @@ def test_signed_requests_pass_an_acl_enabled_broker(tmp_path):
     """ali-ons signs as AclClientRPCHook does (plus its OnsChannel field): its producer and
     consumer work against a broker with acl_enable; a wrong secret, or a topic the account may
     only read, is refused with 4.x's reason."""
-    from smartgo.broker.testing import start_broker
+    from tests.support.broker import start_broker
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ONS_ACL)
     node = start_broker(tmp_path / "node", {"acl_enable": "true", "acl_file": str(acl),

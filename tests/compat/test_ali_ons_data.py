@@ -20,7 +20,7 @@ import pytest
 
 from smartgo.client import AsyncAdmin
 from smartgo.net.codes import RequestCode
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 from .conftest import NODE_DIR, OnsError, arun, create_topic, ons, python_read, python_send, topic_name
 

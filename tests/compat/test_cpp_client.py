@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from smartgo.broker.testing import committed_total, restart_broker, start_broker
+from tests.support.broker import committed_total, restart_broker, start_broker
 from smartgo.client import AsyncAdmin, AsyncPullConsumer, MessageQueue
 from smartgo.client.message import Prop
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 from .conftest import arun, cpp, create_topic, python_read, python_send, topic_name
 
@@ -194,8 +194,8 @@ def test_push_consumer_reads_on_from_the_slave_after_the_master_is_killed(cpp_ho
     """A standalone registry, a master and its slave. The C++ consumer group reads the first
     round from the master; after a second round the master is killed (-9), and the group reads
     exactly the second round from the slave (its offsets came with SlaveSynchronize)."""
-    from smartgo.actors.testing import launch_node
-    from smartgo.broker.testing import start_slave
+    from tests.support.nodes import launch_node
+    from tests.support.broker import start_slave
     registry_node = launch_node(tmp_path / "registry", {}, role="registry")
     nodes = [registry_node]
     try:

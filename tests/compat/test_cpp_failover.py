@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from smartgo.actors.testing import launch_node
-from smartgo.broker.testing import committed_total, offset_command, start_broker, start_slave
+from tests.support.nodes import launch_node
+from tests.support.broker import committed_total, offset_command, start_broker, start_slave
 from smartgo.client import Admin
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 from ..broker.test_failover import FAILOVER, brokers, taking_sends
 from .conftest import cpp

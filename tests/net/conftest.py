@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from smartgo.net.loop import run, uvloop_available
-from smartgo.testing import free_port, wait_for_port
+from tests.support.waits import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPS = ["asyncio"] + (["uvloop"] if uvloop_available() else [])

@@ -13,7 +13,7 @@ import pytest
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.frame import FrameDecoder, encode_frame
-from smartgo.testing import wait_until
+from tests.support.waits import wait_until
 
 HOST = "127.0.0.1"
 MAX_FRAME = 1 << 20   # the echo_server fixture's limit

@@ -13,7 +13,7 @@ from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import eager
 from smartgo.net.server import RemotingServer
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 HOST = "127.0.0.1"
 

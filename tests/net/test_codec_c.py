@@ -231,7 +231,7 @@ def test_lengths_and_types_refused_alike(data: bytes, reason: str | None) -> Non
 
 def test_the_broker_send_frames_decode_alike() -> None:
     """The sync benchmark's frames, both header types, several to a buffer, split anywhere."""
-    from smartgo.broker.testing import send_command, uniq_key
+    from tests.support.broker import send_command, uniq_key
     stream = b""
     for stype, extra in ((SerializeType.MSGPACK, FLAG_SMARTGO), (SerializeType.JSON, 0)):
         cmd = send_command("Bench", b"b" * 128, queue_id=3, uniq=uniq_key())
@@ -273,7 +273,7 @@ def test_json_text_forms_alike() -> None:
 
 def test_common_headers_never_fall_back() -> None:
     """What clients send (a SmartGo or Java send, its reply) is decoded in C, not handed to Python."""
-    from smartgo.broker.testing import send_command, uniq_key
+    from tests.support.broker import send_command, uniq_key
     fell_back = []
 
     def refuse(data):

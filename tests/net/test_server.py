@@ -20,7 +20,7 @@ from smartgo.net.errors import ConnectionClosedError, RemotingConnectError, Remo
 from smartgo.net.frame import FrameDecoder, encode_frame
 from smartgo.net.loop import wait_within
 from smartgo.net.server import RemotingServer
-from smartgo.testing import async_wait_until, free_port
+from tests.support.waits import async_wait_until, free_port
 
 HOST = "127.0.0.1"
 

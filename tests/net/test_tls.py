@@ -18,7 +18,7 @@ from smartgo.net.connection import Connection
 from smartgo.net.errors import RemotingConnectError, RemotingError
 from smartgo.net.server import RemotingServer
 from smartgo.net.tls import ServerTls, client_context, server_context, server_options
-from smartgo.testing import self_signed_cert
+from tests.support.waits import self_signed_cert
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,7 +15,7 @@ import pytest
 
 from smartgo.net.codes import RequestCode
 from smartgo.net.command import RemotingCommand
-from smartgo.testing import free_port, wait_for_port
+from tests.support.waits import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "DefaultCluster"

@@ -15,7 +15,7 @@ from smartgo.net.codes import ORDER_TOPIC_CONFIG, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.loop import run
 from smartgo.registry.server import RegistryServer
-from smartgo.testing import async_wait_until
+from tests.support.waits import async_wait_until
 
 from .conftest import (FakeClock, compressed_register_body, register_body, register_request,
                        strict_json)

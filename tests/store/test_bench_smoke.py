@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from smartgo.testing import run_benchmark
+from tests.support.waits import run_benchmark
 
 
 @pytest.mark.timeout(120)

@@ -21,7 +21,7 @@ import psutil
 
 from smartgo.actors.board import Board, BoardError
 from smartgo.actors.health import node_health
-from smartgo.testing import free_port, wait_until
+from tests.support.waits import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISOR = ROOT / "supervisor.py"

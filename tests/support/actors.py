@@ -1,11 +1,11 @@
 """Actors that misbehave on purpose, for the supervisor's tests and benchmarks.
 
-They live in the package (not under tests/) because actor classes are imported by module path
-in the actor process. Declare them as extra actors in a node's config file:
+The actor process imports them by module path: the supervisor's folder (the repository root) is
+on its sys.path. Declare them as extra actors in a node's config file:
 
     [[actor]]
     name = "hang"
-    cls = "smartgo.actors.testing_actors:HangingActor"
+    cls = "tests.support.actors:HangingActor"
     heartbeat_deadline = 0.5
     kwargs = { hang_after = 0.2 }
 """

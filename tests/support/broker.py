@@ -18,14 +18,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from smartgo.actors.testing import ROOT, SUPERVISOR, Node, launch_node
+from tests.support.nodes import ROOT, SUPERVISOR, Node, launch_node
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import CURRENT_VERSION, FLAG_ONEWAY, LanguageCode, PullSysFlag, RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.java_hash import java_hash
 from smartgo.store.record import TRANSACTION_COMMIT_TYPE, encode_batch_body, encode_properties, parse_offset_msg_id
-from smartgo.testing import free_port, free_ports, steady_disk_usage
+from tests.support.waits import free_port, free_ports, steady_disk_usage
 
 _uniq = itertools.count(1)
 _PREFIX = os.urandom(8).hex().upper()

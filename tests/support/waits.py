@@ -1,8 +1,4 @@
-"""Helpers shared by tests and benchmarks: free loopback ports and deadline polling.
-
-They live in the package (not in tests/) so benchmarks and every test folder can import
-them without sys.path tricks.
-"""
+"""Helpers shared by tests and benchmarks: free loopback ports, deadline polling, benchmark runs, certificates."""
 
 from __future__ import annotations
 
@@ -114,7 +110,7 @@ def run_benchmark(script: str, *args: str, timeout: float = 170.0, tmpdir: Path 
     """`benchmarks/<script> --quick --json [args]` from the checkout: its figures (the JSON object
     on the last line). For the benchmark smoke tests: a benchmark that breaks fails the suite.
     tmpdir: the benchmark's TMPDIR (to check that it leaves nothing behind)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     out = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--json", *args],
                          capture_output=True, text=True, timeout=timeout, cwd=root, env=env)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from smartgo.broker.testing import offset_command, pull_command, send_command, uniq_key
+from tests.support.broker import offset_command, pull_command, send_command, uniq_key
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.store.record import MessageExt, decode_records, parse_offset_msg_id

@@ -1,0 +1,1 @@
+"""Helpers for the tests and benchmarks: ports and waits, node harness, command builders, test actors."""
