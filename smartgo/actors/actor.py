@@ -45,7 +45,7 @@ from smartgo.actors.spec import ActorSpec, import_object
 from smartgo.config import NodeConfig
 from smartgo.net.loop import new_event_loop
 
-log = logging.getLogger("smartgo.actors.actor")
+log = logging.getLogger(__name__)
 
 
 @dataclass

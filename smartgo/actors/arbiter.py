@@ -49,7 +49,7 @@ from smartgo.actors.spec import PERMANENT, TEMPORARY, ActorSpec, SpecError, star
 from smartgo.actors.watchdog import Verdict, Watchdog
 from smartgo.config import NodeConfig
 
-log = logging.getLogger("smartgo.actors.arbiter")
+log = logging.getLogger(__name__)
 
 TICK = 0.05           # the loop turns at least this often: heartbeat checks, the node heartbeat
 STOPPED, RESTART, KILLED = "stopped", "restart", "killed"

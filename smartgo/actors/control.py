@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import msgpack
 
-log = logging.getLogger("smartgo.actors.control")
+log = logging.getLogger(__name__)
 
 PIPE_BUF = select.PIPE_BUF
 _READ = 65536

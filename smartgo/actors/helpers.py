@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from typing import Any
 
-log = logging.getLogger("smartgo.actors.helpers")
+log = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
 

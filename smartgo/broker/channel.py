@@ -50,7 +50,7 @@ from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.loop import wait_within
 
-log = logging.getLogger("smartgo.broker.channel")
+log = logging.getLogger(__name__)
 
 INVOKE_MARGIN = 1.0        # s the broker waits for an invocation's answer beyond the client's timeout
 

@@ -26,7 +26,7 @@ from smartgo.store import StoreLock, mark_running, recover
 from smartgo.store.cleanup import delete_dropped_queues, empty_store
 from smartgo.store.consume_queue import list_queues
 
-log = logging.getLogger("smartgo.broker.recovery")
+log = logging.getLogger(__name__)
 
 RECOVERED_FILE = "recovered.msgpack"
 

@@ -26,7 +26,7 @@ from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
 
-log = logging.getLogger("smartgo.broker.registration")
+log = logging.getLogger(__name__)
 
 TIMEOUT = 3.0
 

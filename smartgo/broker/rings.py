@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from smartgo.actors.ring import Ring, RingError
 
-log = logging.getLogger("smartgo.broker.rings")
+log = logging.getLogger(__name__)
 
 SEND_RING_CAPACITY = 8 << 20        # a few hundred 32-message batches: absorbs a commit restart's pause
 DONE_RING_CAPACITY = 4 << 20        # 100k completions

@@ -27,7 +27,7 @@ from smartgo.client.push_consumer import AsyncPushConsumer
 from smartgo.client.subscription import MessageSelector, build_subscription
 from smartgo.net.loop import new_event_loop
 
-log = logging.getLogger("smartgo.client.blocking")
+log = logging.getLogger(__name__)
 
 
 class LoopThread:

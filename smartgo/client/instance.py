@@ -32,7 +32,7 @@ from smartgo.net.connection import Connection, Processor
 from smartgo.net.errors import RemotingConnectError, RemotingError
 from smartgo.net.tls import client_context
 
-log = logging.getLogger("smartgo.client.instance")
+log = logging.getLogger(__name__)
 
 EARLY_REFRESH_MIN = 1.0     # s between early route refreshes (a refused connection, a broker that takes no sends)
 AVOID_REFUSING = 10.0       # s reads and offset requests go to another address of a broker that refused

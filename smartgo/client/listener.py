@@ -32,7 +32,7 @@ from typing import Any, cast
 from smartgo.client.message import ConsumeResult
 from smartgo.store.record import MessageExt
 
-log = logging.getLogger("smartgo.client.listener")
+log = logging.getLogger(__name__)
 
 Listener = Callable[[MessageExt], Any]
 BatchListener = Callable[[list[MessageExt]], Any]

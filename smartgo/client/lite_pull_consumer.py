@@ -34,7 +34,7 @@ from smartgo.net.codes import RequestCode
 from smartgo.net.loop import wait_within
 from smartgo.store.record import MessageExt
 
-log = logging.getLogger("smartgo.client.lite_pull_consumer")
+log = logging.getLogger(__name__)
 
 #: Java's consumerTimeoutMillisWhenSuspend: a held pull's answer is awaited this long.
 SUSPENDED_PULL_TIMEOUT = 30.0

@@ -20,7 +20,7 @@ from smartgo.client.instance import ClientInstance
 from smartgo.client.message import MessageQueue
 from smartgo.net.codes import ResponseCode
 
-log = logging.getLogger("smartgo.client.offset_store")
+log = logging.getLogger(__name__)
 
 
 class OffsetStore(abc.ABC):

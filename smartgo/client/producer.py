@@ -39,7 +39,7 @@ from smartgo.net.loop import wait_within
 from smartgo.store.record import (COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, MessageExt, encode_batch_body,
                                   encode_properties)
 
-log = logging.getLogger("smartgo.client.producer")
+log = logging.getLogger(__name__)
 
 #: Broker codes after which a send moves on to another broker (DefaultMQProducer's list, plus
 #: SYSTEM_BUSY: SmartGo answers it while a broker actor restarts, and users ask for it, H.2 #4).

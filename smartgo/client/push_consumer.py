@@ -42,7 +42,7 @@ from smartgo.net.codes import RequestCode, retry_topic
 from smartgo.net.loop import wait_within
 from smartgo.store.record import MessageExt
 
-log = logging.getLogger("smartgo.client.push_consumer")
+log = logging.getLogger(__name__)
 
 #: A failed send-back: the message is consumed again locally after this long.
 RECONSUME_LATER_DELAY = 5.0

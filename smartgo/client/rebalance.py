@@ -33,7 +33,7 @@ from smartgo.net.codes import RETRY_GROUP_TOPIC_PREFIX, RequestCode, ResponseCod
 from smartgo.net.errors import RemotingConnectError
 from smartgo.net.loop import wait_within
 
-log = logging.getLogger("smartgo.client.rebalance")
+log = logging.getLogger(__name__)
 
 #: Pause before pulling again after an error (Java PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION).
 PULL_DELAY_ON_ERROR = 3.0

@@ -36,7 +36,7 @@ from smartgo.store.record import MessageExt
 if TYPE_CHECKING:
     from smartgo.client.producer import AsyncProducer  # the producer module imports this one
 
-log = logging.getLogger("smartgo.client.trace")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TRACE_GROUP = "_INNER_TRACE_PRODUCER"           # TraceConstants.GROUP_NAME_PREFIX

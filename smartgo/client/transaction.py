@@ -27,7 +27,7 @@ from smartgo.store.errors import CorruptRecordError
 from smartgo.store.record import (TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExt,
                                   decode_record, parse_offset_msg_id)
 
-log = logging.getLogger("smartgo.client.transaction")
+log = logging.getLogger(__name__)
 
 
 class LocalTransactionState(enum.Enum):

@@ -24,7 +24,7 @@ from smartgo.net.codes import ResponseCode
 from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor
 
-log = logging.getLogger("smartgo.common.acl_guard")
+log = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 1.0       # s between looks at the ACL file
 

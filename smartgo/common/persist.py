@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-log = logging.getLogger("smartgo.common.persist")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 PARSE_ERRORS = (ValueError, KeyError, TypeError, AttributeError)

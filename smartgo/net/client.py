@@ -24,7 +24,7 @@ from smartgo.net.errors import RemotingConnectError, RemotingTimeoutError
 from smartgo.net.frame import DEFAULT_MAX_FRAME
 from smartgo.net.loop import new_event_loop, wait_within
 
-log = logging.getLogger("smartgo.net.client")
+log = logging.getLogger(__name__)
 
 
 def split_address(addr: str) -> tuple[str, int]:

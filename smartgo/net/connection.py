@@ -35,7 +35,7 @@ from smartgo.net.errors import (ConnectionClosedError, FrameError, RemotingError
                                 RemotingTimeoutError)
 from smartgo.net.frame import DEFAULT_MAX_FRAME, FrameDecoder, encode_command
 
-log = logging.getLogger("smartgo.net.connection")
+log = logging.getLogger(__name__)
 
 Processor = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 ResponseCallback = Callable[[RemotingCommand | None, BaseException | None], None]

@@ -18,7 +18,7 @@ from smartgo.net.connection import Connection, Endpoint, EndpointOptions, Listen
 from smartgo.net.frame import DEFAULT_MAX_FRAME
 from smartgo.net.tls import serve_permissive
 
-log = logging.getLogger("smartgo.net.server")
+log = logging.getLogger(__name__)
 
 
 class RemotingServer(Endpoint):

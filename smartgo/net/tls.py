@@ -20,7 +20,7 @@ from typing import Any
 
 from smartgo.net.loop import wait_within
 
-log = logging.getLogger("smartgo.net.tls")
+log = logging.getLogger(__name__)
 
 MODES = ("disabled", "permissive", "enforcing")
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require": ssl.CERT_REQUIRED}

@@ -46,7 +46,7 @@ from smartgo.net.errors import RemotingError
 from smartgo.registry import bodies
 from smartgo.registry.route_info import RouteInfoManager
 
-log = logging.getLogger("smartgo.registry.controller")
+log = logging.getLogger(__name__)
 
 STATE_FILE = "failover.json"
 CALL_TIMEOUT = 3.0

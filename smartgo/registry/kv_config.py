@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-log = logging.getLogger("smartgo.registry.kv_config")
+log = logging.getLogger(__name__)
 
 FILE_NAME = "kvConfig.json"
 

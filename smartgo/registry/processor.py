@@ -24,7 +24,7 @@ from smartgo.registry.kv_config import KVConfigManager
 from smartgo.registry.registry_config import BlackListed, RegistryConfig
 from smartgo.registry.route_info import RouteInfoManager
 
-log = logging.getLogger("smartgo.registry.processor")
+log = logging.getLogger(__name__)
 
 OK = ResponseCode.SUCCESS
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from smartgo.net.codes import MASTER_ID, PermName
 from smartgo.net.route_data import BrokerData, QueueData
 
-log = logging.getLogger("smartgo.registry.route_info")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

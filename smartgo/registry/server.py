@@ -32,7 +32,7 @@ from smartgo.registry.processor import RegistryProcessors
 from smartgo.registry.registry_config import RegistryConfig
 from smartgo.registry.route_info import RouteInfoManager
 
-log = logging.getLogger("smartgo.registry.server")
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9876
 DEFAULT_STORE_DIR = Path.home() / "namesrv"

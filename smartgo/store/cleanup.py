@@ -19,7 +19,7 @@ from smartgo.store.damage import DAMAGED_DIR, FOUND
 from smartgo.store.index_file import HEADER, list_index_files
 from smartgo.store.mapped_file import MappedFileQueue, segment_name, segment_starts
 
-log = logging.getLogger("smartgo.store.cleanup")
+log = logging.getLogger(__name__)
 
 
 def expired_commitlog_files(config: StoreConfig, now_ms: int, force: bool = False, max_files: int = 10) -> list[int]:

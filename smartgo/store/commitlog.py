@@ -24,7 +24,7 @@ from smartgo.store.record import (
     POS_STORETIMESTAMP, QUEUE_AND_PHYS, SIZE_MAGIC, SIZE_MAGIC_QUEUE_SYSFLAG, check_record,
 )
 
-log = logging.getLogger("smartgo.store.commitlog")
+log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
 

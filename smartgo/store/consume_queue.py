@@ -19,7 +19,7 @@ from smartgo.store.errors import OffsetGoneError
 from smartgo.store.lazy_numpy import np
 from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, MappingLimit, first_hole, keep_warm
 
-log = logging.getLogger("smartgo.store.consume_queue")
+log = logging.getLogger(__name__)
 
 ENTRY = struct.Struct(">qiq")
 

@@ -29,7 +29,7 @@ from smartgo.store.mapped_file import segment_name
 from smartgo.store.record import (BLANK_MAGIC, FIXED_SIZE, INT32, MESSAGE_MAGIC, SIZE_MAGIC,
                                   TRANSACTION_ROLLBACK_TYPE, check_record, encode_record, store_timestamp_at)
 
-log = logging.getLogger("smartgo.store.damage")
+log = logging.getLogger(__name__)
 
 FILLER_TOPIC = "SMARTGO_DAMAGED"
 DAMAGED_DIR = "damaged"

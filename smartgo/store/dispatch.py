@@ -42,7 +42,7 @@ def _size_magic() -> _np.dtype:
     return _np.dtype([("size", ">i4"), ("magic", ">i4")])
 
 
-log = logging.getLogger("smartgo.store.dispatch")
+log = logging.getLogger(__name__)
 
 VECTORIZE_MIN = 48  # below this many records a chunk costs less record by record
 RUN_PROBE = 32  # records of one size in a row make the walk check the following ones with numpy

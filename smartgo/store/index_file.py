@@ -27,7 +27,7 @@ from smartgo.store.java_hash import (
 from smartgo.store.lazy_numpy import np as _np
 from smartgo.store.mapped_file import MappedFile, create_segment
 
-log = logging.getLogger("smartgo.store.index_file")
+log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40

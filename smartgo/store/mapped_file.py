@@ -19,7 +19,7 @@ from pathlib import Path
 from smartgo.store.config import PAGE_SIZE
 from smartgo.store.errors import DiskFullError, OffsetGoneError
 
-log = logging.getLogger("smartgo.store.mapped_file")
+log = logging.getLogger(__name__)
 
 NAME_WIDTH = 20
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)

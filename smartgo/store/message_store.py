@@ -29,7 +29,7 @@ from smartgo.store.record import (
 from smartgo.store.recovery import RecoveredState, recover
 from smartgo.store.store_files import StoreLock, mark_clean_shutdown, mark_running
 
-log = logging.getLogger("smartgo.store.message_store")
+log = logging.getLogger(__name__)
 
 MAX_TIME = (1 << 63) - 1
 

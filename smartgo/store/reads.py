@@ -24,7 +24,7 @@ from smartgo.store.record import (
     store_timestamp_at,
 )
 
-log = logging.getLogger("smartgo.store.reads")
+log = logging.getLogger(__name__)
 
 
 class GetStatus(enum.Enum):

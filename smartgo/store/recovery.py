@@ -28,7 +28,7 @@ from smartgo.store.mapped_file import MappedFileQueue
 from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, Buffer, store_timestamp_at
 from smartgo.store.store_files import abort_file_exists
 
-log = logging.getLogger("smartgo.store.recovery")
+log = logging.getLogger(__name__)
 
 # TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET: what a ConsumeQueue entry must match
 _CQ_CHECK = struct.Struct(">ii4xi4xqq")

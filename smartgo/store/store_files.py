@@ -9,7 +9,7 @@ from pathlib import Path
 
 from smartgo.store.errors import StoreLockedError
 
-log = logging.getLogger("smartgo.store.store_files")
+log = logging.getLogger(__name__)
 
 
 class StoreLock:

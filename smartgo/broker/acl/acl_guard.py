@@ -12,7 +12,7 @@ from smartgo.common.acl_check import AclConfigError
 from smartgo.common.acl_guard import AclGuard
 from smartgo.config import NodeConfig
 
-log = logging.getLogger("smartgo.broker.acl.acl_guard")
+log = logging.getLogger(__name__)
 
 
 def acl_path(config: NodeConfig) -> Path:

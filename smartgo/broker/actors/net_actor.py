@@ -68,7 +68,7 @@ from smartgo.net.server import RemotingServer
 from smartgo.net.tls import node_server_options
 from smartgo.store import StoreReader
 
-log = logging.getLogger("smartgo.broker.actors.net_actor")
+log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 5.0        # s a stopping net actor waits for the answers of the sends it handed over
 SETTLE_TIMEOUT = 1.0       # ... and of the requests it forwarded to the broker actor (which may be gone)

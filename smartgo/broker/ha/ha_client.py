@@ -37,7 +37,7 @@ from smartgo.store.record import MESSAGE_MAGIC, SIZE_MAGIC, store_timestamp_at
 if TYPE_CHECKING:
     from smartgo.broker.actors.ha_actor import HAActor
 
-log = logging.getLogger("smartgo.broker.ha.ha_client")
+log = logging.getLogger(__name__)
 
 MASTER_FILE = "ha_master"        # <run>/ha_master: the master's HA address, from the registry
 RECONNECT = 1.0                  # s between connection attempts

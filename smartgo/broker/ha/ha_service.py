@@ -35,7 +35,7 @@ from smartgo.store import CommitLogReader, OffsetGoneError
 if TYPE_CHECKING:
     from smartgo.broker.actors.ha_actor import HAActor
 
-log = logging.getLogger("smartgo.broker.ha.ha_service")
+log = logging.getLogger(__name__)
 
 TRANSFER_BATCH = 32 * 1024      # haTransferBatchSize
 SAFETY_CHECK = 1.0              # s: the longest sleep without looking at the written position

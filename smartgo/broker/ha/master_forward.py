@@ -36,7 +36,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, Processor
 from smartgo.net.errors import RemotingError
 
-log = logging.getLogger("smartgo.broker.ha.master_forward")
+log = logging.getLogger(__name__)
 
 # The writes a client addresses to its broker name's master
 FORWARDED = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,

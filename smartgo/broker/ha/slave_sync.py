@@ -47,7 +47,7 @@ from smartgo.net.codes import RequestCode, ResponseCode, code_name
 from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
 
-log = logging.getLogger("smartgo.broker.ha.slave_sync")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 3.0          # per request; RocketMQ's BrokerOuterAPI uses 3 s for these four

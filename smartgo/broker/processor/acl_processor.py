@@ -34,7 +34,7 @@ from smartgo.net.command import RemotingCommand
 if TYPE_CHECKING:
     from smartgo.broker.actors.broker_actor import BrokerActor
 
-log = logging.getLogger("smartgo.broker.processor.acl_processor")
+log = logging.getLogger(__name__)
 
 ACL_OFF = "ACL is off on this broker (acl_enable=false), so it keeps no ACL file to change or read"
 

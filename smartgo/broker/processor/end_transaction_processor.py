@@ -31,7 +31,7 @@ from smartgo.store.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_T
 if TYPE_CHECKING:
     from smartgo.broker.actors.net_actor import NetActor
 
-log = logging.getLogger("smartgo.broker.processor.end_transaction_processor")
+log = logging.getLogger(__name__)
 
 REMOVE_TAG = "d"                 # TransactionalMessageUtil.REMOVETAG
 _OP_PROPERTIES = {"TAGS": REMOVE_TAG, "WAIT": "false"}

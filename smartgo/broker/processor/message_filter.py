@@ -30,7 +30,7 @@ from smartgo.net.connection import Connection, eager
 from smartgo.store.java_hash import tags_code
 from smartgo.store.record import decode_properties
 
-log = logging.getLogger("smartgo.broker.processor.message_filter")
+log = logging.getLogger(__name__)
 
 CACHE_CHARS = 1 << 20       # expression text kept compiled per net actor (~30x that in memory, worst case)
 ENTRY_CHARS = 100           # what an entry counts besides its text

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from smartgo.broker.actors.broker_actor import BrokerActor
     from smartgo.broker.actors.net_actor import NetActor
 
-log = logging.getLogger("smartgo.broker.processor.reply_processor")
+log = logging.getLogger(__name__)
 
 REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
 CORRELATION_ID = "CORRELATION_ID"

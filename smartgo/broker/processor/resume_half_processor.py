@@ -35,7 +35,7 @@ from smartgo.store.record import decode_record
 if TYPE_CHECKING:
     from smartgo.broker.actors.net_actor import NetActor
 
-log = logging.getLogger("smartgo.broker.processor.resume_half_processor")
+log = logging.getLogger(__name__)
 
 PUT_FAILED = f"Put message back to {HALF_TOPIC} failed."
 REFUSED = f"Exception was thrown when putting message back to {HALF_TOPIC}."

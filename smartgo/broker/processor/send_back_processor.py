@@ -28,7 +28,7 @@ from smartgo.store.record import decode_properties
 if TYPE_CHECKING:
     from smartgo.broker.actors.net_actor import NetActor
 
-log = logging.getLogger("smartgo.broker.processor.send_back_processor")
+log = logging.getLogger(__name__)
 
 RETRY_TOPIC = "RETRY_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

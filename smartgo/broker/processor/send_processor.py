@@ -50,7 +50,7 @@ from smartgo.store.errors import MessageIllegalError
 if TYPE_CHECKING:
     from smartgo.broker.actors.net_actor import NetActor
 
-log = logging.getLogger("smartgo.broker.processor.send_processor")
+log = logging.getLogger(__name__)
 
 BUSY_AFTER = 2.0            # s a send may wait for room in the ring before SYSTEM_BUSY
 OVERFLOW_POLL = 0.005       # s between attempts to feed a full ring

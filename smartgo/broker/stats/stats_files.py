@@ -16,7 +16,7 @@ from pathlib import Path
 
 from smartgo.stats_schema import FILE_GLOB, file_hour_ms, file_name
 
-log = logging.getLogger("smartgo.broker.stats.stats_files")
+log = logging.getLogger(__name__)
 
 TAIL_BYTES = 64 * 1024
 

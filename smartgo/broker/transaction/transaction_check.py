@@ -48,7 +48,7 @@ from smartgo.store.record import decode_record
 if TYPE_CHECKING:
     from smartgo.broker.actors.broker_actor import BrokerActor
 
-log = logging.getLogger("smartgo.broker.transaction.transaction_check")
+log = logging.getLogger(__name__)
 
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 WALK_LIMIT = 20_000              # half entries one pass looks at (the broker actor's loop waits meanwhile)
