@@ -27,7 +27,7 @@ from analytics.spark import add_spark_arguments, cli_session
 from analytics.store_scan import commitlog_dir
 from analytics.timespec import time_arg
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("smartgo.analytics.query")
 
 VIEW = "messages"
 CELL_CHARS = 64

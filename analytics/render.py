@@ -21,7 +21,7 @@ from analytics.timespec import format_time
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("smartgo.analytics.render")
 
 CHARTS = ("topic_tps", "group_tps", "consumer_lag", "top_topics", "top_groups", "latency", "broker_load")
 TOP_LINES = 10  # series per time plot (the rest is summed as "other" where that makes sense)

@@ -22,7 +22,7 @@ from analytics.spark import add_spark_arguments, cli_session
 from analytics.stats_input import NO_LIMIT, InputError, InputSummary, find_stats_files, read_records
 from analytics.timespec import format_time, time_arg
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("smartgo.analytics.report")
 
 EXIT_OK, EXIT_USAGE, EXIT_EMPTY = 0, 2, 3
 STEPS = 5

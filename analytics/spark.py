@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("smartgo.analytics.spark")
 
 DEFAULT_MASTER = "local[*]"
 LOOPBACK = "127.0.0.1"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from analytics.stats_schema import CORRUPT_COLUMN, FILE_GLOB, HOUR_MS, SCHEMA_VERSION, SPARK_DDL, file_hour_ms
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("smartgo.analytics.stats_input")
 
 NO_LIMIT = (1 << 63) - 1
 BAD_EXAMPLES = 20  # bad lines quoted in the report

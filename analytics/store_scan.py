@@ -34,7 +34,7 @@ from smartgo.store.mapped_file import segment_name, segment_starts
 from smartgo.store.record import BLANK_MAGIC, INT32, MESSAGE_MAGIC, SIZE_MAGIC, check_record, store_timestamp_at
 from smartgo.store.record_columns import RecordColumns, read_records, topics
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("smartgo.analytics.store_scan")
 
 DEFAULT_SKEW_MS = 60_000
 DEFAULT_SPLIT_BYTES = 32 << 20
