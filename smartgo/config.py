@@ -80,6 +80,26 @@ class NodeConfig:
     net_busy_poll_us: int = setting(0, "microseconds a net actor keeps polling after I/O before it sleeps "
                                        "(smartgo.net.busy_poll): fewer wake-ups for synchronous clients at the "
                                        "price of spinning; 0 = off")
+    # ---- MQTT (smartgo/mqtt/, docs/MQTT.md)
+    mqtt_port: int = setting(1883, "MQTT 3.1.1/5.0 over TCP on a broker node; 0 = off")
+    mqtt_ws_port: int = setting(8083, "MQTT over WebSocket (path /mqtt, subprotocol mqtt); 0 = off")
+    mqtt_tls_port: int = setting(0, "MQTT over TLS with the node's tls_cert_file (usually 8883); 0 = off")
+    mqtt_actors: int = setting(1, "MQTT actor processes sharing the MQTT ports (SO_REUSEPORT)")
+    mqtt_topic_map: str = setting("#=MQTT", "MQTT topics to SmartGo topics: 'filter=Topic,...', the first "
+                                            "matching rule wins (a topic tree with a leaf per device maps to one "
+                                            "topic, never a topic or queue per leaf)", metavar="RULES")
+    mqtt_topic_queues: int = setting(8, "queues of a bridged SmartGo topic the node creates")
+    mqtt_max_packet_size: int = setting(1 << 20, "largest MQTT packet accepted (bytes, MQTT 5.0 Maximum "
+                                                 "Packet Size)")
+    mqtt_receive_maximum: int = setting(1024, "QoS 1/2 publishes a client may have unanswered (Receive Maximum)")
+    mqtt_max_queued_messages: int = setting(1000, "messages a session keeps while its client is away or "
+                                                  "slow; more are dropped and counted")
+    mqtt_max_queued_bytes: int = setting(16 << 20, "bytes of payload a session keeps queued")
+    mqtt_connect_timeout: float = setting(10.0, "seconds a new connection has to send CONNECT")
+    mqtt_max_keep_alive: int = setting(0, "largest keep-alive granted (Server Keep Alive); 0 = the client's")
+    mqtt_allow_anonymous: bool = setting(True, "let clients without a user name connect")
+    mqtt_users_file: str = setting("", "MQTT accounts: YAML with hashed passwords and topic permissions "
+                                       "(smartgo mqtt-passwd); re-read when it changes", metavar="PATH")
     # ---- broker (master)
     vip_port: int = setting(-1, "second port with the same service, for old clients' VIP channel; "
                                 "default listen_port - 2 (10909); 0 = off")

@@ -18,6 +18,8 @@ import the ones listed (FORBIDDEN):
                    cli
   smartgo.registry anything but broker, client, actors, node,     the name server
                    cli
+  smartgo.mqtt     anything but broker, registry, node, cli       the MQTT front door: codec, engine,
+                                                                  its actor (a client of the cluster)
   smartgo.broker   all of the above                               the broker role
   smartgo.node     all of the above                               the role table, the registry actor
 
@@ -51,6 +53,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "smartgo.actors": _ROLES,
     "smartgo.client": _ROLES - {"smartgo.client"} | {"smartgo.actors"},
     "smartgo.registry": _ROLES - {"smartgo.registry"} | {"smartgo.actors"},
+    "smartgo.mqtt": _ROLES - {"smartgo.client"},
 }
 TOP = {"smartgo.broker", "smartgo.node", "smartgo.cli"}     # may import every layer below
 

@@ -21,6 +21,7 @@ from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_write
                                     is_slave, net_names, vip_port)
 from smartgo.broker.stats.stats import minute_sample_ms, window_seconds
 from smartgo.config import ConfigError, NodeConfig
+from smartgo.mqtt.listeners import check_ports_free, mqtt_names, mqtt_ports
 
 
 def _registry_actors(config: NodeConfig) -> Sequence[ActorSpec]:
@@ -113,6 +114,9 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     ]
     specs += [ActorSpec(net, f"{pkg}.net_actor:NetActor", after=(writer, "hold", "broker", "cleanup"))
               for net in nets]
+    if not slave and mqtt_ports(config):
+        check_ports_free(config)
+        specs += [ActorSpec(name, "smartgo.mqtt.actor:MqttActor", after=tuple(nets)) for name in mqtt_names(config)]
     return specs
 
 
@@ -120,7 +124,8 @@ _RECOVER = "smartgo.broker.recovery:recover_broker"
 
 
 def _net_ports(config: NodeConfig) -> Sequence[int]:
-    return [port for port in (config.listen_port, vip_port(config)) if port]
+    ports = [port for port in (config.listen_port, vip_port(config)) if port]
+    return ports if is_slave(config) else [*ports, *(port for _, port in mqtt_ports(config))]
 
 
 def _broker_ports(config: NodeConfig) -> Sequence[tuple[str, int]]:
@@ -128,7 +133,8 @@ def _broker_ports(config: NodeConfig) -> Sequence[tuple[str, int]]:
     the embedded registry (without --registry) and the metrics page; a port that is off is left out."""
     ports = [("clients", config.listen_port), ("vip", vip_port(config)),
              ("ha", 0 if is_slave(config) else config.ha_port or config.listen_port + 1),
-             ("registry", 0 if config.registry else config.embedded_registry_port), ("metrics", config.metrics_port)]
+             ("registry", 0 if config.registry else config.embedded_registry_port), ("metrics", config.metrics_port),
+             *([] if is_slave(config) else mqtt_ports(config))]
     return [(what, port) for what, port in ports if port]
 
 

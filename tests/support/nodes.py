@@ -28,6 +28,8 @@ SUPERVISOR = ROOT / "supervisor.py"
 
 # Fast supervision for tests: quick heartbeats, short backoff.
 FAST = {"heartbeat_interval": 0.05, "restart_backoff": 0.02, "restart_backoff_max": 0.2}
+#: A test node serves MQTT only when its test asks: the default ports (1883, 8083) are fixed.
+NO_MQTT = {"mqtt_port": 0, "mqtt_ws_port": 0}
 
 #: The store dir of every node started in this process, in order: a failed test's report shows
 #: the warnings of the nodes it started (tests/conftest.py), all a CI run leaves to go on.
@@ -217,7 +219,7 @@ def launch_node(base: Path, settings: dict | Callable[[], dict] | None = None, r
 def _launch(base: Path, settings: dict | None, role: str, launcher: Path, wait: bool, fast: bool) -> Node:
     base.mkdir(parents=True)
     config = base.with_name(base.name + ".toml")
-    config.write_text(toml_dumps({**(FAST if fast else {}), **(settings or {})}))
+    config.write_text(toml_dumps({**NO_MQTT, **(FAST if fast else {}), **(settings or {})}))
     port = free_port()
     err = base.with_name(base.name + ".stderr")
     cmd = [sys.executable, str(launcher), "--role", role, "--store-dir", str(base), "--config", str(config),

@@ -1,0 +1,698 @@
+"""The MQTT server state machine of one MQTT actor: connections, sessions, subscriptions, flows.
+
+Bytes come in through `Connection.data_received`; what the engine answers goes out through the
+connection's transport. It owns no socket and no store: a device's PUBLISH goes to `StoreSide`
+(the actor stores it as a SmartGo message and says when the store has it), and deliveries come
+back through `deliver` from the feed of stored messages, so a message reaches its subscribers the
+same way whichever node of the cluster it was published on. MQTT 3.1, 3.1.1 and 5.0 are served
+by the same code; `version` decides the packets' shapes and which reason codes a client can be told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from smartgo.mqtt import codec as c
+from smartgo.mqtt.auth import Account, Authenticator
+from smartgo.mqtt.bridge import Delivery
+from smartgo.mqtt.session import NEVER, Outgoing, Session, Subscription
+from smartgo.mqtt.stats import MqttStats
+from smartgo.mqtt.topics import RetainedIndex, SubscriptionIndex, split_share, valid_filter, valid_topic_name
+from smartgo.mqtt.wheel import TimingWheel
+
+log = logging.getLogger(__name__)
+
+#: Close reasons that do not publish the will (MQTT 5.0 3.1.2.5: a normal DISCONNECT).
+Done = Callable[[int], None]
+
+
+class StoreSide(Protocol):
+    """Where device publishes go: `store` calls `done(reason)` once the store has the message
+    (reason 0) or refused it (an MQTT 5.0 reason code)."""
+
+    def store(self, publish: c.Publish, client_id: str, done: Done) -> None: ...
+
+    def session_changed(self, session: Session) -> None: ...
+
+    def session_ended(self, client_id: str) -> None: ...
+
+
+@dataclass(slots=True)
+class Limits:
+    max_packet_size: int = 1 << 20
+    receive_maximum: int = 1024             # QoS 1/2 publishes a client may have unanswered
+    topic_alias_maximum: int = 64
+    max_queued_messages: int = 1000         # per session, while away or over its receive maximum
+    max_queued_bytes: int = 16 << 20
+    connect_timeout: float = 10.0
+    max_keep_alive: int = 0                 # 0 = the client's own
+    max_session_expiry: int = NEVER
+
+
+class Connection(asyncio.Protocol):
+    """One network connection (TCP, TLS or a WebSocket's MQTT stream). Small on purpose: a node
+    holds very many of them."""
+
+    __slots__ = ("engine", "transport", "decoder", "version", "session", "client_id", "keep_alive", "last_seen",
+                 "aliases", "send_quota", "max_packet", "will", "will_delay", "account", "closed",
+                 "clean", "inbound_pending", "peer", "listener")
+
+    def __init__(self, engine: Engine, listener: str) -> None:
+        self.engine = engine
+        self.listener = listener
+        self.transport: Any = None
+        self.decoder = c.Decoder(max_packet_size=engine.limits.max_packet_size)
+        self.version = 4
+        self.session: Session | None = None
+        self.client_id = ""
+        self.keep_alive = 0
+        self.last_seen = 0.0
+        self.aliases: dict[int, str] | None = None
+        self.send_quota = 65535          # the client's receive maximum (5.0)
+        self.max_packet = 0              # the client's maximum packet size; 0 = no limit
+        self.will: c.Will | None = None
+        self.will_delay = 0
+        self.account: Account | None = None
+        self.closed = False
+        self.clean = False               # a DISCONNECT came: no will
+        self.inbound_pending = 0         # QoS 1/2 publishes stored but not yet answered
+        self.peer = ""
+
+    # ---- asyncio.Protocol ----------------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "?")
+        self.engine.opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_seen = self.engine.now()
+        try:
+            packets = self.decoder.feed(data)
+        except c.MqttError as exc:
+            self.engine.bad_input(self, exc.reason, str(exc))
+            return
+        engine = self.engine
+        for packet in packets:
+            if self.closed:
+                return
+            engine.handle(self, packet)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.engine.closed(self, "connection lost" if exc is None else f"connection lost: {exc}")
+
+    def send(self, packet: Any) -> None:
+        if not self.closed:
+            self.transport.write(c.encode(packet, self.version))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.transport.close()
+
+
+@dataclass(slots=True)
+class _Shared:
+    next: int = 0
+
+
+@dataclass
+class Engine:
+    limits: Limits
+    store: StoreSide
+    auth: Authenticator
+    stats: MqttStats = field(default_factory=MqttStats)
+    now: Callable[[], float] = time.monotonic
+    sessions: dict[str, Session] = field(default_factory=dict)
+    index: SubscriptionIndex[Subscription] = field(default_factory=SubscriptionIndex)
+    retained: RetainedIndex[Delivery] = field(default_factory=RetainedIndex)
+    wheel: TimingWheel[Connection] = field(default_factory=TimingWheel)
+    shared: dict[tuple[str, str], _Shared] = field(default_factory=dict)
+    wills: list[tuple[float, str, c.Will, str]] = field(default_factory=list)   # delayed wills
+    connections: int = 0
+
+    # ---- connections ---------------------------------------------------------------------------
+    def opened(self, conn: Connection) -> None:
+        self.connections += 1
+        self.stats.connections = self.connections
+        conn.last_seen = self.now()
+        self.wheel.add(conn.last_seen + self.limits.connect_timeout, conn)
+
+    def closed(self, conn: Connection, why: str) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        self.connections -= 1
+        self.stats.connections = self.connections
+        session = conn.session
+        if session is None or session.connection is not conn:
+            return                       # never connected, or taken over
+        session.connection = None
+        session.ended_at = self.now()
+        log.debug("mqtt %s (%s): %s", conn.client_id, conn.peer, why)
+        if conn.will is not None and not conn.clean:
+            self._will(conn, session)
+        if session.expiry == 0:
+            self._end_session(session)
+        else:
+            self.store.session_changed(session)
+
+    def bad_input(self, conn: Connection, reason: int, why: str) -> None:
+        """A packet the standard forbids: the disconnect it prescribes, a log line, and only this
+        connection goes (MQTT 5.0 4.13)."""
+        self.stats.bad_packets += 1
+        log.warning("mqtt %s (%s): %s; disconnecting (reason 0x%02X)", conn.client_id or "-", conn.peer, why,
+                    reason)
+        self.disconnect(conn, reason, why)
+
+    def disconnect(self, conn: Connection, reason: int, why: str = "") -> None:
+        if conn.closed:
+            return
+        if conn.version == 5 and conn.session is not None:
+            props = {"reason_string": why[:200]} if why else {}
+            conn.send(c.Disconnect(reason, props))
+        conn.close()
+        self.closed(conn, why)
+
+    def tick(self) -> None:
+        """Once a second: keep-alive and CONNECT deadlines (a timing wheel: the cost is the
+        connections due, not all of them), delayed wills, expired sessions."""
+        now = self.now()
+        for conn in self.wheel.due(now):
+            if conn.closed:
+                continue
+            if conn.session is None:
+                self.stats.connect_timeouts += 1
+                log.warning("mqtt %s: no CONNECT within %gs; closing", conn.peer, self.limits.connect_timeout)
+                conn.close()
+                self.closed(conn, "no CONNECT")
+                continue
+            if conn.keep_alive == 0:
+                continue
+            deadline = conn.last_seen + conn.keep_alive * 1.5
+            if deadline <= now:
+                self.stats.keep_alive_timeouts += 1
+                log.info("mqtt %s (%s): nothing for %gs (keep-alive %ds); closing", conn.client_id, conn.peer,
+                         now - conn.last_seen, conn.keep_alive)
+                self.disconnect(conn, c.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+            else:
+                self.wheel.add(deadline, conn)
+        if self.wills:
+            due = [w for w in self.wills if w[0] <= now]
+            if due:
+                self.wills = [w for w in self.wills if w[0] > now]
+                for _, client_id, will, _ in due:
+                    self._publish_will(client_id, will)
+        for session in [s for s in self.sessions.values() if s.connection is None and s.expired(now)]:
+            self._end_session(session)
+
+    # ---- packets -------------------------------------------------------------------------------
+    def handle(self, conn: Connection, packet: Any) -> None:
+        kind = type(packet)
+        if kind is c.Publish:
+            self._publish(conn, packet)
+        elif kind is c.PubAck or kind is c.PubComp:
+            self._acked(conn, packet.packet_id)
+        elif kind is c.PubRec:
+            self._pubrec(conn, packet)
+        elif kind is c.PubRel:
+            self._pubrel(conn, packet)
+        elif kind is c.PingReq:
+            conn.send(c.PingResp())
+        elif kind is c.Subscribe:
+            self._subscribe(conn, packet)
+        elif kind is c.Unsubscribe:
+            self._unsubscribe(conn, packet)
+        elif kind is c.Connect:
+            if conn.session is not None:
+                self.bad_input(conn, c.PROTOCOL_ERROR, "a second CONNECT")
+            else:
+                self._connect(conn, packet)
+        elif kind is c.Disconnect:
+            self._disconnect(conn, packet)
+        elif kind is c.Auth:
+            self.bad_input(conn, c.BAD_AUTH_METHOD, "enhanced authentication (AUTH) is not offered")
+        else:
+            self.bad_input(conn, c.PROTOCOL_ERROR, f"a client may not send {kind.__name__}")
+
+    def _connect(self, conn: Connection, p: c.Connect) -> None:
+        conn.version = p.protocol_level
+        v5 = conn.version == 5
+        props: dict[str, Any] = {}
+        client_id = p.client_id
+        if not client_id:
+            if not v5 and not p.clean_start:
+                self._refuse(conn, c.CLIENT_ID_NOT_VALID, "a zero-length client id needs clean session 1")
+                return
+            client_id = "auto-" + uuid.uuid4().hex
+            if v5:
+                props["assigned_client_identifier"] = client_id
+        account = self.auth.login(p.username, p.password)
+        if account is None:
+            self.stats.auth_failures += 1
+            log.warning("mqtt %s (%s): bad user name or password (user %r)", client_id, conn.peer, p.username)
+            self._refuse(conn, c.BAD_USERNAME_OR_PASSWORD if v5 else c.NOT_AUTHORIZED, "bad user name or password")
+            return
+        if p.will is not None and not account.may_publish(p.will.topic):
+            self._refuse(conn, c.NOT_AUTHORIZED, f"may not publish the will to {p.will.topic}")
+            return
+        conn.client_id = client_id
+        conn.account = account
+        conn.will = p.will
+        keep_alive = p.keep_alive
+        limits = self.limits
+        if limits.max_keep_alive and (keep_alive == 0 or keep_alive > limits.max_keep_alive):
+            keep_alive = limits.max_keep_alive
+            if v5:
+                props["server_keep_alive"] = keep_alive
+        conn.keep_alive = keep_alive
+        if v5:
+            expiry = int(p.properties.get("session_expiry_interval", 0))
+            conn.send_quota = int(p.properties.get("receive_maximum", 65535))
+            conn.max_packet = int(p.properties.get("maximum_packet_size", 0))
+            if p.will is not None:
+                conn.will_delay = int(p.will.properties.get("will_delay_interval", 0))
+        else:
+            expiry = 0 if p.clean_start else NEVER
+        if limits.max_session_expiry != NEVER and (expiry == NEVER or expiry > limits.max_session_expiry):
+            expiry = limits.max_session_expiry
+            if v5:
+                props["session_expiry_interval"] = expiry
+        # takeover: MQTT 5.0 3.1.4-3; the old connection's will goes out unless the session goes on
+        session = self.sessions.get(client_id)
+        if session is not None and session.connection is not None:
+            old = session.connection
+            self.stats.takeovers += 1
+            log.info("mqtt %s: taken over by %s (was %s)", client_id, conn.peer, old.peer)
+            if not p.clean_start:
+                old.clean = True
+            old_session = session
+            session.connection = None
+            session.ended_at = self.now()
+            if old.version == 5:
+                old.send(c.Disconnect(c.SESSION_TAKEN_OVER, {}))
+            if old.will is not None and not old.clean:
+                self._will(old, old_session)
+            old.closed = True
+            self.connections -= 1
+            old.transport.close()
+        self._cancel_will(client_id)
+        if p.clean_start and session is not None:
+            self._end_session(session)
+            session = None
+        present = session is not None
+        if session is None:
+            session = Session(client_id)
+            self.sessions[client_id] = session
+            self.stats.sessions = len(self.sessions)
+        session.expiry = expiry
+        session.connection = conn
+        session.ended_at = 0.0
+        conn.session = session
+        if v5:
+            props.update(receive_maximum=limits.receive_maximum, topic_alias_maximum=limits.topic_alias_maximum,
+                         maximum_packet_size=limits.max_packet_size, retain_available=1,
+                         wildcard_subscription_available=1, subscription_identifier_available=1,
+                         shared_subscription_available=1)
+        conn.send(c.ConnAck(present, c.SUCCESS, props))
+        self.stats.connects += 1
+        if keep_alive:
+            self.wheel.add(conn.last_seen + keep_alive * 1.5, conn)
+        self.store.session_changed(session)
+        self._resume(conn, session)
+
+    def _refuse(self, conn: Connection, reason: int, why: str) -> None:
+        log.info("mqtt %s: CONNECT refused: %s", conn.peer, why)
+        self.stats.refused += 1
+        if conn.version == 5:
+            conn.send(c.ConnAck(False, reason, {"reason_string": why}))
+        else:
+            conn.send(c.ConnAck(False, c.connack_code_v3(reason), {}))
+        conn.close()
+        self.closed(conn, why)
+
+    def _disconnect(self, conn: Connection, p: c.Disconnect) -> None:
+        conn.clean = p.reason != c.DISCONNECT_WITH_WILL
+        session = conn.session
+        if session is not None and conn.version == 5 and "session_expiry_interval" in p.properties:
+            new = int(p.properties["session_expiry_interval"])
+            if session.expiry == 0 and new != 0:
+                self.bad_input(conn, c.PROTOCOL_ERROR, "session expiry set at DISCONNECT after 0 at CONNECT")
+                return
+            session.expiry = new
+        conn.close()
+        self.closed(conn, "DISCONNECT")
+
+    # ---- device publishes -----------------------------------------------------------------------
+    def _publish(self, conn: Connection, p: c.Publish) -> None:
+        if conn.session is None:
+            return
+        topic = p.topic
+        if conn.version == 5 and "topic_alias" in p.properties:
+            alias = int(p.properties.pop("topic_alias"))
+            if not 0 < alias <= self.limits.topic_alias_maximum:
+                self.bad_input(conn, c.TOPIC_ALIAS_INVALID, f"topic alias {alias} is out of range")
+                return
+            aliases = conn.aliases
+            if aliases is None:
+                aliases = conn.aliases = {}
+            if topic:
+                aliases[alias] = topic
+            else:
+                topic = aliases.get(alias, "")
+                if not topic:
+                    self.bad_input(conn, c.PROTOCOL_ERROR, f"topic alias {alias} was never set")
+                    return
+                p.topic = topic
+        if not valid_topic_name(topic):
+            self.bad_input(conn, c.TOPIC_NAME_INVALID, f"invalid topic name {topic!r}")
+            return
+        qos = p.qos
+        self.stats.count_in(qos)
+        if qos == 2 and p.packet_id in conn.session.inbound:
+            conn.send(c.PubRec(p.packet_id))          # a resend of one already stored
+            return
+        if qos and conn.inbound_pending >= self.limits.receive_maximum:
+            self.bad_input(conn, c.RECEIVE_MAXIMUM_EXCEEDED, "more QoS 1/2 publishes in flight than receive maximum")
+            return
+        assert conn.account is not None
+        if not conn.account.may_publish(topic):
+            self.stats.denied += 1
+            log.warning("mqtt %s: not authorized to publish to %s", conn.client_id, topic)
+            self._answer(conn, p, c.NOT_AUTHORIZED)
+            return
+        if qos:
+            conn.inbound_pending += 1
+        self.store.store(p, conn.client_id, lambda reason: self._stored(conn, p, reason))
+
+    def _stored(self, conn: Connection, p: c.Publish, reason: int) -> None:
+        if p.qos:
+            conn.inbound_pending -= 1
+        if reason == c.SUCCESS:
+            if p.retain:
+                self.retain(p.topic, None if not p.payload else Delivery(
+                    p.topic, bytes(p.payload), p.qos, True, conn.client_id, dict(p.properties), 0))
+        else:
+            self.stats.store_failures += 1
+        if conn.closed:
+            return
+        if reason != c.SUCCESS and conn.version != 5 and p.qos:
+            # 3.1.1 has no negative acknowledgement: closing makes the client send it again later
+            log.warning("mqtt %s: publish to %s not stored (0x%02X); closing so the client retries",
+                        conn.client_id, p.topic, reason)
+            conn.close()
+            self.closed(conn, "store refused a publish")
+            return
+        if reason == c.SUCCESS and p.qos == 2 and conn.session is not None:
+            conn.session.inbound.add(p.packet_id)        # type: ignore[arg-type]  # QoS 2 has one
+        self._answer(conn, p, reason)
+
+    def _answer(self, conn: Connection, p: c.Publish, reason: int) -> None:
+        if not p.qos:
+            return
+        assert p.packet_id is not None
+        code = reason if conn.version == 5 else 0
+        conn.send(c.PubAck(p.packet_id, code, {}) if p.qos == 1 else c.PubRec(p.packet_id, code, {}))
+
+    def _pubrel(self, conn: Connection, p: c.PubRel) -> None:
+        session = conn.session
+        if session is None:
+            return
+        if p.packet_id in session.inbound:
+            session.inbound.discard(p.packet_id)
+            conn.send(c.PubComp(p.packet_id))
+        else:
+            conn.send(c.PubComp(p.packet_id, c.PACKET_ID_NOT_FOUND if conn.version == 5 else 0, {}))
+
+    # ---- subscriptions --------------------------------------------------------------------------
+    def _subscribe(self, conn: Connection, p: c.Subscribe) -> None:
+        session = conn.session
+        if session is None or conn.account is None:
+            return
+        v5 = conn.version == 5
+        identifier = 0
+        ids = p.properties.get("subscription_identifier")
+        if ids:
+            identifier = int(ids[0] if isinstance(ids, list) else ids)
+        reasons = []
+        fresh: list[tuple[str, Subscription, bool]] = []
+        for flt, opts in p.topics:
+            group, inner = split_share(flt)
+            if not valid_filter(flt):
+                reasons.append(c.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            if group is not None and opts.no_local:
+                self.bad_input(conn, c.PROTOCOL_ERROR, "no local on a shared subscription")
+                return
+            if not conn.account.may_subscribe(inner):
+                self.stats.denied += 1
+                log.warning("mqtt %s: not authorized to subscribe to %s", conn.client_id, flt)
+                reasons.append(c.NOT_AUTHORIZED if v5 else 0x80)
+                continue
+            qos = min(opts.qos, 2)
+            sub = Subscription(flt, c.SubOptions(qos, opts.no_local, opts.retain_as_published, opts.retain_handling),
+                               identifier)
+            new = flt not in session.subscriptions
+            session.subscriptions[flt] = sub
+            self.index.add(session.client_id, flt, sub)
+            reasons.append(qos)
+            fresh.append((flt, sub, new))
+        self.stats.subscriptions = len(self.index)
+        conn.send(c.SubAck(p.packet_id, reasons, {}))
+        self.store.session_changed(session)
+        for flt, sub, new in fresh:
+            group, inner = split_share(flt)
+            handling = sub.options.retain_handling
+            if group is None and (handling == 0 or (handling == 1 and new)):
+                for _, d in self.retained.match(inner):
+                    self._offer(session, d, min(d.qos, sub.options.qos), True, (sub.identifier,)
+                                if sub.identifier else ())
+
+    def _unsubscribe(self, conn: Connection, p: c.Unsubscribe) -> None:
+        session = conn.session
+        if session is None:
+            return
+        reasons = []
+        for flt in p.filters:
+            if session.subscriptions.pop(flt, None) is not None:
+                self.index.remove(session.client_id, flt)
+                reasons.append(c.SUCCESS)
+            else:
+                reasons.append(c.NO_SUBSCRIPTION_EXISTED)
+        self.stats.subscriptions = len(self.index)
+        conn.send(c.UnsubAck(p.packet_id, reasons, {}))
+        self.store.session_changed(session)
+
+    # ---- deliveries ----------------------------------------------------------------------------
+    def retain(self, topic: str, d: Delivery | None) -> None:
+        """A retained message stored (here or on another node); None deletes the topic's."""
+        if d is None:
+            self.retained.delete(topic)
+        else:
+            self.retained.set(topic, d)
+        self.stats.retained = len(self.retained)
+
+    def deliver(self, d: Delivery) -> int:
+        """A stored message to every matching subscription; returns the sessions it went to."""
+        matched, shared = self.index.match(d.topic)
+        plain = cast(list[tuple[str, Subscription]], matched)       # owners are client ids
+        best: dict[str, tuple[int, list[int], bool]] = {}
+        for owner, sub in plain:
+            if sub.options.no_local and owner == d.client_id:
+                continue
+            qos = min(d.qos, sub.options.qos)
+            prev = best.get(owner)
+            if prev is None:
+                best[owner] = (qos, [sub.identifier] if sub.identifier else [], sub.options.retain_as_published)
+            else:
+                if sub.identifier:
+                    prev[1].append(sub.identifier)
+                best[owner] = (max(prev[0], qos), prev[1], prev[2] or sub.options.retain_as_published)
+        sent = 0
+        for owner, (qos, ids, rap) in best.items():
+            session = self.sessions.get(owner)
+            if session is not None:
+                self._offer(session, d, qos, d.retain and rap, tuple(ids))
+                sent += 1
+        for group, flt, members in shared:
+            if members:
+                sent += self._share(group, flt, cast(list[tuple[str, Subscription]], members), d)
+        if not sent:
+            self.stats.unrouted += 1
+        return sent
+
+    def _share(self, group: str, flt: str, members: list[tuple[str, Subscription]], d: Delivery) -> int:
+        """One member of a shared subscription: round robin over the connected ones first."""
+        state = self.shared.get((group, flt))
+        if state is None:
+            state = self.shared[(group, flt)] = _Shared()
+        n = len(members)
+        pick = None
+        for i in range(n):
+            owner, sub = members[(state.next + i) % n]
+            session = self.sessions.get(owner)
+            if session is not None and session.connection is not None:
+                pick = (session, sub)
+                state.next = (state.next + i + 1) % n
+                break
+        if pick is None:
+            owner, sub = members[state.next % n]
+            state.next = (state.next + 1) % n
+            session = self.sessions.get(owner)
+            if session is None:
+                return 0
+            pick = (session, sub)
+        session, sub = pick
+        self._offer(session, d, min(d.qos, sub.options.qos), False, (sub.identifier,) if sub.identifier else ())
+        return 1
+
+    def _offer(self, session: Session, d: Delivery, qos: int, retain: bool, ids: tuple[int, ...]) -> None:
+        conn = session.connection
+        if conn is None and qos == 0:
+            return                                        # QoS 0 is not kept for an absent client
+        out = Outgoing(d, qos, retain, ids)
+        if conn is not None and not session.queue and (qos == 0 or len(session.inflight) < conn.send_quota):
+            self._send(conn, session, out)
+        elif not session.enqueue(out, self.limits.max_queued_messages, self.limits.max_queued_bytes):
+            self.stats.dropped += 1
+            if session.dropped in (1, 10, 100, 1000) or session.dropped % 10000 == 0:
+                log.warning("mqtt %s: %d messages dropped: its queue is full (%d messages, %d bytes)",
+                            session.client_id, session.dropped, len(session.queue), session.queued_bytes)
+
+    def _send(self, conn: Connection, session: Session, out: Outgoing, dup: bool = False) -> None:
+        d = out.delivery
+        if d.expires_ms and d.expires_ms <= time.time() * 1000:
+            self.stats.expired += 1
+            return
+        props: dict[str, Any] = {}
+        if conn.version == 5:
+            props = dict(d.properties)
+            if d.expires_ms:
+                props["message_expiry_interval"] = max(0, int((d.expires_ms - time.time() * 1000) // 1000))
+            if out.identifiers:
+                props["subscription_identifier"] = list(out.identifiers)
+        pid = None
+        if out.qos:
+            pid = session.allocate_id()
+            session.inflight[pid] = out
+        packet = c.Publish(d.topic, d.payload, out.qos, out.retain, dup, pid, props)
+        if conn.max_packet:
+            data = c.encode(packet, conn.version)
+            if len(data) > conn.max_packet:                # MQTT 5.0 3.1.2.11.4: discard as if sent
+                self.stats.oversize += 1
+                if pid is not None:
+                    del session.inflight[pid]
+                return
+            conn.transport.write(data)
+        else:
+            conn.send(packet)
+        self.stats.count_out(out.qos)
+
+    def _acked(self, conn: Connection, pid: int) -> None:
+        session = conn.session
+        if session is None:
+            return
+        if session.inflight.pop(pid, None) is not None:
+            self._pump(conn, session)
+            self.store.session_changed(session)
+
+    def _pubrec(self, conn: Connection, p: c.PubRec) -> None:
+        session = conn.session
+        if session is None:
+            return
+        out = session.inflight.get(p.packet_id)
+        if out is None:
+            conn.send(c.PubRel(p.packet_id, c.PACKET_ID_NOT_FOUND if conn.version == 5 else 0, {}))
+            return
+        if p.reason >= 0x80:                               # the client refused it: done with it
+            del session.inflight[p.packet_id]
+            self._pump(conn, session)
+            return
+        out.released = True
+        self.store.session_changed(session)
+        conn.send(c.PubRel(p.packet_id))
+
+    def _pump(self, conn: Connection, session: Session) -> None:
+        while session.queue and not conn.closed:
+            if session.queue[0].qos and len(session.inflight) >= conn.send_quota:
+                return
+            self._send(conn, session, session.pop())
+
+    def _resume(self, conn: Connection, session: Session) -> None:
+        """A session back: what was in flight goes again (DUP, or PUBREL once released), then the queue."""
+        for pid, out in list(session.inflight.items()):
+            if out.released:
+                conn.send(c.PubRel(pid))
+            else:
+                del session.inflight[pid]
+                d = out.delivery
+                props: dict[str, Any] = dict(d.properties) if conn.version == 5 else {}
+                if conn.version == 5 and out.identifiers:
+                    props["subscription_identifier"] = list(out.identifiers)
+                session.inflight[pid] = out
+                conn.send(c.Publish(d.topic, d.payload, out.qos, out.retain, True, pid, props))
+        self._pump(conn, session)
+
+    # ---- wills and session ends ------------------------------------------------------------------
+    def _will(self, conn: Connection, session: Session) -> None:
+        will = conn.will
+        conn.will = None
+        if will is None:
+            return
+        delay = min(conn.will_delay, session.expiry) if conn.will_delay else 0
+        if delay:
+            self.wills.append((self.now() + delay, session.client_id, will, conn.peer))
+        else:
+            self._publish_will(session.client_id, will)
+
+    def _cancel_will(self, client_id: str) -> None:
+        if self.wills:
+            self.wills = [w for w in self.wills if w[1] != client_id]
+
+    def _publish_will(self, client_id: str, will: c.Will) -> None:
+        self.stats.wills += 1
+        log.info("mqtt %s: publishing its will to %s", client_id, will.topic)
+        p = c.Publish(will.topic, will.payload, will.qos, will.retain, False, 1 if will.qos else None,
+                      dict(will.properties))
+        p.properties.pop("will_delay_interval", None)
+
+        def stored(reason: int) -> None:
+            if reason == c.SUCCESS and will.retain:
+                self.retain(will.topic, None if not will.payload else Delivery(
+                    will.topic, bytes(will.payload), will.qos, True, client_id, dict(p.properties), 0))
+            elif reason != c.SUCCESS:
+                log.warning("mqtt %s: its will to %s was not stored (0x%02X)", client_id, will.topic, reason)
+        self.store.store(p, client_id, stored)
+
+    def _end_session(self, session: Session) -> None:
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        self.index.remove_owner(session.client_id)
+        for client_id, will, in [(w[1], w[2]) for w in self.wills if w[1] == session.client_id]:
+            self._publish_will(client_id, will)
+        self._cancel_will(session.client_id)
+        self.stats.sessions = len(self.sessions)
+        self.stats.subscriptions = len(self.index)
+        self.store.session_ended(session.client_id)
+
+    def kick(self, client_id: str) -> bool:
+        """Admin: disconnect a client (MQTT 5.0 reason 0x98, administrative action)."""
+        session = self.sessions.get(client_id)
+        if session is None or session.connection is None:
+            return False
+        self.disconnect(session.connection, c.ADMINISTRATIVE_ACTION, "disconnected by an administrator")
+        return True
+
+    def shutting_down(self) -> None:
+        for session in list(self.sessions.values()):
+            conn = session.connection
+            if conn is not None:
+                conn.clean = True                 # a server going down is not the device's death
+                self.disconnect(conn, c.SERVER_SHUTTING_DOWN, "server shutting down")

@@ -1,0 +1,82 @@
+"""A client's MQTT session: what outlives its network connection (MQTT 5.0 section 4.1).
+
+Subscriptions, the messages waiting for it, the QoS 1 and 2 messages in flight in both directions
+and the packet identifiers they hold. The engine (engine.py) drives it; the session store
+(sessions.py) persists it, so a persistent session survives a reconnect and a broker restart.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from smartgo.mqtt.bridge import Delivery
+from smartgo.mqtt.codec import SubOptions
+
+#: session_expiry_interval meaning "never" (MQTT 5.0 3.1.2.11.2).
+NEVER = 0xFFFFFFFF
+MAX_PACKET_ID = 0xFFFF
+
+
+@dataclass(slots=True)
+class Subscription:
+    filter: str                 # as subscribed, $share/<group>/ prefix included
+    options: SubOptions
+    identifier: int = 0         # MQTT 5.0 subscription identifier; 0 = none
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A message on its way to the client: queued, or in flight under a packet id."""
+    delivery: Delivery
+    qos: int
+    retain: bool
+    identifiers: tuple[int, ...] = ()
+    released: bool = False      # QoS 2: PUBREC came, PUBREL sent, PUBCOMP awaited
+
+    @property
+    def size(self) -> int:
+        return len(self.delivery.payload) + len(self.delivery.topic)
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    client_id: str
+    expiry: int = 0                     # seconds after the connection ends; NEVER = never
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    queue: deque[Outgoing] = field(default_factory=deque)
+    queued_bytes: int = 0
+    inflight: dict[int, Outgoing] = field(default_factory=dict)      # outbound, by packet id
+    inbound: set[int] = field(default_factory=set)                   # QoS 2 received, PUBREL awaited
+    next_id: int = 1
+    connection: Any = None              # the engine's Connection while connected
+    ended_at: float = 0.0               # monotonic time the last connection ended; 0 while connected
+    dropped: int = 0                    # messages the bounded queue refused
+
+    def allocate_id(self) -> int:
+        """A packet id not in use by an outbound message in flight (a session holds at most the
+        client's receive maximum of them, far below 65,535)."""
+        pid = self.next_id
+        while pid in self.inflight:
+            pid = pid % MAX_PACKET_ID + 1
+        self.next_id = pid % MAX_PACKET_ID + 1
+        return pid
+
+    def enqueue(self, out: Outgoing, max_messages: int, max_bytes: int) -> bool:
+        """Queue a message; False (and counted) when the session's bound is reached."""
+        if len(self.queue) >= max_messages or self.queued_bytes + out.size > max_bytes:
+            self.dropped += 1
+            return False
+        self.queue.append(out)
+        self.queued_bytes += out.size
+        return True
+
+    def pop(self) -> Outgoing:
+        out = self.queue.popleft()
+        self.queued_bytes -= out.size
+        return out
+
+    def expired(self, now: float) -> bool:
+        return (self.connection is None and self.expiry != NEVER
+                and now - self.ended_at >= self.expiry)
