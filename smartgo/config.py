@@ -95,6 +95,9 @@ class NodeConfig:
     mqtt_max_queued_messages: int = setting(1000, "messages a session keeps while its client is away or "
                                                   "slow; more are dropped and counted")
     mqtt_max_queued_bytes: int = setting(16 << 20, "bytes of payload a session keeps queued")
+    mqtt_checkpoint_interval: float = setting(0.1, "seconds between checkpoints of the persistent sessions that "
+                                                   "changed (records in MQTT_SESSIONS); a QoS 2 delivery waits "
+                                                   "for the next one")
     mqtt_connect_timeout: float = setting(10.0, "seconds a new connection has to send CONNECT")
     mqtt_max_keep_alive: int = setting(0, "largest keep-alive granted (Server Keep Alive); 0 = the client's")
     mqtt_allow_anonymous: bool = setting(True, "let clients without a user name connect")

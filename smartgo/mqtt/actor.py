@@ -13,6 +13,7 @@ import asyncio
 import logging
 import shutil
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -20,15 +21,19 @@ from smartgo.actors.actor import Actor, ActorContext
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import ClientError
 from smartgo.client.lite_pull_consumer import AsyncLitePullConsumer
-from smartgo.client.message import ConsumeFromWhere, Message, MessageModel, MessageQueue, SendStatus
+from smartgo.client.message import Message, MessageModel, MessageQueue, SendStatus
 from smartgo.client.admin import AsyncAdmin
 from smartgo.client.producer import AsyncProducer
+from smartgo.client.pull import pull, pull_sys_flag
+from smartgo.client.subscription import build_subscription
 from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
 from smartgo.mqtt.auth import Authenticator
 from smartgo.mqtt.bridge import TopicMap, delivery_from_message, publish_properties
 from smartgo.mqtt.engine import Connection, Engine, Limits
-from smartgo.mqtt.session import Session
+from smartgo.mqtt.session import Outgoing
+from smartgo.mqtt.sessions import (LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC, Restored, SessionJournal, Source, decode,
+                                   parse_source, source_of, still_alive)
 from smartgo.mqtt.listeners import WebSocketConnection, listening_socket
 from smartgo.net.tls import server_context
 from smartgo.store.record import MessageExt
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Where retained messages are kept, one queue per broker: read from its start when an actor starts.
 RETAINED_TOPIC = "MQTT_RETAINED"
+#: The property holding a QoS 2 publish's packet id (see Engine.replayed_qos2).
+MQTT_PID = "mqttPid"
 BATCH_MESSAGES = 256
 BATCH_BYTES = 1 << 20
 Done = Callable[[int], None]
@@ -55,8 +62,11 @@ class Publisher:
     coalesced per queue into SEND_BATCH_MESSAGE requests."""
 
     def __init__(self, producer: AsyncProducer, topic_map: TopicMap, broker_name: str,
-                 spawn: Callable[[Any], Any]) -> None:
+                 spawn: Callable[[Any], Any], journal: SessionJournal) -> None:
         self.producer = producer
+        self.session_changed = journal.session_changed
+        self.session_ended = journal.session_ended
+        self.when_persisted = journal.when_persisted
         self.map = topic_map
         self.broker_name = broker_name
         self.spawn = spawn
@@ -72,6 +82,8 @@ class Publisher:
             return
         props = publish_properties(publish.topic, publish.qos, publish.retain, client_id, publish.properties,
                                    int(time.time() * 1000))
+        if publish.qos == 2 and publish.packet_id is not None:
+            props[MQTT_PID] = str(publish.packet_id)        # the replay after a crash knows it was stored
         tags = props.pop("TAGS", None)
         keys = props.pop("KEYS", None)
         body = bytes(publish.payload)
@@ -127,12 +139,6 @@ class Publisher:
         for _, done in items:
             done(reason)
 
-    def session_changed(self, session: Session) -> None:
-        pass
-
-    def session_ended(self, client_id: str) -> None:
-        pass
-
 
 class _Both:
     """Two stores for one publish (its topic and the retained topic): done once both answered."""
@@ -163,35 +169,53 @@ class MqttActor(Actor):
                              max_keep_alive=cfg.mqtt_max_keep_alive)
         self.auth = Authenticator(cfg.mqtt_users_file, cfg.mqtt_allow_anonymous)
         self.servers: list[asyncio.AbstractServer] = []
+        self.positions: dict[Source, int] = {}        # the feed: offered to every session up to here
+        self.index = int(self.name.rsplit("-", 1)[1])
         self.every(1.0, self._tick)
 
     async def start(self) -> None:
         cfg = self.config
         options = client_config(cfg, self.name)
-        self.producer = AsyncProducer(f"MQTT_{cfg.broker_name}", cfg.registry or options.registry,
-                                      config=options)
-        self.publisher = Publisher(self.producer, self.topic_map, cfg.broker_name, self._spawn_send)
-        self.engine = Engine(self.limits, self.publisher, self.auth)
+        group = f"MQTT_{cfg.broker_name}_{self.name}".replace("-", "_")
         await self._create_topics(options)
-        await self.producer.start()
-        self.feed = AsyncLitePullConsumer(f"MQTT_{cfg.broker_name}_{self.name}".replace("-", "_"),
-                                          options.registry, model=MessageModel.BROADCASTING, config=options,
+        self.producer = await AsyncProducer(f"MQTT_{cfg.broker_name}", options.registry, config=options).start()
+        self.journal = SessionJournal(cfg.broker_name, self._write_records, lambda: dict(self.positions),
+                                      self._commit_feed, cfg.mqtt_checkpoint_interval)
+        self.publisher = Publisher(self.producer, self.topic_map, cfg.broker_name, self._spawn_send, self.journal)
+        self.engine = Engine(self.limits, self.publisher, self.auth)
+        fresh = self.ctx.run_path / f"{self.name}-scan"
+        shutil.rmtree(fresh, ignore_errors=True)
+        # retained messages and this node's session records: read from the start at every start
+        reader = AsyncLitePullConsumer(f"{group}_SCAN", options.registry, config=options, auto_commit=False,
+                                       pull_batch_size=64, offset_store_dir=fresh)
+        own = [MessageQueue(RETAINED_TOPIC, cfg.broker_name, 0),
+               *(MessageQueue(SESSIONS_TOPIC, cfg.broker_name, q) for q in range(SESSIONS_QUEUES))]
+        await reader.assign(own)
+        await reader.start()
+        records: dict[str, MessageExt] = {}
+        try:
+            for mq in own:
+                await reader.seek_to_begin(mq)
+            await read_to_end(reader, own, lambda m: self._scanned(m, records), self.name)
+        finally:
+            await reader.close()
+        await self._restore(records, group)
+        self.feed = AsyncLitePullConsumer(group, options.registry, model=MessageModel.BROADCASTING, config=options,
                                           pull_batch_size=64, offset_store_dir=cfg.store_path / "mqtt",
-                                          auto_commit_interval=1.0)
-        for topic in self.topic_map.topics:
+                                          auto_commit=False)
+        for topic in [*self.topic_map.topics, RETAINED_TOPIC]:
             self.feed.subscribe(topic, "*")
         await self.feed.start()
-        # retained messages: read from the start at every start (a fresh offset store, nothing committed)
-        fresh = self.ctx.run_path / f"{self.name}-retained"
-        shutil.rmtree(fresh, ignore_errors=True)
-        self.retained_feed = AsyncLitePullConsumer(
-            f"MQTT_RETAINED_{cfg.broker_name}_{self.name}".replace("-", "_"), options.registry,
-            model=MessageModel.BROADCASTING, consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, config=options,
-            auto_commit=False, pull_batch_size=64, offset_store_dir=fresh)
-        self.retained_feed.subscribe(RETAINED_TOPIC, "*")
-        await self.retained_feed.start()
-        self.spawn(self._run_feed(self.feed, False), "feed")
-        self.spawn(self._run_feed(self.retained_feed, True), "retained")
+        queues = [mq for topic in [*self.topic_map.topics, RETAINED_TOPIC]
+                  for mq in await self.feed.fetch_queues(topic)]
+        await read_to_end(self.feed, queues, self._fed, self.name, replay=True)   # what the last commit missed
+        self.engine.replay_done()
+        self.spawn(self._run_feed(), "feed")
+        self.spawn(self.journal.run(), "checkpoints")
+        await self._listen()
+
+    async def _listen(self) -> None:
+        cfg = self.config
         loop = asyncio.get_running_loop()
         engine = self.engine
         host = cfg.listen_host
@@ -211,13 +235,14 @@ class MqttActor(Actor):
         task.add_done_callback(_reraise_unexpected)
 
     async def _create_topics(self, options: ClientConfig) -> None:
-        """The bridged topics and the retained topic on this node's broker, when they are missing."""
+        """The bridged topics, the retained and the sessions topic on this node's broker."""
         cfg = self.config
         admin = await AsyncAdmin(options.registry, config=options).start()
         addr = f"127.0.0.1:{cfg.listen_port}"
+        wanted = [*((t, cfg.mqtt_topic_queues) for t in self.topic_map.topics), (RETAINED_TOPIC, 1),
+                  (SESSIONS_TOPIC, SESSIONS_QUEUES)]
         try:
-            for topic in [*self.topic_map.topics, RETAINED_TOPIC]:
-                queues = 1 if topic == RETAINED_TOPIC else cfg.mqtt_topic_queues
+            for topic, queues in wanted:
                 for attempt in range(50):
                     try:
                         await admin.create_topic(topic, queues, broker_addr=addr)
@@ -230,23 +255,107 @@ class MqttActor(Actor):
         finally:
             await admin.close()
 
-    async def _run_feed(self, feed: AsyncLitePullConsumer, retained: bool) -> None:
-        engine = self.engine
+    # ---- restore ---------------------------------------------------------------------------------
+    def _scanned(self, msg: MessageExt, records: dict[str, MessageExt]) -> None:
+        if msg.topic == RETAINED_TOPIC:
+            self._retained(msg)
+        elif msg.keys:
+            records[msg.keys[0]] = msg          # one client's records are in one queue, in order: the last wins
+
+    async def _restore(self, records: dict[str, MessageExt], group: str) -> None:
+        """The live sessions of this node's records that belong to this actor, with what they had
+        queued and in flight read back from where it is stored."""
+        count = max(1, self.config.mqtt_actors)
+        restored = 0
+        for client_id, msg in records.items():
+            if msg.tags != LIVE or session_owner(client_id, count) != self.index:
+                continue
+            try:
+                r = decode(msg.body)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("%s: session record of %s does not decode (%s); the session is lost", self.name,
+                          client_id, exc)
+                continue
+            if not still_alive(r):
+                continue
+            await self._read_back(r, group)
+            self.engine.restore(r.session, r.through)
+            self.journal.persisted.add(client_id)
+            restored += 1
+        if restored:
+            log.info("%s: %d persistent sessions restored", self.name, restored)
+
+    async def _read_back(self, r: Restored, group: str) -> None:
+        session = r.session
+        for p in r.pending:
+            broker, topic, queue = parse_source(p.src)
+            try:
+                found = await pull(self.producer.instance, group, MessageQueue(topic, broker, queue),
+                                   build_subscription(topic, "*"), p.offset, 1, pull_sys_flag(False, False, True))
+            except ClientError as exc:
+                log.warning("%s: message %s@%d of session %s not read back: %s", self.name, p.src, p.offset,
+                            session.client_id, exc)
+                continue
+            msg = next((m for m in found.messages if m.queue_offset == p.offset), None)
+            if msg is None:
+                session.dropped += 1
+                log.warning("%s: message %s@%d of session %s is gone from the store", self.name, p.src, p.offset,
+                            session.client_id)
+                continue
+            d = delivery_from_message(msg.topic, msg.properties, msg.body)
+            out = Outgoing(d, p.qos, p.retain, p.identifiers, p.released, p.src, p.offset)
+            if p.pid:
+                session.inflight[p.pid] = out
+                session.next_id = p.pid % 0xFFFF + 1
+            else:
+                session.queue.append(out)
+                session.queued_bytes += out.size
+
+    # ---- the feed --------------------------------------------------------------------------------
+    def _retained(self, msg: MessageExt) -> None:
+        d = delivery_from_message(msg.topic, msg.properties, msg.body)
+        self.engine.retain(d.topic, d if d.payload else None)
+
+    def _fed(self, msg: MessageExt) -> None:
+        if msg.topic == RETAINED_TOPIC:
+            self._retained(msg)
+            return
+        src = source_of(msg.broker_name, msg.topic, msg.queue_id)
+        props = msg.properties
+        try:
+            d = delivery_from_message(msg.topic, props, msg.body)
+        except (ValueError, KeyError) as exc:
+            log.warning("%s: message %s of %s is not deliverable: %s", self.name, msg.msg_id, msg.topic, exc)
+        else:
+            pid = props.get(MQTT_PID)
+            if pid is not None and pid.isdigit():
+                self.engine.replayed_qos2(d.client_id, int(pid), src, msg.queue_offset)
+            self.engine.deliver(d, src, msg.queue_offset)
+        self.positions[src] = msg.queue_offset
+
+    async def _run_feed(self) -> None:
+        feed, fed = self.feed, self._fed
         while True:
-            msgs: list[MessageExt] = await feed.poll(1.0)
-            for msg in msgs:
-                try:
-                    d = delivery_from_message(msg.topic, msg.properties, msg.body)
-                except (ValueError, KeyError) as exc:
-                    log.warning("%s: message %s of %s is not deliverable: %s", self.name, msg.msg_id, msg.topic, exc)
-                    continue
-                if retained:
-                    engine.retain(d.topic, d if d.payload else None)
-                else:
-                    engine.deliver(d)
+            for msg in await feed.poll(1.0):
+                fed(msg)
+
+    async def _write_records(self, msgs: list[Message], queue: int) -> None:
+        result = await self.producer.send_batch(msgs, queue=MessageQueue(SESSIONS_TOPIC, self.config.broker_name,
+                                                                         queue))
+        if result.status is not SendStatus.SEND_OK:
+            raise ClientError(f"session records stored with {result.status.name}")
+
+    async def _commit_feed(self, position: dict[Source, int]) -> None:
+        offsets = {}
+        for src, offset in position.items():
+            broker, topic, queue = parse_source(src)
+            offsets[MessageQueue(topic, broker, queue)] = offset + 1
+        await self.feed.commit(offsets)
 
     def _tick(self) -> None:
-        self.engine.tick()
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.tick()
 
     async def stop(self) -> None:
         for server in self.servers:
@@ -254,10 +363,40 @@ class MqttActor(Actor):
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutting_down()
-        for part in ("feed", "retained_feed", "producer"):
+            await self.journal.checkpoint()
+        for part in ("feed", "producer"):
             client = getattr(self, part, None)
             if client is not None:
                 await client.close()
+
+
+def session_owner(client_id: str, actors: int) -> int:
+    """The MQTT actor of a node that holds a client's session."""
+    return zlib.crc32(client_id.encode()) % actors
+
+
+async def read_to_end(consumer: AsyncLitePullConsumer, queues: list[MessageQueue],
+                      handle: Callable[[MessageExt], None], who: str, replay: bool = False,
+                      limit: float = 120.0) -> None:
+    """Poll until every queue is read up to the max offset it had when this began."""
+    left = {}
+    for mq in queues:
+        target = await consumer.max_offset(mq)
+        start = await consumer.committed(mq) if replay else 0
+        if replay and start < 0:
+            continue                     # a new feed starts at the end: nothing to replay
+        if target > start:
+            left[mq] = target - 1
+    deadline = time.monotonic() + limit
+    while left:
+        if time.monotonic() > deadline:
+            log.warning("%s: gave up reading %s to the end after %gs", who, sorted(map(str, left)), limit)
+            return
+        for msg in await consumer.poll(0.5):
+            handle(msg)
+            mq = MessageQueue(msg.topic, msg.broker_name, msg.queue_id)
+            if mq in left and msg.queue_offset >= left[mq]:
+                del left[mq]
 
 
 def _reraise_unexpected(task: asyncio.Task) -> None:

@@ -42,6 +42,8 @@ class StoreSide(Protocol):
 
     def session_ended(self, client_id: str) -> None: ...
 
+    def when_persisted(self, session: Session, then: Callable[[], None]) -> None: ...
+
 
 @dataclass(slots=True)
 class Limits:
@@ -376,7 +378,7 @@ class Engine:
             return
         qos = p.qos
         self.stats.count_in(qos)
-        if qos == 2 and p.packet_id in conn.session.inbound:
+        if qos == 2 and p.dup and p.packet_id in conn.session.inbound:
             conn.send(c.PubRec(p.packet_id))          # a resend of one already stored
             return
         if qos and conn.inbound_pending >= self.limits.receive_maximum:
@@ -410,8 +412,9 @@ class Engine:
             conn.close()
             self.closed(conn, "store refused a publish")
             return
-        if reason == c.SUCCESS and p.qos == 2 and conn.session is not None:
-            conn.session.inbound.add(p.packet_id)        # type: ignore[arg-type]  # QoS 2 has one
+        if reason == c.SUCCESS and p.qos == 2 and conn.session is not None and p.packet_id is not None:
+            conn.session.inbound.add(p.packet_id)
+            self.store.session_changed(conn.session)
         self._answer(conn, p, reason)
 
     def _answer(self, conn: Connection, p: c.Publish, reason: int) -> None:
@@ -427,6 +430,7 @@ class Engine:
             return
         if p.packet_id in session.inbound:
             session.inbound.discard(p.packet_id)
+            self.store.session_changed(session)
             conn.send(c.PubComp(p.packet_id))
         else:
             conn.send(c.PubComp(p.packet_id, c.PACKET_ID_NOT_FOUND if conn.version == 5 else 0, {}))
@@ -499,8 +503,9 @@ class Engine:
             self.retained.set(topic, d)
         self.stats.retained = len(self.retained)
 
-    def deliver(self, d: Delivery) -> int:
-        """A stored message to every matching subscription; returns the sessions it went to."""
+    def deliver(self, d: Delivery, src: str = "", offset: int = -1) -> int:
+        """A stored message to every matching subscription; returns the sessions it went to.
+        src and offset say where it is stored: a restored session skips what it was offered before."""
         matched, shared = self.index.match(d.topic)
         plain = cast(list[tuple[str, Subscription]], matched)       # owners are client ids
         best: dict[str, tuple[int, list[int], bool]] = {}
@@ -518,17 +523,18 @@ class Engine:
         sent = 0
         for owner, (qos, ids, rap) in best.items():
             session = self.sessions.get(owner)
-            if session is not None:
-                self._offer(session, d, qos, d.retain and rap, tuple(ids))
+            if session is not None and (session.through is None or session.through.get(src, -1) < offset):
+                self._offer(session, d, qos, d.retain and rap, tuple(ids), src, offset)
                 sent += 1
         for group, flt, members in shared:
             if members:
-                sent += self._share(group, flt, cast(list[tuple[str, Subscription]], members), d)
+                sent += self._share(group, flt, cast(list[tuple[str, Subscription]], members), d, src, offset)
         if not sent:
             self.stats.unrouted += 1
         return sent
 
-    def _share(self, group: str, flt: str, members: list[tuple[str, Subscription]], d: Delivery) -> int:
+    def _share(self, group: str, flt: str, members: list[tuple[str, Subscription]], d: Delivery, src: str,
+               offset: int) -> int:
         """One member of a shared subscription: round robin over the connected ones first."""
         state = self.shared.get((group, flt))
         if state is None:
@@ -550,14 +556,20 @@ class Engine:
                 return 0
             pick = (session, sub)
         session, sub = pick
-        self._offer(session, d, min(d.qos, sub.options.qos), False, (sub.identifier,) if sub.identifier else ())
+        if session.through is not None and session.through.get(src, -1) >= offset:
+            return 1
+        self._offer(session, d, min(d.qos, sub.options.qos), False, (sub.identifier,) if sub.identifier else (),
+                    src, offset)
         return 1
 
-    def _offer(self, session: Session, d: Delivery, qos: int, retain: bool, ids: tuple[int, ...]) -> None:
+    def _offer(self, session: Session, d: Delivery, qos: int, retain: bool, ids: tuple[int, ...], src: str = "",
+               offset: int = -1) -> None:
         conn = session.connection
         if conn is None and qos == 0:
             return                                        # QoS 0 is not kept for an absent client
-        out = Outgoing(d, qos, retain, ids)
+        out = Outgoing(d, qos, retain, ids, False, src, offset)
+        if qos:
+            self.store.session_changed(session)
         if conn is not None and not session.queue and (qos == 0 or len(session.inflight) < conn.send_quota):
             self._send(conn, session, out)
         elif not session.enqueue(out, self.limits.max_queued_messages, self.limits.max_queued_bytes):
@@ -583,12 +595,22 @@ class Engine:
             pid = session.allocate_id()
             session.inflight[pid] = out
         packet = c.Publish(d.topic, d.payload, out.qos, out.retain, dup, pid, props)
+        if out.qos == 2:
+            # its packet id in the session's record first: a redelivery after a crash reuses it
+            self.store.when_persisted(session, lambda: self._write(session, conn, packet, out))
+            return
+        self._write(session, conn, packet, out)
+
+    def _write(self, session: Session, conn: Connection, packet: c.Publish, out: Outgoing) -> None:
+        if session.connection is not conn or conn.closed:
+            return                                         # gone meanwhile: the resume sends it
+        pid = packet.packet_id
         if conn.max_packet:
             data = c.encode(packet, conn.version)
             if len(data) > conn.max_packet:                # MQTT 5.0 3.1.2.11.4: discard as if sent
                 self.stats.oversize += 1
                 if pid is not None:
-                    del session.inflight[pid]
+                    session.inflight.pop(pid, None)
                 return
             conn.transport.write(data)
         else:
@@ -681,6 +703,30 @@ class Engine:
         self.stats.sessions = len(self.sessions)
         self.stats.subscriptions = len(self.index)
         self.store.session_ended(session.client_id)
+
+    # ---- restore after a restart ---------------------------------------------------------------
+    def restore(self, session: Session, through: dict[str, int]) -> None:
+        """A session read back from its record: away (since the crash, if it was connected), its
+        subscriptions back in the index, skipping in the feed's replay what it was offered."""
+        session.through = through
+        if not session.ended_at:
+            session.ended_at = self.now()
+        self.sessions[session.client_id] = session
+        for flt, sub in session.subscriptions.items():
+            self.index.add(session.client_id, flt, sub)
+        self.stats.sessions = len(self.sessions)
+        self.stats.subscriptions = len(self.index)
+
+    def replayed_qos2(self, client_id: str, pid: int, src: str, offset: int) -> None:
+        """A QoS 2 publish the feed replays, stored after its session's record: the client may send
+        it again (DUP) not knowing it was stored, and must get PUBREC, not a second copy."""
+        session = self.sessions.get(client_id)
+        if session is not None and session.through is not None and session.through.get(src, -1) < offset:
+            session.inbound.add(pid)
+
+    def replay_done(self) -> None:
+        for session in self.sessions.values():
+            session.through = None
 
     def kick(self, client_id: str) -> bool:
         """Admin: disconnect a client (MQTT 5.0 reason 0x98, administrative action)."""

@@ -34,6 +34,8 @@ class Outgoing:
     retain: bool
     identifiers: tuple[int, ...] = ()
     released: bool = False      # QoS 2: PUBREC came, PUBREL sent, PUBCOMP awaited
+    src: str = ""               # where the message is stored ("broker/topic/queue"), for the session's record
+    offset: int = -1
 
     @property
     def size(self) -> int:
@@ -53,6 +55,9 @@ class Session:
     connection: Any = None              # the engine's Connection while connected
     ended_at: float = 0.0               # monotonic time the last connection ended; 0 while connected
     dropped: int = 0                    # messages the bounded queue refused
+    #: restored from its record: the feed position it had been offered everything up to, per source;
+    #: the feed's replay after a restart skips those (None once the replay is over, or never restored)
+    through: dict[str, int] | None = None
 
     def allocate_id(self) -> int:
         """A packet id not in use by an outbound message in flight (a session holds at most the
