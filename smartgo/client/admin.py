@@ -4,6 +4,7 @@ mqadmin makes), on the same instance machinery as the producers and consumers.""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -249,6 +250,20 @@ class AsyncAdmin:
             await self._call(addr, api.command(code), what)
             return int((await self.broker_runtime_info(addr)).get("commitLogMinOffset", 0))
         addrs = await self._brokers(cluster, broker_addr, slaves=True)
+        return dict(zip(addrs, await asyncio.gather(*map(one, addrs))))
+
+    async def mqtt(self, request: dict, *, cluster: str | None = None,
+                   broker_addr: str | None = None) -> dict[str, dict]:
+        """MQTT_ADMIN (SmartGo's own request) at one broker, or every master of the cluster (all
+        when None): each broker's answer, merged from its MQTT actors (docs/CLIENT.md, MQTT)."""
+        async def one(addr: str) -> dict:
+            cmd = api.command(RequestCode.MQTT_ADMIN, body=json.dumps(request).encode())
+            resp = await self._call(addr, cmd, f"MQTT {request.get('op')}")
+            try:
+                return json.loads(resp.body_bytes())
+            except ValueError as exc:
+                raise BrokerError(R.SYSTEM_ERROR, f"undecodable JSON body: {exc}", addr, "MQTT admin") from None
+        addrs = await self._brokers(cluster, broker_addr)
         return dict(zip(addrs, await asyncio.gather(*map(one, addrs))))
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
@@ -658,11 +673,14 @@ class AsyncAdmin:
     # -- messages ---------------------------------------------------------------------------------
 
     async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
-                           end_ms: int = LONG_MAX, *, unique: bool = False) -> list[MessageExt]:
-        """QUERY_MESSAGE at every master of the topic; messages whose KEYS (or UNIQ_KEY when
-        unique) contain key, newest store time first."""
+                           end_ms: int = LONG_MAX, *, unique: bool = False,
+                           replicas: bool = False) -> list[MessageExt]:
+        """QUERY_MESSAGE at every master of the topic (replicas: at a slave of a broker whose
+        master is gone); messages whose KEYS (or UNIQ_KEY when unique) contain key, newest store
+        time first."""
         route = await self.topic_route(topic)
-        addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr})
+        addrs = sorted({b.master_addr or (min(b.broker_addrs.values()) if replicas and b.broker_addrs else "")
+                        for b in route.broker_datas} - {""})
         out: list[MessageExt] = []
         for addr in addrs:
             resp = await self.instance.invoke(addr, api.query_message_request(topic, key, max_num, begin_ms, end_ms,

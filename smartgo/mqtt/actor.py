@@ -13,7 +13,6 @@ import asyncio
 import logging
 import shutil
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -28,13 +27,16 @@ from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.subscription import build_subscription
 from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
+from smartgo.mqtt.admin import AdminServer, socket_path
 from smartgo.mqtt.auth import Authenticator
 from smartgo.mqtt.bridge import TopicMap, delivery_from_message, publish_properties
 from smartgo.mqtt.engine import Connection, Engine, Limits
-from smartgo.mqtt.session import Outgoing
-from smartgo.mqtt.sessions import (LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC, Restored, SessionJournal, Source, decode,
-                                   parse_source, source_of, still_alive)
-from smartgo.mqtt.listeners import WebSocketConnection, listening_socket
+from smartgo.mqtt.session import Outgoing, Session
+from smartgo.mqtt.sessions import (EPOCH, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC, Pending, Restored,
+                                   SessionJournal,
+                                   Source, decode, encode, parse_source, source_of, still_alive)
+from smartgo.mqtt.listeners import WebSocketConnection, listening_socket, mqtt_names
+from smartgo.mqtt.peers import PeerServer, ask, peer_path
 from smartgo.net.tls import server_context
 from smartgo.store.record import MessageExt
 
@@ -62,11 +64,15 @@ class Publisher:
     coalesced per queue into SEND_BATCH_MESSAGE requests."""
 
     def __init__(self, producer: AsyncProducer, topic_map: TopicMap, broker_name: str,
-                 spawn: Callable[[Any], Any], journal: SessionJournal) -> None:
+                 spawn: Callable[[Any], Any], journal: SessionJournal,
+                 find_session: Callable[[str, bool, Callable[[Session | None], None]], None]) -> None:
         self.producer = producer
         self.session_changed = journal.session_changed
         self.session_ended = journal.session_ended
         self.when_persisted = journal.when_persisted
+        self.claim = journal.claim
+        self.forgotten = journal.forgotten
+        self.find_session = find_session
         self.map = topic_map
         self.broker_name = broker_name
         self.spawn = spawn
@@ -177,11 +183,15 @@ class MqttActor(Actor):
         cfg = self.config
         options = client_config(cfg, self.name)
         group = f"MQTT_{cfg.broker_name}_{self.name}".replace("-", "_")
-        await self._create_topics(options)
+        self.cluster = await AsyncAdmin(options.registry, config=options).start()
+        await self._create_topics(self.cluster)
         self.producer = await AsyncProducer(f"MQTT_{cfg.broker_name}", options.registry, config=options).start()
-        self.journal = SessionJournal(cfg.broker_name, self._write_records, lambda: dict(self.positions),
+        self.holder = f"{cfg.broker_name}/{self.name}"
+        self.group = group
+        self.journal = SessionJournal(self.holder, self._write_records, lambda: dict(self.positions),
                                       self._commit_feed, cfg.mqtt_checkpoint_interval)
-        self.publisher = Publisher(self.producer, self.topic_map, cfg.broker_name, self._spawn_send, self.journal)
+        self.publisher = Publisher(self.producer, self.topic_map, cfg.broker_name, self._spawn_send, self.journal,
+                                   self._find_session)
         self.engine = Engine(self.limits, self.publisher, self.auth)
         fresh = self.ctx.run_path / f"{self.name}-scan"
         shutil.rmtree(fresh, ignore_errors=True)
@@ -203,15 +213,24 @@ class MqttActor(Actor):
         self.feed = AsyncLitePullConsumer(group, options.registry, model=MessageModel.BROADCASTING, config=options,
                                           pull_batch_size=64, offset_store_dir=cfg.store_path / "mqtt",
                                           auto_commit=False)
-        for topic in [*self.topic_map.topics, RETAINED_TOPIC]:
+        followed = [*self.topic_map.topics, RETAINED_TOPIC, SESSIONS_TOPIC]
+        for topic in followed:
             self.feed.subscribe(topic, "*")
         await self.feed.start()
-        queues = [mq for topic in [*self.topic_map.topics, RETAINED_TOPIC]
-                  for mq in await self.feed.fetch_queues(topic)]
+        queues = [mq for topic in followed for mq in await self.feed.fetch_queues(topic)]
+        for mq in queues:            # every bridged queue has a position from here on (a record's `through`)
+            if mq.topic in self.topic_map.topics:
+                at = await self.feed.committed(mq)
+                self.positions[source_of(mq.broker_name, mq.topic, mq.queue_id)] = \
+                    (at if at >= 0 else await self.feed.max_offset(mq)) - 1
         await read_to_end(self.feed, queues, self._fed, self.name, replay=True)   # what the last commit missed
         self.engine.replay_done()
         self.spawn(self._run_feed(), "feed")
         self.spawn(self.journal.run(), "checkpoints")
+        self.admin = AdminServer(self.engine, socket_path(self.ctx.run_path, self.name))
+        await self.admin.start()
+        self.peer_server = PeerServer(peer_path(self.ctx.run_path, self.name), self._peer)
+        await self.peer_server.start()
         await self._listen()
 
     async def _listen(self) -> None:
@@ -234,26 +253,22 @@ class MqttActor(Actor):
         task = asyncio.ensure_future(coro)
         task.add_done_callback(_reraise_unexpected)
 
-    async def _create_topics(self, options: ClientConfig) -> None:
+    async def _create_topics(self, admin: AsyncAdmin) -> None:
         """The bridged topics, the retained and the sessions topic on this node's broker."""
         cfg = self.config
-        admin = await AsyncAdmin(options.registry, config=options).start()
         addr = f"127.0.0.1:{cfg.listen_port}"
         wanted = [*((t, cfg.mqtt_topic_queues) for t in self.topic_map.topics), (RETAINED_TOPIC, 1),
                   (SESSIONS_TOPIC, SESSIONS_QUEUES)]
-        try:
-            for topic, queues in wanted:
-                for attempt in range(50):
-                    try:
-                        await admin.create_topic(topic, queues, broker_addr=addr)
-                        break
-                    except ClientError as exc:
-                        if attempt == 49:
-                            raise
-                        log.info("%s: creating topic %s: %s; again", self.name, topic, exc)
-                        await asyncio.sleep(0.2)
-        finally:
-            await admin.close()
+        for topic, queues in wanted:
+            for attempt in range(50):
+                try:
+                    await admin.create_topic(topic, queues, broker_addr=addr)
+                    break
+                except ClientError as exc:
+                    if attempt == 49:
+                        raise
+                    log.info("%s: creating topic %s: %s; again", self.name, topic, exc)
+                    await asyncio.sleep(0.2)
 
     # ---- restore ---------------------------------------------------------------------------------
     def _scanned(self, msg: MessageExt, records: dict[str, MessageExt]) -> None:
@@ -268,7 +283,7 @@ class MqttActor(Actor):
         count = max(1, self.config.mqtt_actors)
         restored = 0
         for client_id, msg in records.items():
-            if msg.tags != LIVE or session_owner(client_id, count) != self.index:
+            if msg.tags != LIVE or actor_index(msg.properties.get(HOLDER, "")) % count != self.index:
                 continue
             try:
                 r = decode(msg.body)
@@ -276,7 +291,7 @@ class MqttActor(Actor):
                 log.error("%s: session record of %s does not decode (%s); the session is lost", self.name,
                           client_id, exc)
                 continue
-            if not still_alive(r):
+            if not r.session.expiry or not still_alive(r):
                 continue
             await self._read_back(r, group)
             self.engine.restore(r.session, r.through)
@@ -286,17 +301,31 @@ class MqttActor(Actor):
             log.info("%s: %d persistent sessions restored", self.name, restored)
 
     async def _read_back(self, r: Restored, group: str) -> None:
+        """The session's queued and in-flight messages, read back by position (32 a pull)."""
         session = r.session
+        by_src: dict[Source, list[Pending]] = {}
         for p in r.pending:
-            broker, topic, queue = parse_source(p.src)
-            try:
-                found = await pull(self.producer.instance, group, MessageQueue(topic, broker, queue),
-                                   build_subscription(topic, "*"), p.offset, 1, pull_sys_flag(False, False, True))
-            except ClientError as exc:
-                log.warning("%s: message %s@%d of session %s not read back: %s", self.name, p.src, p.offset,
-                            session.client_id, exc)
-                continue
-            msg = next((m for m in found.messages if m.queue_offset == p.offset), None)
+            by_src.setdefault(p.src, []).append(p)
+        got: dict[tuple[Source, int], MessageExt] = {}
+        for src, items in by_src.items():
+            broker, topic, queue = parse_source(src)
+            wanted = sorted({p.offset for p in items})
+            i = 0
+            while i < len(wanted):
+                try:
+                    found = await pull(self.producer.instance, group, MessageQueue(topic, broker, queue),
+                                       build_subscription(topic, "*"), wanted[i], 32, pull_sys_flag(False, False, True))
+                except ClientError as exc:
+                    log.warning("%s: messages of session %s at %s not read back: %s", self.name, session.client_id,
+                                src, exc)
+                    break
+                for m in found.messages:
+                    got[(src, m.queue_offset)] = m
+                last = max((m.queue_offset for m in found.messages), default=wanted[i])
+                while i < len(wanted) and wanted[i] <= last:
+                    i += 1
+        for p in r.pending:
+            msg = got.get((p.src, p.offset))
             if msg is None:
                 session.dropped += 1
                 log.warning("%s: message %s@%d of session %s is gone from the store", self.name, p.src, p.offset,
@@ -311,6 +340,90 @@ class MqttActor(Actor):
                 session.queue.append(out)
                 session.queued_bytes += out.size
 
+    # ---- a session held elsewhere ----------------------------------------------------------------
+    def _find_session(self, client_id: str, clean: bool, then: Callable[[Session | None], None]) -> None:
+        async def find() -> None:
+            found = None
+            try:
+                found = await self._find(client_id, clean)
+            except (ClientError, ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: looking up the session of %s failed (%s); it starts empty", self.name, client_id,
+                            exc)
+            then(found)
+        self.spawn(find(), f"find {client_id}")
+
+    def _peer(self, request: dict) -> dict:
+        if request.get("op") != "take":
+            raise ValueError(f"unknown op {request.get('op')!r}")
+        session = self.engine.release(str(request["client"]))
+        if session is None:
+            return {"found": False}
+        through = dict(self.positions)
+        for src, offset in (session.through or {}).items():
+            through[src] = max(offset, through.get(src, -1))
+        return {"found": True, "record": encode(session, through, self.holder)}
+
+    async def _find(self, client_id: str, clean: bool) -> Session | None:
+        """The session from the peer actor holding it, else (not clean) from its newest record on
+        any broker of the cluster (a master, or a slave when its master is gone); read back and
+        caught up with this actor's feed."""
+        peers = [peer_path(self.ctx.run_path, name) for name in mqtt_names(self.config) if name != self.name]
+        answers = await asyncio.gather(*(ask(path, {"op": "take", "client": client_id}) for path in peers))
+        record = next((a["record"] for a in answers if a and a.get("found")), None)
+        if clean:
+            return None
+        if record is not None:
+            return await self._adopt(decode(record))
+        found = await self.cluster.query_by_key(SESSIONS_TOPIC, client_id, 64, replicas=True)
+        newest = found[0] if found else None
+        if newest is None or newest.tags != LIVE:
+            return None
+        holder = newest.properties.get(HOLDER, "")
+        if holder.startswith(f"{self.config.broker_name}/"):
+            return None                   # held on this node: its holder would have answered
+        r = decode(newest.body)
+        log.info("%s: session of %s taken over from %s", self.name, client_id, holder or "?")
+        return await self._adopt(r)
+
+    async def _adopt(self, r: Restored) -> Session | None:
+        if not r.session.expiry or not still_alive(r):
+            return None
+        await self._read_back(r, self.group)
+        await self._catch_up(r)
+        return r.session
+
+    async def _catch_up(self, r: Restored) -> None:
+        """What was stored between the record's feed position and this actor's, for the session's
+        own subscriptions; its last step and the adoption happen in one turn, so nothing slips between."""
+        through = dict(r.through)
+        session = r.session
+        instance = self.producer.instance
+        while True:
+            gaps = [(src, through[src], end) for src, end in self.positions.items()
+                    if src in through and through[src] < end]
+            if not gaps:
+                break
+            for src, start, end in gaps:
+                broker, topic, queue = parse_source(src)
+                mq = MessageQueue(topic, broker, queue)
+                offset = start + 1
+                while offset <= end:
+                    found = await pull(instance, self.group, mq, build_subscription(topic, "*"), offset, 32,
+                                       pull_sys_flag(False, False, True))
+                    if not found.messages:
+                        if found.next_begin_offset <= offset:
+                            break                  # gone from the store, or not there yet: nothing to add
+                        offset = found.next_begin_offset
+                        continue
+                    for msg in found.messages:
+                        if msg.queue_offset > end:
+                            break
+                        self.engine.catch_up(session, delivery_from_message(msg.topic, msg.properties, msg.body),
+                                             src, msg.queue_offset)
+                        offset = msg.queue_offset + 1
+                through[src] = end
+        session.through = through
+
     # ---- the feed --------------------------------------------------------------------------------
     def _retained(self, msg: MessageExt) -> None:
         d = delivery_from_message(msg.topic, msg.properties, msg.body)
@@ -319,6 +432,11 @@ class MqttActor(Actor):
     def _fed(self, msg: MessageExt) -> None:
         if msg.topic == RETAINED_TOPIC:
             self._retained(msg)
+            return
+        if msg.topic == SESSIONS_TOPIC:
+            props = msg.properties
+            if msg.tags == LIVE and msg.keys and props.get(HOLDER, self.holder) != self.holder:
+                self.engine.taken_elsewhere(msg.keys[0], int(props.get(EPOCH, "0") or 0))
             return
         src = source_of(msg.broker_name, msg.topic, msg.queue_id)
         props = msg.properties
@@ -360,19 +478,24 @@ class MqttActor(Actor):
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
+        for channel in ("admin", "peer_server"):
+            closing = getattr(self, channel, None)
+            if closing is not None:
+                await closing.close()
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutting_down()
             await self.journal.checkpoint()
-        for part in ("feed", "producer"):
+        for part in ("feed", "producer", "cluster"):
             client = getattr(self, part, None)
             if client is not None:
                 await client.close()
 
 
-def session_owner(client_id: str, actors: int) -> int:
-    """The MQTT actor of a node that holds a client's session."""
-    return zlib.crc32(client_id.encode()) % actors
+def actor_index(holder: str) -> int:
+    """mqtt-<i> of a holder "<broker>/mqtt-<i>" (0 when it names none)."""
+    tail = holder.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 async def read_to_end(consumer: AsyncLitePullConsumer, queues: list[MessageQueue],

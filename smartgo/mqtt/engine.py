@@ -23,7 +23,8 @@ from smartgo.mqtt.auth import Account, Authenticator
 from smartgo.mqtt.bridge import Delivery
 from smartgo.mqtt.session import NEVER, Outgoing, Session, Subscription
 from smartgo.mqtt.stats import MqttStats
-from smartgo.mqtt.topics import RetainedIndex, SubscriptionIndex, split_share, valid_filter, valid_topic_name
+from smartgo.mqtt.topics import (RetainedIndex, SubscriptionIndex, matches, split_share, valid_filter,
+                                 valid_topic_name)
 from smartgo.mqtt.wheel import TimingWheel
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,12 @@ class StoreSide(Protocol):
 
     def when_persisted(self, session: Session, then: Callable[[], None]) -> None: ...
 
+    def claim(self, session: Session) -> None: ...
+
+    def forgotten(self, client_id: str) -> None: ...
+
+    def find_session(self, client_id: str, clean: bool, then: Callable[[Session | None], None]) -> None: ...
+
 
 @dataclass(slots=True)
 class Limits:
@@ -63,7 +70,7 @@ class Connection(asyncio.Protocol):
 
     __slots__ = ("engine", "transport", "decoder", "version", "session", "client_id", "keep_alive", "last_seen",
                  "aliases", "send_quota", "max_packet", "will", "will_delay", "account", "closed",
-                 "clean", "inbound_pending", "peer", "listener")
+                 "clean", "inbound_pending", "peer", "listener", "waiting")
 
     def __init__(self, engine: Engine, listener: str) -> None:
         self.engine = engine
@@ -85,6 +92,7 @@ class Connection(asyncio.Protocol):
         self.clean = False               # a DISCONNECT came: no will
         self.inbound_pending = 0         # QoS 1/2 publishes stored but not yet answered
         self.peer = ""
+        self.waiting: list | None = None  # packets that came while its session is looked up elsewhere
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -103,8 +111,11 @@ class Connection(asyncio.Protocol):
             self.engine.bad_input(self, exc.reason, str(exc))
             return
         engine = self.engine
-        for packet in packets:
+        for i, packet in enumerate(packets):
             if self.closed:
+                return
+            if self.waiting is not None:
+                self.waiting.extend(packets[i:])
                 return
             engine.handle(self, packet)
 
@@ -260,7 +271,7 @@ class Engine:
         if account is None:
             self.stats.auth_failures += 1
             log.warning("mqtt %s (%s): bad user name or password (user %r)", client_id, conn.peer, p.username)
-            self._refuse(conn, c.BAD_USERNAME_OR_PASSWORD if v5 else c.NOT_AUTHORIZED, "bad user name or password")
+            self._refuse(conn, c.BAD_USERNAME_OR_PASSWORD, "bad user name or password")
             return
         if p.will is not None and not account.may_publish(p.will.topic):
             self._refuse(conn, c.NOT_AUTHORIZED, f"may not publish the will to {p.will.topic}")
@@ -287,6 +298,31 @@ class Engine:
             expiry = limits.max_session_expiry
             if v5:
                 props["session_expiry_interval"] = expiry
+        if client_id not in self.sessions:
+            # perhaps held by another MQTT actor or node: it lets go first (and hands it over unless clean)
+            conn.waiting = []
+            self.store.find_session(client_id, p.clean_start,
+                                    lambda found: self._found(conn, p, props, expiry, found))
+            return
+        self._accept(conn, p, props, expiry)
+
+    def _found(self, conn: Connection, p: c.Connect, props: dict[str, Any], expiry: int,
+               found: Session | None) -> None:
+        waiting, conn.waiting = conn.waiting or [], None
+        if conn.closed:
+            return
+        if found is not None and not p.clean_start and found.client_id not in self.sessions:
+            self.restore(found, found.through or {})
+        self._accept(conn, p, props, expiry)
+        for packet in waiting:
+            if conn.closed:
+                return
+            self.handle(conn, packet)
+
+    def _accept(self, conn: Connection, p: c.Connect, props: dict[str, Any], expiry: int) -> None:
+        client_id = conn.client_id
+        v5 = conn.version == 5
+        limits = self.limits
         # takeover: MQTT 5.0 3.1.4-3; the old connection's will goes out unless the session goes on
         session = self.sessions.get(client_id)
         if session is not None and session.connection is not None:
@@ -317,6 +353,7 @@ class Engine:
         session.expiry = expiry
         session.connection = conn
         session.ended_at = 0.0
+        session.epoch = int(time.time() * 1000)
         conn.session = session
         if v5:
             props.update(receive_maximum=limits.receive_maximum, topic_alias_maximum=limits.topic_alias_maximum,
@@ -325,9 +362,9 @@ class Engine:
                          shared_subscription_available=1)
         conn.send(c.ConnAck(present, c.SUCCESS, props))
         self.stats.connects += 1
-        if keep_alive:
-            self.wheel.add(conn.last_seen + keep_alive * 1.5, conn)
-        self.store.session_changed(session)
+        if conn.keep_alive:
+            self.wheel.add(conn.last_seen + conn.keep_alive * 1.5, conn)
+        self.store.claim(session)
         self._resume(conn, session)
 
     def _refuse(self, conn: Connection, reason: int, why: str) -> None:
@@ -723,6 +760,55 @@ class Engine:
         session = self.sessions.get(client_id)
         if session is not None and session.through is not None and session.through.get(src, -1) < offset:
             session.inbound.add(pid)
+
+    def catch_up(self, session: Session, d: Delivery, src: str, offset: int) -> None:
+        """A message stored while the session was held elsewhere, offered by its own subscriptions
+        (not the shared ones: another member had it)."""
+        qos, ids, rap = -1, [], False
+        for flt, sub in session.subscriptions.items():
+            group, inner = split_share(flt)
+            if group is not None or not matches(inner, d.topic):
+                continue
+            if sub.options.no_local and d.client_id == session.client_id:
+                continue
+            qos = max(qos, min(d.qos, sub.options.qos))
+            rap = rap or sub.options.retain_as_published
+            if sub.identifier:
+                ids.append(sub.identifier)
+        if qos >= 0:
+            self._offer(session, d, qos, d.retain and rap, tuple(ids), src, offset)
+
+    def taken_elsewhere(self, client_id: str, epoch: int) -> None:
+        """Another MQTT actor or node claimed the session at epoch (ms): a session connected here
+        before that goes."""
+        session = self.sessions.get(client_id)
+        if session is not None and session.epoch < epoch:
+            self.release(client_id)
+
+    def release(self, client_id: str) -> Session | None:
+        """Let a session go to another holder: its connection is told why and closed (no will:
+        the device is alive, elsewhere); the session is returned for its record."""
+        session = self.sessions.pop(client_id, None)
+        if session is None:
+            return None
+        conn = session.connection
+        if conn is not None and not conn.closed:
+            self.stats.takeovers += 1
+            log.info("mqtt %s: session taken over by another actor or node; closing %s", client_id, conn.peer)
+            if conn.version == 5:
+                conn.send(c.Disconnect(c.SESSION_TAKEN_OVER, {}))
+            conn.session = None
+            conn.will = None
+            conn.close()
+            self.closed(conn, "taken over elsewhere")
+        session.connection = None
+        session.ended_at = session.ended_at or self.now()
+        self.index.remove_owner(client_id)
+        self._cancel_will(client_id)
+        self.stats.sessions = len(self.sessions)
+        self.stats.subscriptions = len(self.index)
+        self.store.forgotten(client_id)
+        return session
 
     def replay_done(self) -> None:
         for session in self.sessions.values():

@@ -54,6 +54,7 @@ class Session:
     next_id: int = 1
     connection: Any = None              # the engine's Connection while connected
     ended_at: float = 0.0               # monotonic time the last connection ended; 0 while connected
+    epoch: int = 0                      # wall ms of the CONNECT that made this actor its holder
     dropped: int = 0                    # messages the bounded queue refused
     #: restored from its record: the feed position it had been offered everything up to, per source;
     #: the feed's replay after a restart skips those (None once the replay is over, or never restored)

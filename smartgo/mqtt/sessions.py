@@ -33,6 +33,8 @@ SESSIONS_TOPIC = "MQTT_SESSIONS"
 SESSIONS_QUEUES = 8
 #: record tags: a session goes on / it ended (restore drops it)
 LIVE, ENDED = "live", "ended"
+#: record properties: which actor holds the session ("<broker>/<actor>") since when (its CONNECT, wall ms)
+HOLDER, EPOCH = "mqttHolder", "mqttEpoch"
 VERSION = 1
 
 #: A message's place in the store: "broker/topic/queue", queue offset.
@@ -124,10 +126,10 @@ class SessionJournal:
     `position()` is the feed's processed position per source, `commit(position)` persists it.
     """
 
-    def __init__(self, node: str, write: Callable[[list[Message], int], Awaitable[None]],
+    def __init__(self, holder: str, write: Callable[[list[Message], int], Awaitable[None]],
                  position: Callable[[], dict[Source, int]], commit: Callable[[dict[Source, int]], Awaitable[None]],
                  interval: float) -> None:
-        self.node = node
+        self.holder = holder
         self.write = write
         self.position = position
         self.commit = commit
@@ -141,14 +143,29 @@ class SessionJournal:
         self.failures = 0
 
     def session_changed(self, session: Session) -> None:
-        if session.expiry or session.client_id in self.persisted:
+        if session.expiry:
             self.dirty[session.client_id] = session
+            if session.connection is None:
+                self.wake.set()                  # gone: its record now, for whoever it reconnects to
             self.ended.discard(session.client_id)
 
     def session_ended(self, client_id: str) -> None:
         self.dirty.pop(client_id, None)
         if client_id in self.persisted:
             self.ended.add(client_id)
+
+    def claim(self, session: Session) -> None:
+        """A CONNECT made this actor the session's holder: a record says so (even for a session
+        that ends with its connection), so whoever held it before lets it go."""
+        self.dirty[session.client_id] = session
+        self.ended.discard(session.client_id)
+        self.wake.set()
+
+    def forgotten(self, client_id: str) -> None:
+        """Another holder has it now: nothing more to write here."""
+        self.dirty.pop(client_id, None)
+        self.ended.discard(client_id)
+        self.persisted.discard(client_id)
 
     def when_persisted(self, session: Session, then: Callable[[], None]) -> None:
         if not session.expiry:
@@ -180,11 +197,12 @@ class SessionJournal:
             through = position if session.through is None else {
                 src: max(position.get(src, -1), session.through.get(src, -1))
                 for src in position.keys() | session.through.keys()}
-            body = encode(session, through, self.node)
-            by_queue.setdefault(session_queue(client_id), []).append(
-                Message(SESSIONS_TOPIC, body, LIVE, client_id))
+            body = encode(session, through, self.holder)
+            by_queue.setdefault(session_queue(client_id), []).append(Message(
+                SESSIONS_TOPIC, body, LIVE, client_id, {HOLDER: self.holder, EPOCH: str(session.epoch)}))
         for client_id in ended:
-            by_queue.setdefault(session_queue(client_id), []).append(Message(SESSIONS_TOPIC, b"-", ENDED, client_id))
+            by_queue.setdefault(session_queue(client_id), []).append(Message(
+                SESSIONS_TOPIC, b"-", ENDED, client_id, {HOLDER: self.holder, EPOCH: "0"}))
         try:
             await asyncio.gather(*(self.write(msgs, queue) for queue, msgs in by_queue.items()))
             await self.commit(position)
