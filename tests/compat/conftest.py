@@ -3,18 +3,16 @@
 C++ client (rocketmq-client-cpp, PyPI `rocketmq`, a dev dependency) driven by cpp_client.py.
 
 The ali-ons install is pinned by node/package-lock.json and made with `npm ci` the first time a
-session needs it. Missing node or npm, an unreachable npm registry, or a missing `rocketmq`
-package FAIL the tests with a clear message: CI has them, and a compatibility suite that
+session needs it (Node.js and npm from Debian's packages when missing). An unreachable registry or
+a missing `rocketmq` package FAIL the tests with a clear message: a compatibility suite that
 silently skips proves nothing.
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -27,6 +25,7 @@ import pytest
 
 from tests.support.nodes import Node
 from tests.support.broker import start_broker
+from tests.support.npm import npm_ci
 from smartgo.client import AsyncProducer, AsyncPullConsumer, Message, MessageExt, NoRouteError, PullStatus, SendResult
 from smartgo.net.loop import run
 from tests.support.waits import wait_until
@@ -35,40 +34,12 @@ NODE_DIR = Path(__file__).resolve().parent / "node"
 CPP_DRIVER = Path(__file__).resolve().parent / "cpp_client.py"
 #: The exact client release under test (package.json pins it too; a mismatch reinstalls).
 ALI_ONS_VERSION = "3.12.0"
-NPM_CI_TIMEOUT = 300
-
-
-def _installed_version() -> str | None:
-    try:
-        return json.loads((NODE_DIR / "node_modules" / "ali-ons" / "package.json").read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 @pytest.fixture(scope="session")
 def ali_ons() -> Path:
-    """node_modules with the pinned ali-ons, installed by `npm ci` when missing."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail("the compatibility tests need Node.js (>= 16) and npm on PATH to run ali-ons; "
-                    "install them (e.g. apt-get install nodejs npm)", pytrace=False)
-    with open(NODE_DIR / "node_modules.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)        # pytest-xdist workers: one installs, the others wait for it
-        if _installed_version() != ALI_ONS_VERSION:
-            _npm_ci(npm)
-    return NODE_DIR
-
-
-def _npm_ci(npm: str) -> None:
-    try:
-        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
-                              capture_output=True, text=True, timeout=NPM_CI_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`npm ci` in {NODE_DIR} took over {NPM_CI_TIMEOUT}s: is the npm registry reachable?",
-                    pytrace=False)
-    if done.returncode != 0 or _installed_version() != ALI_ONS_VERSION:
-        pytest.fail(f"`npm ci` in {NODE_DIR} could not install ali-ons {ALI_ONS_VERSION} (exit "
-                    f"{done.returncode}); is the npm registry reachable?\n{done.stderr[-3000:]}", pytrace=False)
+    """node/ with the pinned ali-ons in its node_modules (tests/support/npm.py)."""
+    return npm_ci(NODE_DIR, "ali-ons", ALI_ONS_VERSION)
 
 
 @dataclass
