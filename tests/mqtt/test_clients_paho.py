@@ -58,6 +58,19 @@ def test_qos_levels(mqtt_client, version):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("version", VERSIONS)
+def test_empty_payload(mqtt_client, version):
+    """A zero-length payload is a message like any other (MQTT 3.3.3): acknowledged and delivered empty."""
+    topic = unique("empty")
+    sub = mqtt_client(version=version)
+    sub.subscribe(topic, qos=1)
+    pub = mqtt_client(version=version)
+    assert pub.publish(topic, b"", qos=1) == 0
+    pub.publish(topic, b"marker", qos=1)
+    assert [(m.payload, m.qos) for m in sub.messages.until(b"marker")] == [(b"", 1), (b"marker", 1)]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("version", VERSIONS)
 def test_retained_message_and_its_deletion(mqtt_client, version):
     """A retained message goes to a later subscriber (retain flag set); an empty retained publish deletes it."""
     root = unique("ret")
