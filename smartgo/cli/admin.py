@@ -47,6 +47,11 @@ Access control, each broker's plain_acl.yml (smartgo.cli.admin_acl):
 
     smartgo admin acl-update --account AK [--account-secret SK] [--admin | --no-admin] [--topic-perms T=PUB,..] ...
     smartgo admin acl-delete --account AK | acl-white --addrs P,... | acl-version | acl-config --broker ADDR
+
+MQTT devices, asked of each broker's MQTT actors (smartgo.cli.admin_mqtt):
+
+    smartgo admin mqtt-clients | mqtt-sessions [--client PREFIX] [--limit 100] [--broker ADDR | --cluster C]
+    smartgo admin mqtt-subscriptions [--client PREFIX] [--filter PREFIX] | mqtt-kick --client ID
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from __future__ import annotations
 import argparse
 import datetime
 
-from smartgo.cli import admin_acl, admin_maintenance, admin_stats, admin_tools
+from smartgo.cli import admin_acl, admin_maintenance, admin_mqtt, admin_stats, admin_tools
 from smartgo.cli._common import (BROKER, GROUP, TOPIC, CommandTable, add_common, broker_or_cluster, client_options,
                                  emit, guarded, options, table, when)
 from smartgo.client import AsyncAdmin
@@ -68,7 +73,8 @@ from smartgo.store.record import MessageExt
 COMMANDS = CommandTable()
 command = COMMANDS.command
 #: every `smartgo admin` command, in --help's order: this module's, then those kept in modules of their own
-_TABLES = (COMMANDS, admin_stats.COMMANDS, admin_maintenance.COMMANDS, admin_tools.COMMANDS, admin_acl.COMMANDS)
+_TABLES = (COMMANDS, admin_stats.COMMANDS, admin_maintenance.COMMANDS, admin_tools.COMMANDS, admin_acl.COMMANDS,
+           admin_mqtt.COMMANDS)
 
 OPTIONAL_TOPIC: tuple[tuple[str, ...], dict[str, object]] = (("--topic", "-t"), {})
 CLUSTER: tuple[tuple[str, ...], dict[str, object]] = (("--cluster", "-c"), {})

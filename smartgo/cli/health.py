@@ -22,6 +22,8 @@ from smartgo.actors.board import Board, BoardError
 from smartgo.actors.health import node_health
 from smartgo.cli.errors import CliError
 from smartgo.config import NodeConfig
+from smartgo.mqtt.admin import ask_blocking, merge_stats, socket_path
+from smartgo.mqtt.listeners import MQTT_PREFIX
 from smartgo.net import fastjson
 from smartgo.net.client import BlockingRemotingClient
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -78,8 +80,37 @@ def board_report(args: argparse.Namespace) -> dict:
         report = node_health(board, cpu_interval=args.cpu_interval)
     finally:
         board.close()
+    mqtt = local_mqtt(path.parent, report["actors"])
+    if mqtt is not None:
+        report["mqtt"] = mqtt
     report["checked"] = {"store_dir": str(store), "default": default}
     return report
+
+
+def local_mqtt(run: Path, actors: list[dict], timeout: float = 2.0) -> dict | None:
+    """The MQTT actors' counters, asked over their admin sockets (a broker's report has the same
+    from its broker actor, smartgo.broker.processor.mqtt_processor)."""
+    names = [a["name"] for a in actors if a["name"].startswith(MQTT_PREFIX)]
+    if not names:
+        return None
+    answering, stats = [], []
+    for name in names:
+        try:
+            stats.append(ask_blocking(socket_path(run, name), {"op": "stats"}, timeout)["stats"])
+        except (OSError, ValueError):
+            continue
+        answering.append(name)
+    return {"actors": names, "answering": answering, **merge_stats(stats)}
+
+
+def mqtt_line(m: dict) -> str:
+    qos = "/".join
+    return (f"mqtt: {m.get('connections', 0)} connections  {m.get('sessions', 0)} sessions  "
+            f"{m.get('subscriptions', 0)} subscriptions  {m.get('retained', 0)} retained  "
+            f"messages in {qos(map(str, m.get('messages_in', [0, 0, 0])))}  "
+            f"out {qos(map(str, m.get('messages_out', [0, 0, 0])))} (QoS 0/1/2)  dropped {m.get('dropped', 0)}  "
+            f"bad packets {m.get('bad_packets', 0)}  auth failures {m.get('auth_failures', 0)}  "
+            f"({len(m['answering'])} of {len(m['actors'])} MQTT actors answering)")
 
 
 def broker_report(addr: str, timeout: float, tls: bool = False) -> dict:
@@ -137,6 +168,8 @@ def render(report: dict, verbose: bool = False) -> str:
                      "-" if a["mailbox_depth"] is None else str(a["mailbox_depth"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if report.get("mqtt"):
+        lines.append(mqtt_line(report["mqtt"]))
     if verbose and report["fields"]:
         lines.append("  ".join(f"{k}={v}" for k, v in report["fields"].items()))
     lines.append(report["verdict"])

@@ -95,6 +95,7 @@ ADMIN_CODES = frozenset({
     RequestCode.DELETE_TOPIC_IN_NAMESRV,                # 216
     RequestCode.UPDATE_NAMESRV_CONFIG,                  # 318
     RequestCode.CONTROLLER_ELECT_MASTER,                # 1002: a switchover
+    RequestCode.MQTT_ADMIN,                             # 40001: lists devices, disconnects them
 })
 
 # AclConstants.ACCESS_KEY_MIN_LENGTH / SECRET_KEY_MIN_LENGTH: a key must be LONGER than this

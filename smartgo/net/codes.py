@@ -97,6 +97,8 @@ class RequestCode(IntEnum):
     # role to one of its slaves; the registry tells the brokers with NOTIFY_BROKER_ROLE_CHANGED
     CONTROLLER_ELECT_MASTER = 1002
     NOTIFY_BROKER_ROLE_CHANGED = 1008
+    # SmartGo's own requests: 40000 and up, a range no RocketMQ version uses
+    MQTT_ADMIN = 40001                      # the node's MQTT clients, sessions, subscriptions; kick one
 
 
 class ResponseCode(IntEnum):

@@ -45,6 +45,7 @@ from smartgo.broker.broker_config import RuntimeConfig
 from smartgo.broker.channel import ChannelServer, handlers
 from smartgo.broker.processor.client_processor import ClientProcessor
 from smartgo.broker.processor.cleanup_processor import CleanupProcessor
+from smartgo.broker.processor.mqtt_processor import MqttProcessor
 from smartgo.broker.managers.clients import Changes, ClientTable, registered
 from smartgo.broker.managers.groups import SubscriptionGroups
 from smartgo.broker.managers.locks import RebalanceLocks
@@ -74,7 +75,8 @@ from smartgo.store import StoreReader
 from smartgo.store.record import store_timestamp_at
 
 #: The broker actor's processors; each class's CODES table names the requests it serves.
-PROCESSORS = (ClientProcessor, AdminProcessor, ProgressProcessor, AclProcessor, RoleManager, CleanupProcessor)
+PROCESSORS = (ClientProcessor, AdminProcessor, ProgressProcessor, AclProcessor, RoleManager, CleanupProcessor,
+              MqttProcessor)
 #: Remoting request codes the net actors hand to the broker actor whole: every code of those tables.
 FORWARDED_CODES = frozenset(code for processor in PROCESSORS for code in processor.CODES)
 #: Forwarded codes the broker actor answers only after asking clients (up to CALL_CLIENT_TIMEOUT).
@@ -99,6 +101,8 @@ class BrokerActor(Actor):
         self.every(cfg.client_scan_interval, self.scan_clients, "scan clients")
         self.every(PERSIST_INTERVAL, self.persist_members, "persist members")
         self.every(1.0, self.sample_stats, "sample stats")
+        self.mqtt = MqttProcessor(self)                     # the node's MQTT actors, asked over their sockets
+        self.every(1.0, self.mqtt.poll, "poll mqtt")
         if not is_slave(cfg):                               # a slave stores nothing of its own
             self.every(cfg.transaction_check_interval, self.check_transactions, "transaction check")
         self.every(min(1.0, cfg.register_interval), self.register_early, "register early")
@@ -176,7 +180,7 @@ class BrokerActor(Actor):
     def _processors(self) -> dict:
         clients = ClientProcessor(self)
         self.channel.calls["send_back_target"] = clients.send_back_target
-        made = {ClientProcessor: clients, RoleManager: self.roles}
+        made = {ClientProcessor: clients, RoleManager: self.roles, MqttProcessor: self.mqtt}
         return {code: handler for cls in PROCESSORS for code, handler in handlers(made.get(cls) or cls(self)).items()}
 
     @property
@@ -427,6 +431,9 @@ class BrokerActor(Actor):
 
     def _write_window(self, end: int) -> None:
         record = self.stats.close(end).record(self.stats.window_s, self.identity, self.lag_snapshot())
+        mqtt = self.mqtt.take_window()
+        if mqtt is not None:
+            record["mqtt"] = mqtt
         try:
             self.stats_files.append(record)
         except OSError as exc:

@@ -302,6 +302,9 @@ class AdminProcessor:
         up = max(0, int(time.time() - booted_ms / 1000))
         consumer_groups, producer_groups, connections = b.clients.counts()
         health = node_health(b.board, b.cpu_sampler)
+        mqtt = b.mqtt.summary()
+        if mqtt is not None:
+            health["mqtt"] = mqtt            # the MQTT actors' counters (mqtt_processor.py)
         morning, yesterday = b.day_totals()
         dispatch_behind, flush_behind = store_backlog(f)
         info = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import psutil
@@ -65,7 +65,7 @@ class BrokerMetrics:
         now_ms = time.time_ns() // 1_000_000
         return [*self._traffic(), *self._lag(now_ms), *self._connections(), *self._broker(),
                 *self._transactions(), *self._schedule(), *self._storage(now_ms), *self._latency(),
-                *self._actors()]
+                *self._actors(), *self._mqtt()]
 
     def _system(self, topic: str, group: str = "") -> str:
         return _bool(topic in self.system_topics or (bool(group) and is_system_group(group)))
@@ -253,6 +253,10 @@ class BrokerMetrics:
         return [family]
 
     # ---- the node's processes ------------------------------------------------------------------------------
+    def _mqtt(self) -> list[Family]:
+        summary = self.b.mqtt.summary()
+        return [] if summary is None else mqtt_families(self.family, summary)
+
     def _actors(self) -> list[Family]:
         health = node_health(self.b.board, self.sampler)
         healthy = self.family("smartgo_node_healthy", "gauge", "1 when the supervisor and every actor are healthy")
@@ -287,6 +291,39 @@ class BrokerMetrics:
             if resident is not None:
                 rss.add({"actor": name}, resident)
         return [healthy, up, restarts, age, mailbox, lag, progress, cpu, rss]
+
+
+#: MqttStats counters -> the event label of smartgo_mqtt_events_total (the messages have their own families).
+MQTT_EVENTS = ("connects", "refused", "auth_failures", "takeovers", "bad_packets", "connect_timeouts",
+               "keep_alive_timeouts", "denied", "dropped", "expired", "oversize", "unrouted", "store_failures", "wills")
+
+
+def mqtt_families(family: Callable[[str, str, str], Family], summary: dict) -> list[Family]:
+    """The node's MQTT actors (smartgo.broker.processor.mqtt_processor): gauges as last polled,
+    counters since the broker actor started."""
+    out = []
+    for key, help_text in (("connections", "MQTT network connections open"),
+                           ("sessions", "MQTT sessions, connected or waiting for their client"),
+                           ("subscriptions", "MQTT subscriptions of every session"),
+                           ("retained", "MQTT retained messages (topics with one)")):
+        f = family(f"smartgo_mqtt_{key}", "gauge", help_text)
+        f.add({}, summary.get(key, 0))
+        out.append(f)
+    for way, help_text in (("in", "PUBLISH packets from MQTT clients, by QoS"),
+                           ("out", "PUBLISH packets to MQTT clients, by QoS")):
+        f = family(f"smartgo_mqtt_messages_{way}_total", "counter", help_text)
+        for qos, n in enumerate(summary.get(f"messages_{way}") or [0, 0, 0]):
+            f.add({"qos": str(qos)}, n)
+        out.append(f)
+    events = family("smartgo_mqtt_events_total", "counter",
+                    "MQTT events: connects, refused CONNECTs, auth failures, takeovers, bad packets, timeouts, "
+                    "denied subscriptions, dropped (a full session queue), expired, oversize, unrouted, "
+                    "store failures, wills published")
+    for key in MQTT_EVENTS:
+        events.add({"event": key}, summary.get(key, 0))
+    up = family("smartgo_mqtt_actors_answering", "gauge", "MQTT actors whose counters the broker actor read")
+    up.add({}, len(summary["answering"]))
+    return [*out, events, up]
 
 
 def _by_client(channels: Iterable[ClientChannel]) -> list[tuple[tuple[str, str], int]]:

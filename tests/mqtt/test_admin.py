@@ -1,0 +1,183 @@
+"""The MQTT actor's admin channel (smartgo/mqtt/admin.py) over a real engine fed real packets, and
+over its UNIX socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from smartgo.mqtt import codec as c
+from smartgo.mqtt.admin import AdminError, AdminServer, answer, ask, ask_blocking, handle_line, merge_stats
+from smartgo.mqtt.auth import Authenticator
+from smartgo.mqtt.engine import Connection, Engine, Limits
+from smartgo.mqtt.session import Session
+
+
+class Wire:
+    """A connection's transport: what the engine wrote, and whether it closed it."""
+
+    def __init__(self, peer: tuple[str, int]) -> None:
+        self.peer = peer
+        self.out = bytearray()
+        self.closed = False
+
+    def get_extra_info(self, name: str) -> object:
+        return self.peer if name == "peername" else None
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Store:
+    """The engine's store side (engine.StoreSide) of one node alone: every publish stored at once."""
+
+    def store(self, publish: c.Publish, client_id: str, done: Callable[[int], None]) -> None:
+        done(c.SUCCESS)
+
+    def session_changed(self, session: Session) -> None:
+        pass
+
+    def session_ended(self, client_id: str) -> None:
+        pass
+
+    def when_persisted(self, session: Session, then: Callable[[], None]) -> None:
+        then()
+
+    def claim(self, session: Session) -> None:
+        pass
+
+    def forgotten(self, client_id: str) -> None:
+        pass
+
+    def find_session(self, client_id: str, *args: object) -> None:
+        then = args[-1]                  # after the clean flag: (client_id, clean, then)
+        assert callable(then)
+        then(None)                       # no other actor or node holds it
+
+
+def connect(engine: Engine, client_id: str, port: int, version: int = 5, expiry: int = 0,
+            filters: tuple[str, ...] = ()) -> tuple[Connection, Wire]:
+    conn = Connection(engine, "tcp")
+    wire = Wire(("127.0.0.1", port))
+    conn.connection_made(wire)
+    props = {"session_expiry_interval": expiry} if version == 5 and expiry else {}
+    data = c.encode(c.Connect(protocol_level=version, clean_start=True, keep_alive=30, client_id=client_id,
+                              properties=props), version)
+    if filters:
+        data += c.encode(c.Subscribe(1, [(f, c.SubOptions(1, no_local=version == 5)) for f in filters], {}), version)
+    conn.data_received(data)
+    assert not wire.closed and conn.session is not None
+    return conn, wire
+
+
+@pytest.fixture
+def engine() -> Engine:
+    e = Engine(Limits(), Store(), Authenticator())
+    connect(e, "dev-b", 5001, filters=("devices/b/#", "alarms/+"))
+    connect(e, "dev-a", 5002, version=4, filters=("devices/a/cmd",))
+    conn, _ = connect(e, "away-1", 5003, expiry=600, filters=("devices/#",))
+    conn.connection_lost(None)
+    return e
+
+
+def test_clients_lists_the_connected_ones_with_their_connection(engine: Engine) -> None:
+    got = answer(engine, {"op": "clients"})
+    assert got["total"] == 2
+    assert got["items"] == [
+        {"client_id": "dev-a", "peer": "127.0.0.1:5002", "listener": "tcp", "version": 4, "keep_alive": 30,
+         "subscriptions": 1, "inflight": 0, "queued": 0},
+        {"client_id": "dev-b", "peer": "127.0.0.1:5001", "listener": "tcp", "version": 5, "keep_alive": 30,
+         "subscriptions": 2, "inflight": 0, "queued": 0}]
+
+
+def test_sessions_include_the_away_ones_with_their_expiry(engine: Engine) -> None:
+    got = answer(engine, {"op": "sessions"}, now=lambda: engine.sessions["away-1"].ended_at + 100)
+    rows = {r["client_id"]: r for r in got["items"]}
+    assert set(rows) == {"away-1", "dev-a", "dev-b"}
+    assert rows["away-1"]["connected"] is False and rows["away-1"]["expiry"] == 600
+    assert rows["away-1"]["expires_in"] == 500
+    assert rows["dev-a"]["connected"] is True and rows["dev-a"]["expiry"] == 0 and rows["dev-a"]["expires_in"] is None
+
+
+def test_subscriptions_with_options_and_prefixes(engine: Engine) -> None:
+    got = answer(engine, {"op": "subscriptions"})
+    assert [(r["client_id"], r["filter"]) for r in got["items"]] == [
+        ("away-1", "devices/#"), ("dev-a", "devices/a/cmd"), ("dev-b", "alarms/+"), ("dev-b", "devices/b/#")]
+    assert got["items"][3] == {"client_id": "dev-b", "filter": "devices/b/#", "qos": 1, "no_local": True,
+                               "retain_as_published": False, "retain_handling": 0, "identifier": 0}
+    only = answer(engine, {"op": "subscriptions", "client": "dev-", "filter": "devices/"})
+    assert [(r["client_id"], r["filter"]) for r in only["items"]] == [("dev-a", "devices/a/cmd"),
+                                                                     ("dev-b", "devices/b/#")]
+
+
+def test_limit_cuts_the_list_but_total_counts_every_match(engine: Engine) -> None:
+    got = answer(engine, {"op": "sessions", "limit": 1})
+    assert got["total"] == 3 and [r["client_id"] for r in got["items"]] == ["away-1"]
+    assert answer(engine, {"op": "clients", "client": "dev-b"})["total"] == 1
+
+
+def test_kick_disconnects_with_administrative_action(engine: Engine) -> None:
+    conn = engine.sessions["dev-b"].connection
+    wire = conn.transport
+    sent = len(wire.out)
+    assert answer(engine, {"op": "kick", "client": "dev-b"}) == {"ok": True, "kicked": True}
+    assert wire.closed
+    decoder = c.Decoder(server=False)
+    decoder.version = 5
+    packets = decoder.feed(bytes(wire.out[sent:]))
+    assert [type(p) for p in packets] == [c.Disconnect] and packets[0].reason == c.ADMINISTRATIVE_ACTION
+    assert answer(engine, {"op": "kick", "client": "dev-b"})["kicked"] is False       # gone already
+    assert answer(engine, {"op": "kick", "client": "away-1"})["kicked"] is False      # not connected
+    assert engine.stats.connections == 1
+
+
+def test_stats_and_their_sum(engine: Engine) -> None:
+    stats = answer(engine, {"op": "stats"})["stats"]
+    assert stats["connections"] == 2 and stats["sessions"] == 3 and stats["subscriptions"] == 4
+    total = merge_stats([stats, stats])
+    assert total["sessions"] == 6 and total["messages_in"] == [2 * n for n in stats["messages_in"]]
+
+
+@pytest.mark.parametrize("request_, error", [
+    ({"op": "nope"}, "unknown op"), ([1], "JSON object"), ({"op": "clients", "limit": -1}, "limit"),
+    ({"op": "clients", "limit": "9"}, "limit"), ({"op": "kick"}, "client id"), ({"op": "clients", "client": 3},
+                                                                                "string")])
+def test_bad_requests_get_an_error(engine: Engine, request_: object, error: str) -> None:
+    with pytest.raises(AdminError, match=error):
+        answer(engine, request_)
+    reply = json.loads(handle_line(engine, json.dumps(request_).encode()))
+    assert reply["ok"] is False and error in reply["error"]
+
+
+def test_the_socket_answers_line_by_line(engine: Engine, tmp_path: Path) -> None:
+    path = tmp_path / "mqtt-0.admin.sock"
+    path.write_text("left by a dead incarnation")
+
+    async def scenario() -> None:
+        server = AdminServer(engine, path)
+        assert await server.start()
+        try:
+            got = await ask(path, {"op": "clients", "limit": 1})
+            assert got["total"] == 2 and got["items"][0]["client_id"] == "dev-a"
+            with pytest.raises(AdminError, match="unknown op"):
+                await ask(path, {"op": "nope"})
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(b"not json\n" + json.dumps({"op": "stats"}).encode() + b"\n")
+            first, second = json.loads(await reader.readline()), json.loads(await reader.readline())
+            assert first["ok"] is False and second["stats"]["connections"] == 2
+            writer.close()
+            blocking = await asyncio.to_thread(ask_blocking, path, {"op": "sessions"})
+            assert blocking["total"] == 3
+        finally:
+            await server.close()
+        assert not path.exists()
+        with pytest.raises(OSError):
+            await ask(path, {"op": "stats"})
+    asyncio.run(scenario())
