@@ -13,17 +13,19 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.client.config import ClientConfig
 from smartgo.client.errors import ClientError
 from smartgo.client.lite_pull_consumer import AsyncLitePullConsumer
-from smartgo.client.message import Message, MessageModel, MessageQueue, SendStatus
+from smartgo.client.message import ConsumeFromWhere, Message, MessageModel, MessageQueue, SendStatus
 from smartgo.client.admin import AsyncAdmin
 from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull import pull, pull_sys_flag
+from smartgo.client.rebalance import queue_offset
+from smartgo.net.codes import RequestCode
 from smartgo.client.subscription import build_subscription
 from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
@@ -47,6 +49,10 @@ RETAINED_TOPIC = "MQTT_RETAINED"
 #: The property holding a QoS 2 publish's packet id (see Engine.replayed_qos2).
 MQTT_PID = "mqttPid"
 BATCH_MESSAGES = 256
+#: Seconds between the feed's looks for new queues (a broker group joining the cluster).
+FEED_REBALANCE = 2.0
+#: Seconds each step of a stop may take.
+STOP_STEP = 2.0
 BATCH_BYTES = 1 << 20
 Done = Callable[[int], None]
 
@@ -56,7 +62,7 @@ def client_config(cfg: NodeConfig, name: str) -> ClientConfig:
     registry = cfg.registry or f"127.0.0.1:{cfg.embedded_registry_port}"
     return ClientConfig.make(registry, instance_name=f"{cfg.broker_name}-{name}", client_ip="127.0.0.1",
                              access_key=cfg.acl_access_key, secret_key=cfg.acl_secret_key,
-                             use_tls=cfg.tls_mode == "enforcing")
+                             use_tls=cfg.tls_mode == "enforcing", poll_registry_interval=FEED_REBALANCE)
 
 
 class Publisher:
@@ -210,16 +216,19 @@ class MqttActor(Actor):
         finally:
             await reader.close()
         await self._restore(records, group)
+        # a queue never read before (this is a new feed, or a broker joined) from where it was at this start
         self.feed = AsyncLitePullConsumer(group, options.registry, model=MessageModel.BROADCASTING, config=options,
+                                          consume_from=ConsumeFromWhere.CONSUME_FROM_TIMESTAMP,
+                                          consume_timestamp_ms=int(time.time() * 1000),
                                           pull_batch_size=64, offset_store_dir=cfg.store_path / "mqtt",
-                                          auto_commit=False)
+                                          auto_commit=False, rebalance_interval=FEED_REBALANCE)
         followed = [*self.topic_map.topics, RETAINED_TOPIC, SESSIONS_TOPIC]
         for topic in followed:
             self.feed.subscribe(topic, "*")
         await self.feed.start()
         queues = [mq for topic in followed for mq in await self.feed.fetch_queues(topic)]
-        for mq in queues:            # every bridged queue has a position from here on (a record's `through`)
-            if mq.topic in self.topic_map.topics:
+        for mq in queues:
+            if mq.topic in self.topic_map.topics:     # every bridged queue has a position (a record's `through`)
                 at = await self.feed.committed(mq)
                 self.positions[source_of(mq.broker_name, mq.topic, mq.queue_id)] = \
                     (at if at >= 0 else await self.feed.max_offset(mq)) - 1
@@ -398,6 +407,11 @@ class MqttActor(Actor):
         through = dict(r.through)
         session = r.session
         instance = self.producer.instance
+        for src in self.positions.keys() - through.keys():
+            # a queue its holder had not found yet (a broker joining): from the session's creation on
+            broker, topic, queue = parse_source(src)
+            through[src] = await queue_offset(instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                              MessageQueue(topic, broker, queue), session.created_ms) - 1
         while True:
             gaps = [(src, through[src], end) for src, end in self.positions.items()
                     if src in through and through[src] < end]
@@ -476,6 +490,8 @@ class MqttActor(Actor):
             engine.tick()
 
     async def stop(self) -> None:
+        """Close the listeners, tell the devices, write the last checkpoint and say goodbye to the
+        brokers; each step bounded, as a broker of the cluster may be gone already."""
         for server in self.servers:
             server.close()
         for channel in ("admin", "peer_server"):
@@ -485,11 +501,18 @@ class MqttActor(Actor):
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutting_down()
-            await self.journal.checkpoint()
+            await _bounded(self.journal.checkpoint(), "the last checkpoint")
         for part in ("feed", "producer", "cluster"):
             client = getattr(self, part, None)
             if client is not None:
-                await client.close()
+                await _bounded(client.close(), f"closing the {part} client")
+
+
+async def _bounded(step: Awaitable[object], what: str) -> None:
+    try:
+        await asyncio.wait_for(step, STOP_STEP)
+    except asyncio.TimeoutError:
+        log.warning("mqtt: %s took over %gs; going on", what, STOP_STEP)
 
 
 def actor_index(holder: str) -> int:

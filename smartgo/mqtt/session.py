@@ -7,6 +7,7 @@ and the packet identifiers they hold. The engine (engine.py) drives it; the sess
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ class Session:
     connection: Any = None              # the engine's Connection while connected
     ended_at: float = 0.0               # monotonic time the last connection ended; 0 while connected
     epoch: int = 0                      # wall ms of the CONNECT that made this actor its holder
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     dropped: int = 0                    # messages the bounded queue refused
     #: restored from its record: the feed position it had been offered everything up to, per source;
     #: the feed's replay after a restart skips those (None once the replay is over, or never restored)

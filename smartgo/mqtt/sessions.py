@@ -88,7 +88,7 @@ def encode(session: Session, through: dict[Source, int], node: str) -> bytes:
     queued = [pos(out) for out in session.queue if out.qos and out.src]
     doc = {"v": VERSION, "c": session.client_id, "e": session.expiry, "s": subs, "i": inflight, "q": queued,
            "n": sorted(session.inbound), "src": list(sources), "t": through, "node": node,
-           "ms": int(time.time() * 1000), "end": int(time.time()) if session.connection is None else 0}
+           "ms": int(time.time() * 1000), "cr": session.created_ms, "end": int(time.time()) if session.connection is None else 0}
     return msgpack.packb(doc, use_bin_type=True)
 
 
@@ -96,7 +96,7 @@ def decode(body: bytes) -> Restored:
     doc = msgpack.unpackb(body, raw=False, strict_map_key=False)
     if doc.get("v") != VERSION:
         raise ValueError(f"session record version {doc.get('v')!r}")
-    session = Session(doc["c"], expiry=int(doc["e"]))
+    session = Session(doc["c"], expiry=int(doc["e"]), created_ms=int(doc.get("cr", 0)))
     for flt, qos, nl, rap, rh, ident in doc["s"]:
         session.subscriptions[flt] = Subscription(flt, SubOptions(qos, bool(nl), bool(rap), rh), ident)
     session.inbound = set(doc["n"])
@@ -141,6 +141,7 @@ class SessionJournal:
         self.wake = asyncio.Event()
         self.checkpoints = 0
         self.failures = 0
+        self.committed: dict[Source, int] = {}
 
     def session_changed(self, session: Session) -> None:
         if session.expiry:
@@ -188,6 +189,14 @@ class SessionJournal:
         """One round: records of the changed sessions, then the feed's commit; False when the
         store refused (they stay dirty, and the feed does not move)."""
         if not self.dirty and not self.ended:
+            position = self.position()
+            if position != self.committed:       # every session's record agrees with it: the feed moves on
+                try:
+                    await self.commit(position)
+                    self.committed = position
+                except Exception as exc:        # noqa: BLE001 - the next round tries again
+                    log.warning("mqtt: feed position not committed (%s)", exc)
+                    return False
             return True
         position = self.position()
         dirty, ended, waiters = self.dirty, self.ended, self.waiters
@@ -215,6 +224,7 @@ class SessionJournal:
             self.ended |= ended - self.dirty.keys()
             self.waiters[:0] = waiters
             return False
+        self.committed = position
         self.persisted |= dirty.keys()
         self.persisted -= ended
         self.checkpoints += 1
