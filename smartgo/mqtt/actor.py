@@ -31,7 +31,7 @@ from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
 from smartgo.mqtt.admin import AdminServer, socket_path
 from smartgo.mqtt.auth import Authenticator
-from smartgo.mqtt.bridge import TopicMap, delivery_from_message, publish_properties
+from smartgo.mqtt.bridge import EMPTY_BODY, MQTT_EMPTY, TopicMap, delivery_from_message, publish_properties
 from smartgo.mqtt.engine import Connection, Engine, Limits
 from smartgo.mqtt.session import Outgoing, Session
 from smartgo.mqtt.sessions import (EPOCH, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC, Pending, Restored,
@@ -99,6 +99,9 @@ class Publisher:
         tags = props.pop("TAGS", None)
         keys = props.pop("KEYS", None)
         body = bytes(publish.payload)
+        if not body:
+            body = EMPTY_BODY
+            props[MQTT_EMPTY] = "1"
         if publish.retain:
             both = _Both(done)
             self._add(RETAINED_TOPIC, 0, Message(RETAINED_TOPIC, body, tags, keys, dict(props)), both.one)

@@ -5,6 +5,7 @@ becomes for MQTT subscribers. Pure functions: the engine calls them around its s
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from smartgo.mqtt.topics import matches, split_share, valid_filter, valid_topic_
 
 __all__ = ["DEFAULT_TOPIC_MAP", "TopicMap", "publish_properties", "Delivery", "delivery_from_message",
            "MQTT_TOPIC", "MQTT_QOS", "MQTT_RETAIN", "MQTT_CLIENT", "MQTT_CONTENT_TYPE", "MQTT_PAYLOAD_FORMAT",
-           "MQTT_RESPONSE_TOPIC", "MQTT_CORRELATION", "MQTT_EXPIRY", "USER_PREFIX"]
+           "MQTT_RESPONSE_TOPIC", "MQTT_CORRELATION", "MQTT_EXPIRY", "MQTT_USER", "MQTT_EMPTY", "EMPTY_BODY",
+           "USER_PREFIX"]
 
 DEFAULT_TOPIC_MAP = "#=MQTT"
 
@@ -28,6 +30,11 @@ MQTT_PAYLOAD_FORMAT = "mqttPayloadFormat"
 MQTT_RESPONSE_TOPIC = "mqttResponseTopic"
 MQTT_CORRELATION = "mqttCorrelation"
 MQTT_EXPIRY = "mqttExpiry"
+#: Every 5.0 user property in order, repeats and empty strings included (JSON pairs): what MQTT subscribers get.
+MQTT_USER = "mqttUser"
+#: "1" when the MQTT payload is empty: the store keeps a one-byte body (a SmartGo message has one).
+MQTT_EMPTY = "mqttEmpty"
+EMPTY_BODY = b"\x00"
 #: A 5.0 user property whose name RocketMQ or the bridge reserves is stored under this prefix.
 USER_PREFIX = "mqtt.up."
 
@@ -95,17 +102,22 @@ def publish_properties(mqtt_topic: str, qos: int, retain: bool, client_id: str, 
                        now_ms: int) -> dict[str, str]:
     """The SmartGo message properties of a device publish. props are its 5.0 properties (codec names; empty
     for 3.1.1). User properties keep their names unless RocketMQ or the bridge reserves them (USER_PREFIX
-    then); a name repeated keeps its last value, and an empty name or value is not stored (RocketMQ's
-    property record drops it). ValueError if a string holds U+0001 or U+0002, which the record cannot carry.
+    then) for RocketMQ consumers and filters, where a name repeated keeps its last value and an empty name or
+    value is not stored (RocketMQ's property record drops it); all of them, in order, are in MQTT_USER for
+    MQTT subscribers. ValueError if a string holds U+0001 or U+0002, which the record cannot carry.
     The caller checked mqtt_topic with TopicMap.smartgo_topic."""
     out = {MQTT_TOPIC: mqtt_topic, MQTT_QOS: str(qos), MQTT_RETAIN: "1" if retain else "0",
            MQTT_CLIENT: client_id, Prop.TAGS: mqtt_topic, Prop.KEYS: mqtt_topic}
     if not props:
         return out
-    for name, value in props.get("user_property", ()):
+    users = props.get("user_property", ())
+    for name, value in users:
         if name in _ROCKETMQ_NAMES or name.startswith("mqtt"):
             name = USER_PREFIX + name
-        out[name] = value
+        if name and value:
+            out[name] = value
+    if users:
+        out[MQTT_USER] = json.dumps([list(pair) for pair in users], separators=(",", ":"))
     if "content_type" in props:
         out[MQTT_CONTENT_TYPE] = props["content_type"]
     if "payload_format_indicator" in props:
@@ -157,11 +169,17 @@ def delivery_from_message(smartgo_topic: str, properties: dict[str, str], body: 
     qos = properties.get(MQTT_QOS, "1")
     out: dict = {}
     users = []
-    for name, value in properties.items():
-        if name.startswith(USER_PREFIX):
-            users.append((name[len(USER_PREFIX):], value))
-        elif name not in _ROCKETMQ_NAMES and not name.startswith("mqtt"):
-            users.append((name, value))
+    if MQTT_USER in properties:
+        try:
+            users = [(str(name), str(value)) for name, value in json.loads(properties[MQTT_USER])]
+        except (ValueError, TypeError):
+            users = []
+    else:
+        for name, value in properties.items():
+            if name.startswith(USER_PREFIX):
+                users.append((name[len(USER_PREFIX):], value))
+            elif name not in _ROCKETMQ_NAMES and not name.startswith("mqtt"):
+                users.append((name, value))
     if users:
         out["user_property"] = users
     if MQTT_CONTENT_TYPE in properties:
@@ -182,5 +200,7 @@ def delivery_from_message(smartgo_topic: str, properties: dict[str, str], body: 
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         out["message_expiry_interval"] = max(0, -(-(expires_ms - now_ms) // 1000))
+    if properties.get(MQTT_EMPTY) == "1":
+        body = b""
     return Delivery(_mqtt_topic(smartgo_topic, properties), body, int(qos) if qos in ("0", "1", "2") else 1,
                     properties.get(MQTT_RETAIN) == "1", properties.get(MQTT_CLIENT, ""), out, expires_ms)
