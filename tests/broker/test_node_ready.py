@@ -73,5 +73,5 @@ def test_the_readme_names_every_port_a_default_master_opens():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     paragraph = readme[readme.index("The first command"):].split("\n\n")[0]
     ports = dict(ROLES["master"].ports(NodeConfig().resolved(ROLES["master"].default_port)))
-    assert ports == {"clients": 10911, "vip": 10909, "ha": 10912, "registry": 9876}
+    assert ports == {"clients": 10911, "vip": 10909, "ha": 10912, "registry": 9876, "mqtt": 1883, "mqtt-ws": 8083}
     assert all(str(port) in paragraph for port in ports.values()), paragraph

@@ -23,7 +23,8 @@ def test_a_second_broker_on_the_same_port_is_refused_and_the_first_serves_on(sta
     second = subprocess.run(
         [sys.executable, str(SUPERVISOR), "--role", "master", "--store-dir", str(tmp_path / "second"),
          "--listen-host", "127.0.0.1", "--listen-port", str(first.node.port),
-         "--embedded-registry-port", str(registry_port), "--ha-port", str(ha_port)],
+         "--embedded-registry-port", str(registry_port), "--ha-port", str(ha_port), "--mqtt-port", "0",
+         "--mqtt-ws-port", "0"],
         capture_output=True, text=True, timeout=45, cwd=ROOT)
     assert second.returncode == 1
     assert (f"port {first.node.port}: address already in use by another SmartGo node (supervisor pid "

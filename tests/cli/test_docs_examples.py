@@ -252,6 +252,11 @@ def test_client_md_examples_run_and_end(client_node):
 
 # README.md: the examples that need more than one running node
 README_EXCLUDED = {
+    "smartgo mqtt-passwd": "a command named in prose; it reads a password: tests/cli/test_mqtt_passwd.py runs it",
+    ".venv/bin/smartgo consume --topic MQTT --expression devices/42/telemetry --from first --count 1":
+        "needs a device's MQTT publish first: tests/mqtt/test_readme_mqtt.py runs the block with MQTT on",
+    ".venv/bin/smartgo send --topic MQTT --tags devices/42/cmd --body reboot":
+        "its MQTT subscriber is in the same block: tests/mqtt/test_readme_mqtt.py runs it",
     "smartgo scrub --store-dir DIR --repair": "checks the store of a stopped node (tests/store/test_damage.py)",
     "smartgo send --delay-ms": "an option named in prose, not a whole command (docs/CLIENT.md's sends run)",
     ".venv/bin/smartgo admin elect-master --broker-name broker-a --broker 127.0.0.1:11911":

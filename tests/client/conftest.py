@@ -204,7 +204,8 @@ class RealCluster:
         args = [sys.executable, "supervisor.py", "--role", "master", "--store-dir", str(self.root / "broker"),
                 "--listen-host", "127.0.0.1", "--listen-port", str(self.broker_port), "--vip-port", "0",
                 "--ha-port", str(self.ha_port),
-                "--registry", self.registry, "--net-actors", "1", *SMALL_STORE,
+                "--registry", self.registry, "--net-actors", "1", "--mqtt-port", "0", "--mqtt-ws-port", "0",
+                *SMALL_STORE,
                 "--stats-sample-interval", "2",          # the stats items' minute list: 2 s, not 10 s
                 "--disk-usage-file", steady_disk_usage(self.root / "disk_usage")]
         if self.topics:
