@@ -52,7 +52,7 @@ def test_the_readme_mqtt_example_runs(tmp_path, mosquitto_clients):
                 proc = subprocess.Popen(shlex.split(line[:-1]), env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
                 background.append((line, proc))
-                wait_until(lambda: subscriptions(run_dir) > before, 30, 0.05, f"the subscription of {line}")
+                wait_until(lambda seen=before: subscriptions(run_dir) > seen, 30, 0.05, f"the subscription of {line}")
             else:
                 done = subprocess.run(shlex.split(line), env=env, capture_output=True, text=True, timeout=60)
                 assert done.returncode == 0, (line, done.stdout, done.stderr)
