@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("smartgo.analytics.render")
 
-CHARTS = ("topic_tps", "group_tps", "consumer_lag", "top_topics", "top_groups", "latency", "broker_load")
+CHARTS = ("topic_tps", "group_tps", "consumer_lag", "top_topics", "top_groups", "latency", "broker_load", "mqtt")
 TOP_LINES = 10  # series per time plot (the rest is summed as "other" where that makes sense)
 TOP_BARS = 20
 SHORT_SERIES = 60  # points up to which a line also marks each point
@@ -203,7 +203,23 @@ def charts(f: Mapping[str, Any], period: TimeRange) -> dict[str, Figure]:
         ax.set_ylabel("messages/s")
     _time_axis(axes[-1], minutes["ts"], period)
     figures["broker_load"] = fig
+    figures["mqtt"] = _mqtt_chart(f["mqtt"], period)
     return figures
+
+
+def _mqtt_chart(frame, period: TimeRange):
+    """PUBLISH packets from and to devices per second; connections and sessions (all brokers)."""
+    long = frame.melt(id_vars=["ts"], value_vars=["in_tps", "out_tps", "connections", "sessions"])
+    fig, axes = _figure(2)
+    for ax, names, title, ylabel in ((axes[0], ["in_tps", "out_tps"], "MQTT messages in (from devices) and out "
+                                      "(to devices)", "messages/s"),
+                                     (axes[1], ["connections", "sessions"], "MQTT connections and sessions at each "
+                                      "minute's end", "")):
+        _time_lines(ax, long[long["variable"].isin(names)], "variable", "value", names, other=False)
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+    _time_axis(axes[-1], frame["ts"], period)
+    return fig
 
 
 def plot_all(out: Path, f: Mapping[str, Any], period: TimeRange) -> dict[str, Figure]:
@@ -256,6 +272,9 @@ def write_html(out: Path, summary, time_range, frames: Mapping[str, Any], genera
                 "are added and p50/p90/p99 read off the merged histogram (never averaged).",
                 "latency", ["latency_overall"]),
         Section("Per-broker load", "", "broker_load", ["broker_load"]),
+        Section("MQTT devices", "PUBLISH packets from devices (in) and to devices (out) per second, summed over "
+                "the brokers' MQTT actors; connections and sessions as each broker had them at the minute's end. "
+                "Per QoS in the table.", "mqtt", ["mqtt"]),
         Section("Transactions and dead letters", "Transactions committed and rolled back per topic; messages "
                 "each consumer group sent to its dead-letter queue, per original topic.", "",
                 ["transactions", "dead_letters"]),

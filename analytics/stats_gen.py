@@ -49,6 +49,7 @@ class StatsRecord:
     transactions: dict[str, tuple[int, int]] = field(default_factory=dict)
     dlq: dict[tuple[str, str], int] = field(default_factory=dict)
     window_s: int = 60
+    mqtt: dict | None = None     # the MQTT actors' object (docs/STATS.md); None: a broker without them
 
     def to_json(self) -> dict:
         w = self.window_s
@@ -72,6 +73,7 @@ class StatsRecord:
                      "lag": max(0, bo - co)} for (g, t, q), (bo, co) in self.lag.items()],
             "transactions": [{"topic": t, "commits": c, "rollbacks": r} for t, (c, r) in self.transactions.items()],
             "dlq": [{"group": g, "topic": t, "msgs": n} for (g, t), n in self.dlq.items()],
+            **({} if self.mqtt is None else {"mqtt": self.mqtt}),
         }
 
     def line(self) -> str:

@@ -23,6 +23,9 @@ SPARK_DDL = (
     "consumer_offset: bigint, lag: bigint>>, "
     "transactions array<struct<topic: string, commits: bigint, rollbacks: bigint>>, "
     "dlq array<struct<group: string, topic: string, msgs: bigint>>, "
+    "mqtt struct<connections: bigint, sessions: bigint, subscriptions: bigint, retained: bigint, connects: bigint, "
+    "dropped: bigint, bad_packets: bigint, auth_failures: bigint, messages_in: array<bigint>, "
+    "messages_out: array<bigint>>, "
     "_corrupt string"
 )
 CORRUPT_COLUMN = "_corrupt"

@@ -68,6 +68,7 @@ def compute_tables(records, span: TimeRange) -> dict:
         "broker_load": _broker_load(brokers, span),
         "transactions": _transactions(records),
         "dead_letters": _dead_letters(records),
+        "mqtt": _mqtt_minutes(records),
     }
     tables["_cached"] = [topic_tps, group_topic, lag, buckets, brokers]
     return tables
@@ -89,6 +90,7 @@ ORDER: dict[str, tuple[list[str], list[bool]]] = {
     "broker_load": (["put_msgs", "broker", "broker_id"], [False, True, True]),
     "transactions": (["commits", "topic"], [False, True]),
     "dead_letters": (["msgs", "group", "topic"], [False, True, True]),
+    "mqtt": (["ts"], [True]),
 }
 
 
@@ -258,6 +260,27 @@ def latency_percentiles(merged, keys: list[str]):
         aggs.append(F.max(F.when(hit, capped)).alias(name))
     aggs.append(F.max("top").alias("max_ms"))
     return cols.groupBy(*keys).agg(*aggs)
+
+
+def _mqtt_minutes(records):
+    """Per minute, over the brokers with MQTT actors (records without an mqtt object add nothing):
+    PUBLISH packets from devices and to devices by QoS and per second, and the connections,
+    sessions and subscriptions the brokers had at the end of the minute."""
+    import pyspark.sql.functions as F
+
+    def qos(way: str, q: int):
+        return F.coalesce(F.col(f"mqtt.messages_{way}")[q], F.lit(0))
+    rows = records.where(F.col("mqtt").isNotNull()).select(
+        "ts", "window_s", *(qos(way, q).alias(f"{way}_qos{q}") for way in ("in", "out") for q in range(3)),
+        *(_zero(f"mqtt.{k}").alias(k) for k in ("connections", "sessions", "subscriptions", "dropped")))
+    sums = rows.groupBy("ts").agg(F.max("window_s").alias("window_s"), *(F.sum(c).alias(c) for c in rows.columns
+                                                                         if c not in ("ts", "window_s")))
+    msgs_in = sum((F.col(f"in_qos{q}") for q in range(3)), F.lit(0))
+    msgs_out = sum((F.col(f"out_qos{q}") for q in range(3)), F.lit(0))
+    return sums.select("ts", msgs_in.alias("msgs_in"), msgs_out.alias("msgs_out"),
+                       (msgs_in / F.col("window_s")).alias("in_tps"), (msgs_out / F.col("window_s")).alias("out_tps"),
+                       *(f"{way}_qos{q}" for way in ("in", "out") for q in range(3)),
+                       "connections", "sessions", "subscriptions", "dropped")
 
 
 def _broker_minutes(records):

@@ -32,7 +32,15 @@ def minute(i: int) -> StatsRecord:
     return StatsRecord(A, ts, topics={"Orders": (120 * (i + 1), 12_000 * (i + 1)), "Logs": (30, 3000)},
                        groups={("G1", "Orders"): (60 * (i + 1), 6000 * (i + 1))},
                        send={0.5: 50, 2.5: 10}, send_max_ms=2.0, pull={0.25: 20}, pull_max_ms=0.2,
-                       lag={("G1", "Orders", 0): (120 * (i + 1), 60 * (i + 1))})
+                       lag={("G1", "Orders", 0): (120 * (i + 1), 60 * (i + 1))}, mqtt=mqtt(i))
+
+
+def mqtt(i: int) -> dict:
+    """The MQTT actors' minute i (docs/STATS.md): devices publish 60 QoS 1 and 30 QoS 0 messages a minute
+    more each minute, twice that goes out; 10 + i devices connected, 12 + i sessions."""
+    return {"connections": 10 + i, "sessions": 12 + i, "subscriptions": 20, "retained": 1, "connects": 1,
+            "dropped": i, "bad_packets": 0, "auth_failures": 0,
+            "messages_in": [30 * (i + 1), 60 * (i + 1), 0], "messages_out": [60 * (i + 1), 120 * (i + 1), 0]}
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +137,16 @@ def test_one_minute_store_draws_its_single_point(one_minute):
     assert [(t.get_text(), p.get_width()) for t, p in zip(bars.get_yticklabels(), bars.patches)] == \
         [("Logs", 30), ("Orders", 120)]
     assert [p.get_width() for p in c["top_groups"].axes[0].patches] == [60]
+    traffic, devices = c["mqtt"].axes
+    assert drawn(traffic) == {"in_tps": [(T, 1.5)], "out_tps": [(T, 3.0)]}
+    assert drawn(devices) == {"connections": [(T, 10)], "sessions": [(T, 12)]}
+    assert_minute_axis(devices, T, T)
+    [row] = one_minute.frames["mqtt"].drop(columns="time").to_dict("records")     # time: the CSV's twin of ts
+    assert row == {
+        "ts": T, "msgs_in": 90, "msgs_out": 180, "in_tps": 1.5, "out_tps": 3.0, "in_qos0": 30, "in_qos1": 60,
+        "in_qos2": 0, "out_qos0": 60, "out_qos1": 120, "out_qos2": 0, "connections": 10, "sessions": 12,
+        "subscriptions": 20, "dropped": 0}
+    assert "<h2>MQTT devices</h2>" in (one_minute.out / "index.html").read_text()
     assert not any(notes(ax) for fig in c.values() for ax in fig.axes)
 
 
@@ -147,6 +165,9 @@ def test_five_minute_store_draws_its_lines(five_minutes):
     assert_minute_axis(c["latency"].axes[1], stamps[0], stamps[-1])
     put = c["broker_load"].axes[0]
     assert drawn(put) == {"broker-a": [(ts, 2.0 * (i + 1) + 0.5) for i, ts in enumerate(stamps)]}
+    assert drawn(c["mqtt"].axes[0]) == {"in_tps": [(ts, 1.5 * (i + 1)) for i, ts in enumerate(stamps)],
+                                        "out_tps": [(ts, 3.0 * (i + 1)) for i, ts in enumerate(stamps)]}
+    assert list(five_minutes.frames["mqtt"]["dropped"]) == list(range(BUSY))
     assert not any(notes(ax) for fig in c.values() for ax in fig.axes)
 
 
@@ -154,7 +175,7 @@ def test_a_range_without_traffic_says_so_on_its_charts(empty_range):
     """The idle minutes: nothing put, pulled or requested; lag and broker load are still data."""
     c = empty_range.charts
     first, last = T + BUSY * MINUTE, T + (BUSY + IDLE - 1) * MINUTE
-    for name in ("topic_tps", "group_tps", "top_topics", "top_groups", "latency"):
+    for name in ("topic_tps", "group_tps", "top_topics", "top_groups", "latency", "mqtt"):     # no MQTT object
         for ax in c[name].axes:
             assert notes(ax) == [NO_DATA] and not ax.get_lines() and not ax.patches, name
     assert_minute_axis(c["topic_tps"].axes[0], first, last)   # the report's range, shown empty

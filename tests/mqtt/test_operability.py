@@ -4,6 +4,7 @@ stats files, with a paho-mqtt client connected."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.request
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from analytics.stats_schema import SPARK_DDL
 from smartgo.stats_schema import FILE_GLOB
 from tests.support.broker import FREE_PORT
 from tests.support.mqtt import Broker, Client, start_smartgo, unique
@@ -127,6 +129,8 @@ def test_metrics_health_and_stats_files_count_mqtt_traffic(node: Broker) -> None
         record = json.loads(next(iter((node.node.store / "stats").glob(FILE_GLOB))).read_text().splitlines()[-1])
         assert {"connections", "sessions", "subscriptions", "retained", "messages_in", "messages_out", "dropped",
                 "bad_packets", "auth_failures"} <= set(record["mqtt"])
+        read = re.findall(r"(\w+): ", SPARK_DDL.split("mqtt struct<", 1)[1].split(">>,", 1)[0])
+        assert len(read) >= 10 and set(read) <= set(record["mqtt"])         # the report reads what is written
     finally:
         sub.close()
         pub.close()
