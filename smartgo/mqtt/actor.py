@@ -193,9 +193,11 @@ class MqttActor(Actor):
         options = client_config(cfg, self.name)
         group = f"MQTT_{cfg.broker_name}_{self.name}".replace("-", "_")
         self.cluster = await AsyncAdmin(options.registry, config=options).start()
-        await self._create_topics(self.cluster)
+        if cfg.role == "master":           # a slave has its master's topics
+            await self._create_topics(self.cluster)
         self.producer = await AsyncProducer(f"MQTT_{cfg.broker_name}", options.registry, config=options).start()
-        self.holder = f"{cfg.broker_name}/{self.name}"
+        self.node_id = f"{cfg.broker_name}/{cfg.broker_id}"      # a promoted slave becomes <name>/0: it
+        self.holder = f"{self.node_id}/{self.name}"              # restores its old master's sessions
         self.group = group
         self.journal = SessionJournal(self.holder, self._write_records, lambda: dict(self.positions),
                                       self._commit_feed, cfg.mqtt_checkpoint_interval)
@@ -295,7 +297,9 @@ class MqttActor(Actor):
         count = max(1, self.config.mqtt_actors)
         restored = 0
         for client_id, msg in records.items():
-            if msg.tags != LIVE or actor_index(msg.properties.get(HOLDER, "")) % count != self.index:
+            holder = msg.properties.get(HOLDER, "")
+            mine = holder.startswith(f"{self.node_id}/") and actor_index(holder) % count == self.index
+            if msg.tags != LIVE or not mine:
                 continue
             try:
                 r = decode(msg.body)
@@ -391,7 +395,7 @@ class MqttActor(Actor):
         if newest is None or newest.tags != LIVE:
             return None
         holder = newest.properties.get(HOLDER, "")
-        if holder.startswith(f"{self.config.broker_name}/"):
+        if holder.startswith(f"{self.node_id}/"):
             return None                   # held on this node: its holder would have answered
         r = decode(newest.body)
         log.info("%s: session of %s taken over from %s", self.name, client_id, holder or "?")
@@ -519,7 +523,7 @@ async def _bounded(step: Awaitable[object], what: str) -> None:
 
 
 def actor_index(holder: str) -> int:
-    """mqtt-<i> of a holder "<broker>/mqtt-<i>" (0 when it names none)."""
+    """mqtt-<i> of a holder "<broker>/<id>/mqtt-<i>" (0 when it names none)."""
     tail = holder.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else 0
 

@@ -147,6 +147,7 @@ class Engine:
     index: SubscriptionIndex[Subscription] = field(default_factory=SubscriptionIndex)
     retained: RetainedIndex[Delivery] = field(default_factory=RetainedIndex)
     wheel: TimingWheel[Connection] = field(default_factory=TimingWheel)
+    expiries: TimingWheel[Session] = field(default_factory=TimingWheel)    # sessions away, by expiry
     shared: dict[tuple[str, str], _Shared] = field(default_factory=dict)
     wills: list[tuple[float, str, c.Will, str]] = field(default_factory=list)   # delayed wills
     connections: int = 0
@@ -175,6 +176,7 @@ class Engine:
         if session.expiry == 0:
             self._end_session(session)
         else:
+            self._away(session)
             self.store.session_changed(session)
 
     def bad_input(self, conn: Connection, reason: int, why: str) -> None:
@@ -223,8 +225,9 @@ class Engine:
                 self.wills = [w for w in self.wills if w[0] > now]
                 for _, client_id, will, _ in due:
                     self._publish_will(client_id, will)
-        for session in [s for s in self.sessions.values() if s.connection is None and s.expired(now)]:
-            self._end_session(session)
+        for session in self.expiries.due(now):
+            if self.sessions.get(session.client_id) is session and session.expired(now):
+                self._end_session(session)
 
     # ---- packets -------------------------------------------------------------------------------
     def handle(self, conn: Connection, packet: Any) -> None:
@@ -741,6 +744,10 @@ class Engine:
         self.stats.subscriptions = len(self.index)
         self.store.session_ended(session.client_id)
 
+    def _away(self, session: Session) -> None:
+        if session.expiry != NEVER:
+            self.expiries.add(session.ended_at + session.expiry, session)
+
     # ---- restore after a restart ---------------------------------------------------------------
     def restore(self, session: Session, through: dict[str, int]) -> None:
         """A session read back from its record: away (since the crash, if it was connected), its
@@ -749,6 +756,7 @@ class Engine:
         if not session.ended_at:
             session.ended_at = self.now()
         self.sessions[session.client_id] = session
+        self._away(session)
         for flt, sub in session.subscriptions.items():
             self.index.add(session.client_id, flt, sub)
         self.stats.sessions = len(self.sessions)

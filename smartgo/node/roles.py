@@ -114,7 +114,7 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     ]
     specs += [ActorSpec(net, f"{pkg}.net_actor:NetActor", after=(writer, "hold", "broker", "cleanup"))
               for net in nets]
-    if not slave and mqtt_ports(config):
+    if mqtt_ports(config):          # a slave's too: its devices' publishes go to its master
         check_ports_free(config)
         specs += [ActorSpec(name, "smartgo.mqtt.actor:MqttActor", after=tuple(nets)) for name in mqtt_names(config)]
     return specs
@@ -125,7 +125,7 @@ _RECOVER = "smartgo.broker.recovery:recover_broker"
 
 def _net_ports(config: NodeConfig) -> Sequence[int]:
     ports = [port for port in (config.listen_port, vip_port(config)) if port]
-    return ports if is_slave(config) else [*ports, *(port for _, port in mqtt_ports(config))]
+    return [*ports, *(port for _, port in mqtt_ports(config))]
 
 
 def _broker_ports(config: NodeConfig) -> Sequence[tuple[str, int]]:
@@ -134,7 +134,7 @@ def _broker_ports(config: NodeConfig) -> Sequence[tuple[str, int]]:
     ports = [("clients", config.listen_port), ("vip", vip_port(config)),
              ("ha", 0 if is_slave(config) else config.ha_port or config.listen_port + 1),
              ("registry", 0 if config.registry else config.embedded_registry_port), ("metrics", config.metrics_port),
-             *([] if is_slave(config) else mqtt_ports(config))]
+             *mqtt_ports(config)]
     return [(what, port) for what, port in ports if port]
 
 
