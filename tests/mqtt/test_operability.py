@@ -94,8 +94,8 @@ def metrics(broker: Broker) -> dict[str, float]:
 
 @pytest.mark.timeout(180)
 def test_metrics_health_and_stats_files_count_mqtt_traffic(node: Broker) -> None:
-    before = metrics(node)
-    assert before["smartgo_mqtt_actors_answering"] == 1
+    before = wait_until(lambda: (m := metrics(node)).get("smartgo_mqtt_actors_answering") == 1 and m, timeout=20,
+                        interval=0.2, message="the broker actor polled its MQTT actor")
     sub, pub = Client(node, unique("sub")), Client(node, unique("pub"))
     try:
         sub.connect()
