@@ -72,7 +72,8 @@ def _subscription_rows(sessions: Iterable[Session], prefix: str) -> Iterator[Ite
                        "identifier": sub.identifier}
 
 
-def _limit(request: dict) -> int:
+def request_limit(request: dict) -> int:
+    """A list request's limit (AdminError when it is not a whole number >= 0), at most MAX_LIMIT."""
     limit = request.get("limit", DEFAULT_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise AdminError(f"limit must be a whole number >= 0, not {limit!r}")
@@ -125,7 +126,7 @@ def answer(engine: Engine, request: object, now: Callable[[], float] = time.mono
         if kicked:
             log.warning("mqtt %s: disconnected by an administrator", prefix)
         return {"ok": True, "kicked": kicked}
-    limit = _limit(request)
+    limit = request_limit(request)
     sessions = (s for s in engine.sessions.values() if s.client_id.startswith(prefix))
     if op == "clients":
         return _first((_client_row(s) for s in sessions if s.connection is not None), limit, _by_client)

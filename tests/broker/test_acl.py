@@ -251,7 +251,7 @@ def test_unique_key_flag_signed_or_not(validator):
 
 def test_admin_code_set():
     assert ADMIN_CODES == {17, 25, 215, 200, 207, 50, 51, 52, 53, 54, 1008, 306, 329, 100, 102, 205, 327, 216, 318,
-                           1002}
+                           1002, 40001}
 
 
 @pytest.mark.parametrize("code", sorted(int(c) for c in ADMIN_CODES))

@@ -1,20 +1,30 @@
-"""The MQTT actor's admin channel (smartgo/mqtt/admin.py) over a real engine fed real packets, and
-over its UNIX socket."""
+"""The MQTT actor's admin channel (smartgo/mqtt/admin.py) over a real engine fed real packets, over its
+UNIX socket, and the broker actor's side that asks every MQTT actor of the node (mqtt_processor.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from smartgo.broker.channel import ClientRef
+from smartgo.broker.processor.mqtt_processor import MqttProcessor
+from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
-from smartgo.mqtt.admin import AdminError, AdminServer, answer, ask, ask_blocking, handle_line, merge_stats
+from smartgo.mqtt.admin import (AdminError, AdminServer, answer, ask, ask_blocking, handle_line, merge_stats,
+                                socket_path)
 from smartgo.mqtt.auth import Authenticator
 from smartgo.mqtt.engine import Connection, Engine, Limits
 from smartgo.mqtt.session import Session
+from smartgo.mqtt.stats import MqttStats
+from smartgo.net.codes import RequestCode, ResponseCode
+from smartgo.net.command import RemotingCommand
 
 
 class Wire:
@@ -181,3 +191,69 @@ def test_the_socket_answers_line_by_line(engine: Engine, tmp_path: Path) -> None
         with pytest.raises(OSError):
             await ask(path, {"op": "stats"})
     asyncio.run(scenario())
+
+
+def test_the_broker_actor_merges_its_mqtt_actors(engine: Engine, tmp_path: Path) -> None:
+    """MqttProcessor (smartgo/broker/processor/mqtt_processor.py) over two actors' sockets: lists
+    merged and cut, a kick where the client is, an actor that does not answer named, counters
+    that only grow (an actor restarted from zero adds its new counts)."""
+    cfg = NodeConfig(role="master", store_dir=str(tmp_path), mqtt_actors=2, mqtt_port=1883, mqtt_ws_port=0)
+    other = Engine(Limits(), Store(), Authenticator())
+    connect(other, "dev-c", 5004, filters=("devices/c/#",))
+    engine.stats.messages_in[1], other.stats.messages_in[1] = 7, 4
+    cfg.run_path.mkdir()
+    servers = [AdminServer(e, socket_path(cfg.run_path, name)) for e, name in ((engine, "mqtt-0"), (other, "mqtt-1"))]
+    processor = MqttProcessor(cast(Any, SimpleNamespace(config=cfg, log=logging.getLogger("test"))))
+    client = ClientRef("net-0", 1, "127.0.0.1:40000")
+
+    async def admin(**request: object) -> tuple[int, dict]:
+        got = await processor.mqtt_admin(client, RemotingCommand(RequestCode.MQTT_ADMIN,
+                                                                 body=json.dumps(request).encode()))
+        return got.code, json.loads(got.body_bytes()) if got.code == ResponseCode.SUCCESS else {"remark": got.remark}
+
+    async def scenario() -> None:
+        for server in servers:
+            assert await server.start()
+        code, got = await admin(op="clients")
+        assert code == ResponseCode.SUCCESS and got["actors"] == ["mqtt-0", "mqtt-1"] and got["errors"] == {}
+        assert [i["client_id"] for i in got["items"]] == ["dev-a", "dev-b", "dev-c"] and got["total"] == 3
+        code, got = await admin(op="subscriptions", filter="devices/", limit=2)
+        assert [(i["client_id"], i["filter"]) for i in got["items"]] == [("away-1", "devices/#"),
+                                                                         ("dev-a", "devices/a/cmd")]
+        assert got["total"] == 4
+        assert (await admin(op="clients", limit="x"))[1]["remark"].startswith("MQTT_ADMIN: limit must be")
+        assert (await admin(op="drop"))[0] == ResponseCode.SYSTEM_ERROR
+        assert (await admin(op="kick"))[1]["remark"] == "MQTT_ADMIN: kick needs a client id"
+
+        await processor.poll()
+        assert processor.totals["messages_in"] == [0, 11, 0]
+        assert processor.summary()["connections"] == 3 and processor.summary()["sessions"] == 4
+        assert (await admin(op="kick", client="dev-c"))[1]["kicked"] is True
+        other.stats = MqttStats(messages_in=[0, 2, 0])       # mqtt-1 restarted: its counters from zero
+        engine.stats.messages_in[1] = 9
+        await processor.poll()
+        assert processor.totals["messages_in"] == [0, 15, 0]          # +2 of mqtt-0, +2 of the new mqtt-1
+        window = processor.take_window()
+        assert window["messages_in"] == [0, 15, 0] and window["connections"] == 2 and window["dropped"] == 0
+        assert processor.take_window()["messages_in"] == [0, 0, 0]      # the next window starts empty
+
+        await servers[1].close()
+        code, got = await admin(op="sessions")
+        assert code == ResponseCode.SUCCESS and list(got["errors"]) == ["mqtt-1"]
+        assert [i["client_id"] for i in got["items"]] == ["away-1", "dev-a", "dev-b"]
+        await servers[0].close()
+    asyncio.run(scenario())
+
+
+def test_a_broker_without_mqtt_actors_answers_empty(tmp_path: Path) -> None:
+    cfg = NodeConfig(role="master", store_dir=str(tmp_path), mqtt_port=0, mqtt_ws_port=0)
+    processor = MqttProcessor(cast(Any, SimpleNamespace(config=cfg, log=logging.getLogger("test"))))
+
+    async def admin(**request: object) -> RemotingCommand:
+        return await processor.mqtt_admin(ClientRef("net-0", 1, "127.0.0.1:40000"),
+                                          RemotingCommand(RequestCode.MQTT_ADMIN, body=json.dumps(request).encode()))
+    got = asyncio.run(admin(op="clients"))
+    assert json.loads(got.body_bytes()) == {"actors": [], "errors": {}, "total": 0, "items": []}
+    assert asyncio.run(admin(op="clients", limit="x")).remark == \
+        "MQTT_ADMIN: limit must be a whole number >= 0, not 'x'"     # checked here too: no actor does
+    assert processor.summary() is None and processor.take_window() is None

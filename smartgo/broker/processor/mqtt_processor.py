@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from smartgo.broker.channel import ClientRef
 from smartgo.broker.settings import is_slave
-from smartgo.mqtt.admin import DEFAULT_LIMIT, MAX_LIMIT, AdminError, ask, merge_stats, socket_path
+from smartgo.mqtt.admin import AdminError, ask, merge_stats, request_limit, socket_path
 from smartgo.mqtt.listeners import mqtt_names, mqtt_ports
 from smartgo.mqtt.stats import MqttStats
 from smartgo.net.codes import RequestCode, ResponseCode
@@ -81,7 +81,8 @@ class MqttProcessor:
             asked = json.loads(request.body_bytes() or b"{}")
             if not isinstance(asked, dict) or asked.get("op") not in (*LISTS, "kick", "stats"):
                 raise ValueError(f"op must be one of {', '.join((*LISTS, 'kick', 'stats'))}")
-        except ValueError as exc:
+            limit = request_limit(asked)
+        except ValueError as exc:            # AdminError too
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"MQTT_ADMIN: {exc}")
         op = asked["op"]
         if op == "kick":
@@ -95,7 +96,6 @@ class MqttProcessor:
         elif op == "stats":
             out["stats"] = merge_stats(a["stats"] for a in answers.values())
         else:
-            limit = min(asked.get("limit", DEFAULT_LIMIT), MAX_LIMIT)
             items = sorted((i for a in answers.values() for i in a["items"]),
                            key=lambda i: (i["client_id"], i.get("filter", "")))
             out["total"] = sum(a["total"] for a in answers.values())
