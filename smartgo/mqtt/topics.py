@@ -1,13 +1,14 @@
-"""MQTT topic names and filters (MQTT 5.0 section 4.7, shared subscriptions 4.8.2) and the two tries that
+"""MQTT topic names and filters (MQTT 5.0 section 4.7, shared subscriptions 4.8.2) and the two tables that
 route by them: SubscriptionIndex (which sessions get a publish) and RetainedIndex (which retained messages a
-new subscription gets). Both walk levels, so a match costs O(levels x wildcard branches), never a scan of the
-subscribers or retained topics of other branches: a million devices each on devices/<id>/cmd cost one dict
-lookup per level to route devices/42/cmd."""
+new subscription gets). Neither scans the subscribers or retained topics of other branches: a plain filter
+is one dict lookup of the topic, a wildcard filter a walk of a trie over levels, O(levels x wildcard
+branches). A million devices each on devices/<id>/cmd cost one lookup to route devices/42/cmd.
+benchmarks/bench_mqtt_topics.py measures time and bytes per subscription at a million devices."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["MAX_TOPIC_BYTES", "SHARE_PREFIX", "valid_topic_name", "valid_filter", "split_share", "matches",
@@ -18,6 +19,8 @@ MAX_TOPIC_BYTES = 65535
 SHARE_PREFIX = "$share/"
 
 V = TypeVar("V")
+#: pop()'s default: tells "no such member" from a member whose value is None
+_GONE = object()
 R = TypeVar("R")
 
 #: (owner, value) of each subscriber of a match.
@@ -97,40 +100,86 @@ def matches(topic_filter: str, topic: str) -> bool:
     return len(flevels) == len(tlevels)
 
 
+def _exact(topic_filter: str) -> bool:
+    return "+" not in topic_filter and "#" not in topic_filter
+
+
 def _levels(text: str) -> list[str]:
-    """Levels interned: a million leaves named "cmd" share one string, and dict lookups hit the identity test."""
+    """Levels interned: a million levels named "status" share one string, and lookups hit the identity test."""
     return [sys.intern(level) for level in text.split("/")]
+
+
+#: The plain subscribers of one filter: (owner, value) while there is one - a tuple costs 56 bytes where a
+#: dict costs 184, and most device filters have one subscriber - then a dict owner -> value.
+Members = tuple[Hashable, object] | dict[Hashable, object]
+
+
+def _with(members: Members | None, owner: Hashable, value: object) -> tuple[Members, bool]:
+    """members with owner's value set, and whether owner is new."""
+    if members is None:
+        return (owner, value), True
+    if isinstance(members, tuple):
+        if members[0] == owner:
+            return (owner, value), False
+        return {members[0]: members[1], owner: value}, True
+    new = owner not in members
+    members[owner] = value
+    return members, new
+
+
+def _without(members: Members | None, owner: Hashable) -> tuple[Members | None, bool]:
+    """members without owner (None when none is left), and whether owner was one."""
+    if members is None:
+        return None, False
+    if isinstance(members, tuple):
+        return (None, True) if members[0] == owner else (members, False)
+    if owner not in members:
+        return members, False
+    del members[owner]
+    return (next(iter(members.items())) if len(members) == 1 else members), True
+
+
+def _extend(plain: list, members: Members | None) -> None:
+    if members is None:
+        return
+    if isinstance(members, tuple):
+        plain.append(members)
+    else:
+        plain.extend(members.items())
 
 
 class _Node:
     """One level of the subscription trie. Each slot stays None until needed: most nodes of a device tree
-    are a path (children) or a leaf (subs), rarely both, and shared groups are rarer still."""
+    are a path (children) or a leaf (subs), rarely both, and shared groups are rarer still. children is
+    (level, child) while there is one - most levels under a device's own one have a single child - then a
+    dict level -> child."""
 
     __slots__ = ("children", "subs", "shared")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Node] | None = None
-        #: owner -> value of the plain subscriptions whose filter ends here
-        self.subs: dict[Hashable, object] | None = None
+        self.children: tuple[str, _Node] | dict[str, _Node] | None = None
+        #: the plain subscriptions whose filter ends here
+        self.subs: Members | None = None
         #: share group -> (the whole $share filter, owner -> value in subscription order)
         self.shared: dict[str, tuple[str, dict[Hashable, object]]] | None = None
 
     def empty(self) -> bool:
-        return not self.children and not self.subs and not self.shared
+        return self.children is None and self.subs is None and not self.shared
 
 
 class _RetainedNode:
-    """One level of the retained trie; topic is set (with value) when a retained message ends here."""
+    """One level of the retained trie (children as in _Node); topic is set (with value) when a retained
+    message ends here."""
 
     __slots__ = ("children", "topic", "value")
 
     def __init__(self) -> None:
-        self.children: dict[str, _RetainedNode] | None = None
+        self.children: tuple[str, _RetainedNode] | dict[str, _RetainedNode] | None = None
         self.topic: str | None = None
         self.value: object = None
 
     def empty(self) -> bool:
-        return not self.children and self.topic is None
+        return self.children is None and self.topic is None
 
 
 N = TypeVar("N", _Node, _RetainedNode)
@@ -140,20 +189,41 @@ def _descend(node: N, levels: list[str]) -> N:
     """The node of levels under node, made on the way where missing."""
     for level in levels:
         children = node.children
-        if children is None:
-            children = node.children = {}
-        child = children.get(level)
-        if child is None:
-            child = children[level] = type(node)()
+        if isinstance(children, dict):
+            child = children.get(level)
+            if child is None:
+                child = children[level] = type(node)()
+        elif children is None:
+            child = type(node)()
+            node.children = (level, child)
+        elif children[0] == level:
+            child = children[1]
+        else:
+            child = type(node)()
+            node.children = {children[0]: children[1], level: child}
         node = child
     return node
+
+
+def _child(node: N, level: str) -> N | None:
+    children = node.children
+    if isinstance(children, dict):
+        return children.get(level)
+    return children[1] if children is not None and children[0] == level else None
+
+
+def _items(node: N) -> Iterable[tuple[str, N]]:
+    children = node.children
+    if isinstance(children, dict):
+        return children.items()
+    return () if children is None else (children,)
 
 
 def _walk(node: N, levels: list[str]) -> tuple[N, list[tuple[N, str]]] | None:
     """The node of levels and the (parent, level) pairs that lead to it; None if it does not exist."""
     path = []
     for level in levels:
-        child = node.children.get(level) if node.children else None
+        child = _child(node, level)
         if child is None:
             return None
         path.append((node, level))
@@ -166,23 +236,31 @@ def _prune(node: N, path: list[tuple[N, str]]) -> None:
     for parent, level in reversed(path):
         if not node.empty():
             return
-        del parent.children[level]  # type: ignore[union-attr]  # the walk went through it
-        if not parent.children:
+        children = parent.children
+        if isinstance(children, dict):
+            del children[level]
+            if len(children) == 1:
+                parent.children = next(iter(children.items()))
+        else:
             parent.children = None
         node = parent
 
 
 class SubscriptionIndex(Generic[V]):
     """Subscriptions by filter, each held by an owner (a session) with a value (its options). An owner has at
-    most one subscription per filter (MQTT-3.8.4-3: a second SUBSCRIBE replaces the first)."""
+    most one subscription per filter (MQTT-3.8.4-3: a second SUBSCRIBE replaces the first). Plain filters
+    without wildcards - one per device, the bulk of them - are not in the trie: a dict keyed by the filter
+    finds them in one lookup of the topic and costs no node per level."""
 
-    __slots__ = ("_root", "_owners", "_count")
+    __slots__ = ("_root", "_exact", "_owners", "_count")
 
     def __init__(self) -> None:
         self._root = _Node()
+        #: plain filter without + or # -> its subscribers
+        self._exact: dict[str, Members] = {}
         #: owner -> the filter of its one subscription, or a dict of its filters once it has several: most
         #: devices subscribe to one filter, and a str costs nothing (the caller holds it too) where a dict
-        #: costs ~180 bytes
+        #: costs 184 bytes
         self._owners: dict[Hashable, str | dict[str, None]] = {}
         self._count = 0
 
@@ -195,67 +273,66 @@ class SubscriptionIndex(Generic[V]):
         if not valid_filter(topic_filter):
             raise ValueError(f"invalid MQTT topic filter {topic_filter!r}")
         group, inner = split_share(topic_filter)
-        node = _descend(self._root, _levels(inner))
-        if group is None:
-            if node.subs is None:
-                node.subs = {}
-            members = node.subs
+        if group is None and _exact(inner):
+            self._exact[topic_filter], new = _with(self._exact.get(topic_filter), owner, value)
         else:
-            if node.shared is None:
-                node.shared = {}
-            entry = node.shared.get(group)
-            if entry is None:
-                entry = node.shared[group] = (topic_filter, {})
-            members = entry[1]
-        new = owner not in members
-        members[owner] = value
+            node = _descend(self._root, _levels(inner))
+            if group is None:
+                node.subs, new = _with(node.subs, owner, value)
+            else:
+                if node.shared is None:
+                    node.shared = {}
+                entry = node.shared.get(group)
+                if entry is None:
+                    entry = node.shared[group] = (topic_filter, {})
+                new = owner not in entry[1]
+                entry[1][owner] = value
         if new:
             self._count += 1
-            self._remember(owner, topic_filter)
+            held = self._owners.get(owner)
+            if held is None:
+                self._owners[owner] = topic_filter
+            elif isinstance(held, str):
+                self._owners[owner] = {held: None, topic_filter: None}
+            else:
+                held[topic_filter] = None
         return new
-
-    def _remember(self, owner: Hashable, topic_filter: str) -> None:
-        held = self._owners.get(owner)
-        if held is None:
-            self._owners[owner] = topic_filter
-        elif isinstance(held, str):
-            self._owners[owner] = {held: None, topic_filter: None}
-        else:
-            held[topic_filter] = None
-
-    def _forget(self, owner: Hashable, topic_filter: str) -> None:
-        held = self._owners[owner]
-        if isinstance(held, str) or len(held) == 1:
-            del self._owners[owner]
-        else:
-            del held[topic_filter]
 
     def remove(self, owner: Hashable, topic_filter: str) -> bool:
         """Unsubscribe; False if the owner had no such subscription. Emptied nodes are pruned, so an
         unsubscribed device leaves nothing behind."""
         group, inner = split_share(topic_filter)
-        found = _walk(self._root, inner.split("/"))
-        if found is None:
-            return False
-        node, path = found
-        if group is None:
-            if not node.subs or owner not in node.subs:
+        if group is None and _exact(inner):
+            members, gone = _without(self._exact.get(topic_filter), owner)
+            if not gone:
                 return False
-            del node.subs[owner]
-            if not node.subs:
-                node.subs = None
+            if members is None:
+                del self._exact[topic_filter]
+            else:
+                self._exact[topic_filter] = members
         else:
-            entry = node.shared.get(group) if node.shared else None
-            if entry is None or owner not in entry[1]:
+            found = _walk(self._root, inner.split("/"))
+            if found is None:
                 return False
-            del entry[1][owner]
-            if not entry[1]:
-                del node.shared[group]  # type: ignore[union-attr]  # entry came from it
-                if not node.shared:
-                    node.shared = None
+            node, path = found
+            if group is None:
+                node.subs, gone = _without(node.subs, owner)
+            else:
+                entry = node.shared.get(group) if node.shared else None
+                gone = entry is not None and entry[1].pop(owner, _GONE) is not _GONE
+                if entry is not None and not entry[1]:
+                    del node.shared[group]  # type: ignore[union-attr]  # entry came from it
+                    if not node.shared:
+                        node.shared = None
+            if not gone:
+                return False
+            _prune(node, path)
         self._count -= 1
-        self._forget(owner, topic_filter)
-        _prune(node, path)
+        held = self._owners[owner]
+        if isinstance(held, str) or len(held) == 1:
+            del self._owners[owner]
+        else:
+            del held[topic_filter]
         return True
 
     def remove_owner(self, owner: Hashable) -> int:
@@ -277,6 +354,7 @@ class SubscriptionIndex(Generic[V]):
         with several matching filters appears once per filter -, then one (group, $share filter, members)
         per shared subscription, members in subscription order: the caller picks one of them)."""
         plain: list[Subscriber[V]] = []
+        _extend(plain, self._exact.get(topic))
         shared: list[tuple[str, str, list[Subscriber[V]]]] = []
         nodes = [self._root]
         wildcards = topic[:1] != "$"  # MQTT-4.7.2-1: no leading + or # for $-topics
@@ -286,6 +364,13 @@ class SubscriptionIndex(Generic[V]):
                 children = node.children
                 if children is None:
                     continue
+                if isinstance(children, tuple):  # one child: no dict lookups
+                    key, child = children
+                    if key == level or (wildcards and key == "+"):
+                        following.append(child)
+                    elif wildcards and key == "#":
+                        self._collect(child, plain, shared)
+                    continue
                 if wildcards:
                     multi = children.get("#")
                     if multi is not None:
@@ -293,24 +378,23 @@ class SubscriptionIndex(Generic[V]):
                     single = children.get("+")
                     if single is not None:
                         following.append(single)
-                child = children.get(level)
-                if child is not None:
-                    following.append(child)
+                named = children.get(level)
+                if named is not None:
+                    following.append(named)
             if not following:
                 return plain, shared
             nodes = following
             wildcards = True
         for node in nodes:
             self._collect(node, plain, shared)
-            multi = node.children.get("#") if node.children else None
+            multi = _child(node, "#")
             if multi is not None:  # "a/#" also matches "a"
                 self._collect(multi, plain, shared)
         return plain, shared
 
     @staticmethod
     def _collect(node: _Node, plain: list, shared: list) -> None:
-        if node.subs:
-            plain.extend(node.subs.items())
+        _extend(plain, node.subs)
         if node.shared:
             for group, (topic_filter, members) in node.shared.items():
                 shared.append((group, topic_filter, list(members.items())))
@@ -376,8 +460,8 @@ class RetainedIndex(Generic[R]):
                     found.extend(self._subtree(child))
             elif level == "+":
                 stack.extend((child, depth + 1) for child in self._children(node, depth))
-            elif node.children is not None:
-                named = node.children.get(level)
+            else:
+                named = _child(node, level)
                 if named is not None:
                     stack.append((named, depth + 1))
         return found
@@ -385,11 +469,7 @@ class RetainedIndex(Generic[R]):
     @staticmethod
     def _children(node: _RetainedNode, depth: int) -> Iterator[_RetainedNode]:
         """The children a wildcard at this depth reaches: not the $ ones at the first level."""
-        if node.children is None:
-            return iter(())
-        if depth:
-            return iter(node.children.values())
-        return (child for level, child in node.children.items() if level[:1] != "$")
+        return (child for level, child in _items(node) if depth or level[:1] != "$")
 
     @staticmethod
     def _subtree(node: _RetainedNode) -> Iterator[tuple[str, R]]:
@@ -398,5 +478,4 @@ class RetainedIndex(Generic[R]):
             node = stack.pop()
             if node.topic is not None:
                 yield node.topic, node.value  # type: ignore[misc]
-            if node.children:
-                stack.extend(node.children.values())
+            stack.extend(child for _, child in _items(node))

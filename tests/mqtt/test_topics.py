@@ -93,6 +93,13 @@ def test_add_replaces_and_remove_prunes() -> None:
     assert not index.add("c1", "a/+/c", "q1")  # a resubscription replaces the options
     assert index.add("c2", "a/+/c", "q2")
     assert index.add("c1", "a/#", "q3")
+    assert index.add("c2", "a/b/c", "q4")
+    assert not index.add("c2", "a/b/c", "q5")
+    assert len(index) == 4
+    assert index.match("a/b/c") == ([("c2", "q5"), ("c1", "q3"), ("c1", "q1"), ("c2", "q2")], [])
+    assert index.remove("c2", "a/b/c")
+    assert not index.remove("c2", "a/b/c")
+    assert not index.remove("c1", "a/b/c")
     assert len(index) == 3
     assert index.match("a/b/c") == ([("c1", "q3"), ("c1", "q1"), ("c2", "q2")], [])
     assert index.filters("c1") == ["a/+/c", "a/#"]
@@ -107,7 +114,7 @@ def test_add_replaces_and_remove_prunes() -> None:
     assert len(index) == 0
     assert index.match("a/b/c") == ([], [])
     assert index._root.children is None  # nothing left behind for a million unsubscribed devices
-    assert not index._owners
+    assert not index._owners and not index._exact
 
 
 def test_parent_of_multi_level_wildcard() -> None:
@@ -138,7 +145,7 @@ def test_shared_groups() -> None:
     assert index.match("devices/42/cmd") == ([("p", 5)], [("g2", "$share/g2/devices/+/cmd", [("m3", 3)])])
     assert len(index) == 2
     assert index.remove_owner("p") + index.remove_owner("m3") == 2
-    assert not index._owners and index._root.children is None
+    assert not index._owners and not index._exact and index._root.children is None
 
 
 def test_shared_wildcard_does_not_match_dollar_topics() -> None:
@@ -156,11 +163,13 @@ def test_invalid_filter_is_refused() -> None:
 
 
 def test_match_visits_only_the_topics_branch() -> None:
-    """Cost independent of other topics' subscribers: with 20,000 devices subscribed, a match looks up one
-    child per level (counted by a dict that records its lookups)."""
+    """Cost independent of other topics' subscribers: with 20,000 devices subscribed to their own topic and
+    20,000 to a wildcard filter of their own branch, a match is one lookup of the topic among the plain
+    filters, then one child per level in the trie (counted by dicts that record their lookups and scans)."""
     index: SubscriptionIndex[int] = SubscriptionIndex()
     for i in range(20000):
         index.add(f"d{i}", f"devices/{i}/cmd", i)
+        index.add(f"w{i}", f"devices/{i}/+", i)
     lookups = []
 
     class Counting(dict):
@@ -182,10 +191,13 @@ def test_match_visits_only_the_topics_branch() -> None:
             lookups.append("scan")
             return super().items()
 
-    devices = index._root.children["devices"]  # type: ignore[index]
-    devices.children = Counting(devices.children or {})
-    assert index.match("devices/42/cmd") == ([("d42", 42)], [])
-    assert lookups == ["#", "+", "42"]
+    index._exact = Counting(index._exact)
+    assert isinstance(index._root.children, tuple)  # one child: "devices"
+    devices = index._root.children[1]
+    assert isinstance(devices.children, dict)
+    devices.children = Counting(devices.children)
+    assert index.match("devices/42/cmd") == ([("d42", 42), ("w42", 42)], [])
+    assert lookups == ["devices/42/cmd", "#", "+", "42"]
 
 
 def test_retained_index() -> None:
