@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from smartgo.client.message import Message
-from smartgo.mqtt.bridge import (DEFAULT_TOPIC_MAP, Delivery, TopicMap, delivery_from_message,
+from smartgo.mqtt.bridge import (DEFAULT_TOPIC_MAP, EMPTY_BODY, MQTT_EMPTY, Delivery, TopicMap, delivery_from_message,
                                  publish_properties)
 from smartgo.store.record import decode_properties, encode_properties
 
@@ -117,6 +117,29 @@ def test_device_publish_round_trip() -> None:
                           "content_type": "text/plain", "payload_format_indicator": 1, "response_topic": "replies/42",
                           "correlation_data": b"\x01\x02", "message_expiry_interval": 20}, NOW + 30_000)
     assert delivery_from_message("DEVICES", props, b"", now_ms=NOW + 40_000).properties["message_expiry_interval"] == 0
+
+
+def test_user_properties_keep_order_repeats_and_empty_strings() -> None:
+    """MQTT 5.0 (3.3.2.3.10): user properties reach subscribers in order, a name may repeat; RocketMQ
+    consumers see the named ones (the last of a repeated name, none empty)."""
+    users = [("b", "2"), ("a", "1"), ("b", "3"), ("", "x"), ("e", ""), ("TAGS", "t"), ("quote", '"\\')]
+    props = stored(publish_properties("a/b", 1, False, "dev", {"user_property": users}, NOW))
+    assert (props["b"], props["a"], props["mqtt.up.TAGS"], props["quote"]) == ("3", "1", "t", '"\\')
+    assert "e" not in props
+    assert delivery_from_message("MQTT", props, b"x").properties == {"user_property": users}
+
+
+def test_a_malformed_user_list_forwards_none() -> None:
+    d = delivery_from_message("MQTT", {"mqttUser": "[1, 2", "color": "red"}, b"")
+    assert d.properties == {}
+
+
+def test_empty_payload_survives_the_store() -> None:
+    """A SmartGo message has a body: an empty MQTT payload is stored as EMPTY_BODY and MQTT_EMPTY=1, and
+    delivered empty (an empty retained publish deletes the retained message)."""
+    props = stored({**publish_properties("a/b", 1, True, "dev", {}, NOW), MQTT_EMPTY: "1"})
+    assert delivery_from_message("MQTT", props, EMPTY_BODY).payload == b""
+    assert delivery_from_message("MQTT", {}, EMPTY_BODY).payload == EMPTY_BODY  # a RocketMQ message's own byte
 
 
 def test_311_publish_round_trip() -> None:
