@@ -50,7 +50,7 @@ def _list_options(filters: bool) -> Callable[[argparse.ArgumentParser], None]:
             c.add_argument("--filter", default="", metavar="PREFIX", help="only topic filters starting with this")
         c.add_argument("--limit", type=_limit, default=DEFAULT_LIMIT,
                        help=f"rows per broker, by client id (default: %(default)s, at most {MAX_LIMIT})")
-        broker_or_cluster(c)
+        broker_or_cluster(c, "every broker of this cluster, slaves too (default: all brokers)")
     return configure
 
 
@@ -72,7 +72,7 @@ async def _list(admin: AsyncAdmin, args: argparse.Namespace, op: str) -> None:
     print(table(rows, ("BROKER", *header)))
     for addr, answer in sorted(answers.items()):
         if not answer["actors"]:
-            print(f"{addr}: no MQTT actors (mqtt_port, mqtt_ws_port and mqtt_tls_port are off, or a slave)")
+            print(f"{addr}: no MQTT actors (its mqtt_port, mqtt_ws_port and mqtt_tls_port are off)")
         elif answer["total"] > len(answer["items"]):
             print(f"{addr}: {len(answer['items'])} of {answer['total']} shown (--limit)")
 
@@ -97,7 +97,7 @@ async def _mqtt_subscriptions(admin: AsyncAdmin, args: argparse.Namespace) -> No
 
 def _kick_options(c: argparse.ArgumentParser) -> None:
     c.add_argument("--client", required=True, metavar="ID", help="the client id")
-    broker_or_cluster(c)
+    broker_or_cluster(c, "every broker of this cluster, slaves too (default: all brokers)")
 
 
 @command("mqtt-kick", "disconnect an MQTT client (MQTT 5.0 DISCONNECT reason 0x98, administrative action); "

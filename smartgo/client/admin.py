@@ -254,8 +254,8 @@ class AsyncAdmin:
 
     async def mqtt(self, request: dict, *, cluster: str | None = None,
                    broker_addr: str | None = None) -> dict[str, dict]:
-        """MQTT_ADMIN (SmartGo's own request) at one broker, or every master of the cluster (all
-        when None): each broker's answer, merged from its MQTT actors (docs/CLIENT.md, MQTT)."""
+        """MQTT_ADMIN (SmartGo's own request) at one broker, or every broker of the cluster, slaves
+        too (all when None): each broker's answer, merged from its MQTT actors (docs/CLIENT.md)."""
         async def one(addr: str) -> dict:
             cmd = api.command(RequestCode.MQTT_ADMIN, body=json.dumps(request).encode())
             resp = await self._call(addr, cmd, f"MQTT {request.get('op')}")
@@ -263,7 +263,7 @@ class AsyncAdmin:
                 return json.loads(resp.body_bytes())
             except ValueError as exc:
                 raise BrokerError(R.SYSTEM_ERROR, f"undecodable JSON body: {exc}", addr, "MQTT admin") from None
-        addrs = await self._brokers(cluster, broker_addr)
+        addrs = await self._brokers(cluster, broker_addr, slaves=True)     # a slave serves devices too
         return dict(zip(addrs, await asyncio.gather(*map(one, addrs))))
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:

@@ -257,3 +257,5 @@ def test_a_broker_without_mqtt_actors_answers_empty(tmp_path: Path) -> None:
     assert asyncio.run(admin(op="clients", limit="x")).remark == \
         "MQTT_ADMIN: limit must be a whole number >= 0, not 'x'"     # checked here too: no actor does
     assert processor.summary() is None and processor.take_window() is None
+    slave = NodeConfig(role="slave", broker_id=1, store_dir=str(tmp_path), mqtt_port=1883, mqtt_actors=2)
+    assert MqttProcessor(cast(Any, SimpleNamespace(config=slave))).actors == ["mqtt-0", "mqtt-1"]   # devices too

@@ -21,7 +21,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from smartgo.broker.channel import ClientRef
-from smartgo.broker.settings import is_slave
 from smartgo.mqtt.admin import AdminError, ask, merge_stats, request_limit, socket_path
 from smartgo.mqtt.listeners import mqtt_names, mqtt_ports
 from smartgo.mqtt.stats import MqttStats
@@ -51,7 +50,7 @@ class MqttProcessor:
     def __init__(self, broker: BrokerActor) -> None:
         self.b = broker
         cfg = broker.config
-        self.actors = [] if is_slave(cfg) or not mqtt_ports(cfg) else mqtt_names(cfg)
+        self.actors = mqtt_names(cfg) if mqtt_ports(cfg) else []     # a slave's too (smartgo/node/roles.py)
         self.paths = {name: socket_path(cfg.run_path, name) for name in self.actors}
         self.last: dict[str, dict[str, Any]] = {}        # actor -> its latest counters
         self.totals: dict[str, Any] = {}                 # counters since the broker actor started
