@@ -338,6 +338,9 @@ for _pid, _name, _kind, _mask in _PROPERTY_TABLE:
 
 # -- decoding helpers: each takes the packet body and an offset, returns (value, next offset) ------------------
 def _vbi(body: bytes, pos: int) -> tuple[int, int]:
+    value = body[pos]
+    if value < 0x80:
+        return value, pos + 1
     value = 0
     shift = 0
     while True:
@@ -454,6 +457,8 @@ def _decode_connect(decoder: Decoder, flags: int, body: bytes) -> Connect:
     props: Properties = {}
     if level == 5:
         props, pos = _properties(body, pos, CONNECT)
+        if "authentication_data" in props and "authentication_method" not in props:
+            raise ProtocolError("CONNECT authentication data without a method")
     client_id, pos = _utf8(body, pos)
     will = None
     if will_flag:

@@ -544,6 +544,7 @@ def test_a_bad_5_0_connect_still_sets_the_version_for_its_connack() -> None:
     ("06260001610001", MalformedPacket, 0x81),         # user property cut short
     ("801500", MalformedPacket, 0x81),                 # a two-byte length (2688) past the end
     ("ffffffff7f", MalformedPacket, 0x81),             # property length of five bytes
+    ("041600016b", ProtocolError, 0x82),               # authentication data without a method
 ])
 def test_connect_property_errors(props: str, kind: type[MqttError], reason: int) -> None:
     raises(Decoder(), _connect_wire(0x02, CLIENT_ID, 5, props=bytes.fromhex(props)), kind, reason)

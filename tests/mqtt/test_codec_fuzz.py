@@ -85,8 +85,10 @@ def connects(v: int) -> st.SearchStrategy[Connect]:
     wills = st.none() | st.builds(Will, TEXT, BINARY, st.integers(0, 2), st.booleans(), props(v, "WILL"))
     users = st.tuples(st.none() | TEXT, st.none() | BINARY).filter(lambda up: v == 5 or up[0] is not None
                                                                     or up[1] is None)
+    connect_props = props(v, "CONNECT").filter(  # authentication data needs its method
+        lambda p: "authentication_method" in p or "authentication_data" not in p)
     return st.builds(lambda clean, keep, cid, will, up, p: Connect(NAMES[v], v, clean, keep, cid, will, *up, p),
-                     st.booleans(), U16, TEXT, wills, users, props(v, "CONNECT"))
+                     st.booleans(), U16, TEXT, wills, users, connect_props)
 
 
 def sub_options(v: int) -> st.SearchStrategy[SubOptions]:
