@@ -34,8 +34,8 @@ from smartgo.mqtt.auth import Authenticator
 from smartgo.mqtt.bridge import EMPTY_BODY, MQTT_EMPTY, TopicMap, delivery_from_message, publish_properties
 from smartgo.mqtt.engine import Connection, Engine, Limits
 from smartgo.mqtt.session import Outgoing, Session
-from smartgo.mqtt.sessions import (EPOCH, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC, Pending, Restored,
-                                   SessionJournal,
+from smartgo.mqtt.sessions import (CLAIM, ENDED, EPOCH, HANDOFF, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC,
+                                   Pending, Restored, SessionJournal, session_queue,
                                    Source, decode, encode, parse_source, source_of, still_alive)
 from smartgo.mqtt.listeners import WebSocketConnection, listening_socket, mqtt_names
 from smartgo.mqtt.peers import PeerServer, ask, peer_path
@@ -53,6 +53,8 @@ BATCH_MESSAGES = 256
 FEED_REBALANCE = 2.0
 #: Seconds each step of a stop may take.
 STOP_STEP = 2.0
+#: Seconds a node taking a session over waits for its holder on another node to hand it over.
+HANDOFF_WAIT = 3.0
 BATCH_BYTES = 1 << 20
 Done = Callable[[int], None]
 
@@ -368,16 +370,25 @@ class MqttActor(Actor):
             then(found)
         self.spawn(find(), f"find {client_id}")
 
+    async def _hand_over(self, session: Session, body: bytes) -> None:
+        """The record of a session another node took: everything it had here."""
+        await self._write_records([Message(SESSIONS_TOPIC, body, HANDOFF, session.client_id,
+                                           {HOLDER: self.holder, EPOCH: str(session.epoch)})],
+                                  session_queue(session.client_id))
+
+    def _through(self, session: Session) -> dict[Source, int]:
+        through = dict(self.positions)
+        for src, offset in (session.through or {}).items():
+            through[src] = max(offset, through.get(src, -1))
+        return through
+
     def _peer(self, request: dict) -> dict:
         if request.get("op") != "take":
             raise ValueError(f"unknown op {request.get('op')!r}")
         session = self.engine.release(str(request["client"]))
         if session is None:
             return {"found": False}
-        through = dict(self.positions)
-        for src, offset in (session.through or {}).items():
-            through[src] = max(offset, through.get(src, -1))
-        return {"found": True, "record": encode(session, through, self.holder)}
+        return {"found": True, "record": encode(session, self._through(session), self.holder)}
 
     async def _find(self, client_id: str, clean: bool) -> Session | None:
         """The session from the peer actor holding it, else (not clean) from its newest record on
@@ -390,22 +401,48 @@ class MqttActor(Actor):
             return None
         if record is not None:
             return await self._adopt(decode(record))
-        found = await self.cluster.query_by_key(SESSIONS_TOPIC, client_id, 64, replicas=True)
-        newest = found[0] if found else None
-        if newest is None or newest.tags != LIVE:
+        newest = await self._newest_state(client_id)
+        if newest is None or newest.tags == ENDED:
             return None
         holder = newest.properties.get(HOLDER, "")
-        if holder.startswith(f"{self.node_id}/"):
-            return None                   # held on this node: its holder would have answered
-        r = decode(newest.body)
-        log.info("%s: session of %s taken over from %s", self.name, client_id, holder or "?")
-        return await self._adopt(r)
+        if newest.tags == LIVE:
+            if holder.startswith(f"{self.node_id}/"):
+                return None               # held on this node: its holder would have answered
+            newest = await self._handed_over(client_id, holder) or newest
+        return await self._adopt(decode(newest.body))
+
+    async def _newest_state(self, client_id: str, since_ms: int = 0) -> MessageExt | None:
+        """The client's newest record with a state (live, ended, handed over) on any broker."""
+        found = await self.cluster.query_by_key(SESSIONS_TOPIC, client_id, 64, replicas=True)
+        return next((m for m in found if m.tags in (LIVE, ENDED, HANDOFF) and m.store_timestamp >= since_ms), None)
+
+    async def _handed_over(self, client_id: str, holder: str) -> MessageExt | None:
+        """A claim in the store makes the holder on another node let the session go and write what
+        it had (its last checkpoint may be older than the device's last moves); None when that
+        node does not answer within HANDOFF_WAIT (it is down: its last record is what there is)."""
+        epoch = int(time.time() * 1000)
+        await self._write_records([Message(SESSIONS_TOPIC, b"-", CLAIM, client_id,
+                                           {HOLDER: self.holder, EPOCH: str(epoch)})], session_queue(client_id))
+        deadline = time.monotonic() + HANDOFF_WAIT
+        while time.monotonic() < deadline:
+            newest = await self._newest_state(client_id, epoch - 1000)
+            if newest is not None and newest.tags == HANDOFF and newest.properties.get(HOLDER) == holder:
+                return newest
+            await asyncio.sleep(0.05)
+        log.warning("%s: %s did not hand the session of %s over within %gs; taking its last record", self.name,
+                    holder, client_id, HANDOFF_WAIT)
+        return None
 
     async def _adopt(self, r: Restored) -> Session | None:
         if not r.session.expiry or not still_alive(r):
             return None
         await self._read_back(r, self.group)
+        before = len(r.session.queue)
         await self._catch_up(r)
+        log.info("%s: session of %s taken over from %s (%d subscriptions; %d queued and %d in flight there, "
+                 "%d stored since; record of %d)", self.name, r.session.client_id, r.node or "?",
+                 len(r.session.subscriptions), before, len(r.session.inflight), len(r.session.queue) - before,
+                 r.written_ms)
         return r.session
 
     async def _catch_up(self, r: Restored) -> None:
@@ -456,8 +493,10 @@ class MqttActor(Actor):
             return
         if msg.topic == SESSIONS_TOPIC:
             props = msg.properties
-            if msg.tags == LIVE and msg.keys and props.get(HOLDER, self.holder) != self.holder:
-                self.engine.taken_elsewhere(msg.keys[0], int(props.get(EPOCH, "0") or 0))
+            if msg.tags in (LIVE, CLAIM) and msg.keys and props.get(HOLDER, self.holder) != self.holder:
+                gone = self.engine.taken_elsewhere(msg.keys[0], int(props.get(EPOCH, "0") or 0))
+                if gone is not None:        # its record now: the feed goes on without it from here
+                    self._spawn_send(self._hand_over(gone, encode(gone, self._through(gone), self.holder)))
             return
         src = source_of(msg.broker_name, msg.topic, msg.queue_id)
         props = msg.properties

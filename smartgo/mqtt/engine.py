@@ -678,8 +678,9 @@ class Engine:
             self._pump(conn, session)
             return
         out.released = True
-        self.store.session_changed(session)
-        conn.send(c.PubRel(p.packet_id))
+        # PUBREL only once the record says released: after a crash before that the PUBLISH goes again,
+        # and a client that had PUBREL (and delivered the message) would deliver it twice (MQTT 4.3.3)
+        self.store.when_persisted(session, lambda: conn.send(c.PubRel(p.packet_id)))
 
     def _pump(self, conn: Connection, session: Session) -> None:
         while session.queue and not conn.closed:
@@ -786,12 +787,13 @@ class Engine:
         if qos >= 0:
             self._offer(session, d, qos, d.retain and rap, tuple(ids), src, offset)
 
-    def taken_elsewhere(self, client_id: str, epoch: int) -> None:
+    def taken_elsewhere(self, client_id: str, epoch: int) -> Session | None:
         """Another MQTT actor or node claimed the session at epoch (ms): a session connected here
-        before that goes."""
+        before that goes (returned, for the record that hands it over)."""
         session = self.sessions.get(client_id)
         if session is not None and session.epoch < epoch:
-            self.release(client_id)
+            return self.release(client_id)
+        return None
 
     def release(self, client_id: str) -> Session | None:
         """Let a session go to another holder: its connection is told why and closed (no will:

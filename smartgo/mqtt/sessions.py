@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 SESSIONS_TOPIC = "MQTT_SESSIONS"
 SESSIONS_QUEUES = 8
-#: record tags: a session goes on / it ended (restore drops it)
-LIVE, ENDED = "live", "ended"
+#: record tags: a session goes on (held by HOLDER) / it ended (restore drops it) / another actor or node
+#: asks for it (no state) / its holder let it go to that one (the state it had)
+LIVE, ENDED, CLAIM, HANDOFF = "live", "ended", "claim", "handoff"
 #: record properties: which actor holds the session ("<broker>/<actor>") since when (its CONNECT, wall ms)
 HOLDER, EPOCH = "mqttHolder", "mqttEpoch"
 VERSION = 1
@@ -88,7 +89,8 @@ def encode(session: Session, through: dict[Source, int], node: str) -> bytes:
     queued = [pos(out) for out in session.queue if out.qos and out.src]
     doc = {"v": VERSION, "c": session.client_id, "e": session.expiry, "s": subs, "i": inflight, "q": queued,
            "n": sorted(session.inbound), "src": list(sources), "t": through, "node": node,
-           "ms": int(time.time() * 1000), "cr": session.created_ms, "end": int(time.time()) if session.connection is None else 0}
+           "ms": int(time.time() * 1000), "cr": session.created_ms,
+           "end": int(time.time()) if session.connection is None else 0}
     return msgpack.packb(doc, use_bin_type=True)
 
 

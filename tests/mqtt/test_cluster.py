@@ -1,0 +1,133 @@
+"""MQTT beyond one actor: sessions that move between the MQTT actors of a node and between nodes,
+delivery between broker groups through the store, and a slave's MQTT front door."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker import start_broker, start_slave
+from tests.support.mqtt import Broker, Client, unique
+from tests.support.nodes import Node, launch_node
+from tests.support.waits import free_ports, wait_for_port, wait_until
+
+TAKEN = re.compile(r"(mqtt-\d): session of (\S+) taken over from (\S+)")
+
+
+def mqtt_node(base: Path, settings: dict | None = None, slave_of: Node | None = None) -> tuple[Node, Broker]:
+    port, = free_ports(1)
+    wanted = {"mqtt_port": port, "mqtt_ws_port": 0, **(settings or {})}
+    node = start_slave(base, slave_of, wanted) if slave_of is not None else start_broker(base, wanted)
+    wait_for_port(port, timeout=30)
+    return node, Broker("smartgo", port, 0, node.reap, node=node)
+
+
+def holders(node: Node, client_id: str) -> set[str]:
+    """The MQTT actors that took the client's session from another one (their log lines)."""
+    return {m.group(1) for m in TAKEN.finditer(node.log_text()) if m.group(2) == client_id}
+
+
+@pytest.mark.timeout(240)
+def test_a_session_follows_its_device_from_one_mqtt_actor_to_the_other(tmp_path):
+    node, broker = mqtt_node(tmp_path / "node", {"mqtt_actors": 2})
+    try:
+        device, topic = unique("roamer"), unique("t")
+        first = Client(broker, device, version=4, clean=False)
+        first.connect()
+        first.subscribe(f"{topic}/#", qos=1)
+        first.disconnect()
+        publisher = Client(broker)
+        publisher.connect()
+        sent: list[bytes] = []
+        rounds = 0
+        # the kernel picks the actor of each connection: go on until both took the session over
+        while holders(node, device) != {"mqtt-0", "mqtt-1"} or rounds < 4:
+            assert rounds < 40, f"after {rounds} reconnects only {holders(node, device)} took the session"
+            batch = [f"r{rounds}-{i}".encode() for i in range(3)]
+            for payload in batch:
+                assert publisher.publish(f"{topic}/{rounds}", payload, qos=1) == 0
+            sent += batch
+            device_again = Client(broker, device, version=4, clean=False)
+            assert device_again.connect().session_present
+            got = [m.payload for m in device_again.messages.until(batch[-1])]
+            assert set(batch) <= set(got), (rounds, got)          # QoS 1: each at least once
+            assert set(got) <= set(sent), (rounds, got)           # and nothing from another round's future
+            device_again.disconnect()
+            rounds += 1
+        publisher.disconnect()
+    finally:
+        broker.stop()
+
+
+@pytest.mark.timeout(300)
+def test_two_broker_groups_deliver_across_and_a_session_moves_between_nodes(tmp_path):
+    registry = launch_node(tmp_path / "registry", role="registry")
+    nodes: list[Node] = []
+    try:
+        addr = f"127.0.0.1:{registry.port}"
+        a, broker_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a"})
+        nodes.append(a)
+        b, broker_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
+        nodes.append(b)
+        topic = unique("fleet")
+        listener = Client(broker_a)
+        listener.connect()
+        listener.subscribe(f"{topic}/#", qos=1)
+        publisher = Client(broker_b)
+        publisher.connect()
+
+        def across() -> bool:          # B's queues reach A's feed once A's route has broker-b
+            publisher.publish(f"{topic}/probe", b"probe", qos=1)
+            return any(m.payload == b"probe" for m in listener.messages.all())
+        wait_until(across, 60, 0.5, "a publish on node B delivered to a subscriber on node A")
+        assert publisher.publish(f"{topic}/1", b"from-b", qos=1) == 0
+        assert listener.messages.until(b"from-b")[-1].topic == f"{topic}/1"
+
+        device = unique("traveller")
+        on_a = Client(broker_a, device, version=5, clean=False, session_expiry=600)
+        on_a.connect()
+        on_a.subscribe(f"{topic}/cmd", qos=1)
+        on_a.disconnect()
+        for i in range(3):
+            assert publisher.publish(f"{topic}/cmd", f"away-{i}".encode(), qos=1) == 0
+        on_b = Client(broker_b, device, version=5, clean=False, session_expiry=600)
+        assert on_b.connect().session_present                  # the session came from node A's store
+        got = [m.payload for m in on_b.messages.until(b"away-2")]
+        assert {b"away-0", b"away-1", b"away-2"} <= set(got), got
+        assert holders(b, device) == {"mqtt-0"}
+        on_b.disconnect()
+        listener.disconnect()
+        publisher.disconnect()
+    finally:
+        for node in nodes:
+            node.reap()
+        registry.reap()
+
+
+@pytest.mark.timeout(240)
+def test_a_slave_serves_devices_and_forwards_their_publishes_to_its_master(tmp_path):
+    master, on_master = mqtt_node(tmp_path / "master")
+    try:
+        slave, on_slave = mqtt_node(tmp_path / "slave", slave_of=master)
+        try:
+            topic = unique("via")
+            subscriber = Client(on_master)
+            subscriber.connect()
+            subscriber.subscribe(f"{topic}/#", qos=1)
+            device = Client(on_slave)
+            device.connect()
+            assert device.publish(f"{topic}/1", b"through-the-slave", qos=1) == 0
+            assert subscriber.messages.until(b"through-the-slave")[-1].topic == f"{topic}/1"
+            listener = Client(on_slave)
+            listener.connect()
+            listener.subscribe(f"{topic}/#", qos=1)
+            assert subscriber.publish(f"{topic}/2", b"to-the-slave", qos=1) == 0
+            assert listener.messages.until(b"to-the-slave")[-1].topic == f"{topic}/2"
+            for c in (subscriber, device, listener):
+                c.disconnect()
+        finally:
+            slave.reap()
+    finally:
+        master.reap()
