@@ -108,8 +108,17 @@ class Connection(asyncio.Protocol):
         try:
             packets = self.decoder.feed(data)
         except c.MqttError as exc:
+            self._handle(exc.packets)          # what came whole before the bad one is served
+            if self.closed:
+                return
+            if isinstance(exc, c.UnsupportedProtocolVersion):
+                # 3.1.1 section 3.1.2.2: CONNACK 1, then close (the 3.1.1 shape every version reads)
+                self.transport.write(c.encode(c.ConnAck(False, c.REFUSED_PROTOCOL_VERSION, {}), 4))
             self.engine.bad_input(self, exc.reason, str(exc))
             return
+        self._handle(packets)
+
+    def _handle(self, packets: list) -> None:
         engine = self.engine
         for i, packet in enumerate(packets):
             if self.closed:
