@@ -94,8 +94,13 @@ class Publisher:
             log.warning("mqtt %s: no mqtt_topic_map rule takes topic %s; not stored", client_id, publish.topic)
             done(c.TOPIC_NAME_INVALID)
             return
-        props = publish_properties(publish.topic, publish.qos, publish.retain, client_id, publish.properties,
-                                   int(time.time() * 1000))
+        try:
+            props = publish_properties(publish.topic, publish.qos, publish.retain, client_id, publish.properties,
+                                       int(time.time() * 1000))
+        except ValueError as exc:             # a property the store's record cannot carry
+            log.warning("mqtt %s: publish to %s not stored: %s", client_id, publish.topic, exc)
+            done(c.IMPLEMENTATION_SPECIFIC)
+            return
         if publish.qos == 2 and publish.packet_id is not None:
             props[MQTT_PID] = str(publish.packet_id)        # the replay after a crash knows it was stored
         tags = props.pop("TAGS", None)
@@ -189,6 +194,10 @@ class MqttActor(Actor):
         self.positions: dict[Source, int] = {}        # the feed: offered to every session up to here
         self.index = int(self.name.rsplit("-", 1)[1])
         self.every(1.0, self._tick)
+        # records older than a quarter of the CommitLog's retention are written again (sessions, retained)
+        self.refresh_after = cfg.file_reserved_hours * 3600 / 4
+        self.every(min(60.0, self.refresh_after / 4), self._refresh)
+        self.retained_at: dict[str, int] = {}       # retained topic -> store time (ms) of its record
 
     async def start(self) -> None:
         cfg = self.config
@@ -314,6 +323,7 @@ class MqttActor(Actor):
             await self._read_back(r, group)
             self.engine.restore(r.session, r.through)
             self.journal.persisted.add(client_id)
+            self.journal.written[client_id] = r.written_ms / 1000
             restored += 1
         if restored:
             log.info("%s: %d persistent sessions restored", self.name, restored)
@@ -486,6 +496,34 @@ class MqttActor(Actor):
     def _retained(self, msg: MessageExt) -> None:
         d = delivery_from_message(msg.topic, msg.properties, msg.body)
         self.engine.retain(d.topic, d if d.payload else None)
+        if d.payload and self.index == 0 and msg.broker_name == self.config.broker_name:
+            self.retained_at[d.topic] = msg.store_timestamp      # this node's to keep (mqtt-0 does it)
+        else:
+            self.retained_at.pop(d.topic, None)                  # deleted, or newer on another node
+
+    async def _refresh(self) -> None:
+        """Sessions and retained messages whose records are getting old are stored again, so that
+        the CommitLog's retention (file_reserved_hours) never takes the last copy."""
+        engine = getattr(self, "engine", None)
+        if engine is None or self.config.role != "master":
+            return
+        before = time.time() - self.refresh_after
+        again = self.journal.stale(engine.sessions.values(), before)
+        old = [topic for topic, ms in self.retained_at.items() if ms / 1000 < before]
+        msgs = []
+        for topic in old:
+            d = engine.retained.get(topic)
+            if d is not None and (not d.expires_ms or d.expires_ms > time.time() * 1000):
+                props = publish_properties(topic, d.qos, True, d.client_id, d.properties, int(time.time() * 1000))
+                msgs.append(Message(RETAINED_TOPIC, d.payload, props.pop("TAGS", None), props.pop("KEYS", None),
+                                    props))
+            self.retained_at[topic] = int(time.time() * 1000)     # not again at once; the feed dates it
+        for start in range(0, len(msgs), BATCH_MESSAGES):
+            await self.producer.send_batch(msgs[start:start + BATCH_MESSAGES],
+                                           queue=MessageQueue(RETAINED_TOPIC, self.config.broker_name, 0))
+        if again or msgs:
+            log.info("%s: %d session records and %d retained messages stored again (older than %gh)", self.name,
+                     again, len(msgs), self.refresh_after / 3600)
 
     def _fed(self, msg: MessageExt) -> None:
         if msg.topic == RETAINED_TOPIC:

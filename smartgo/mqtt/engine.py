@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 
 from smartgo.mqtt import codec as c
 from smartgo.mqtt.auth import Account, Authenticator
-from smartgo.mqtt.bridge import Delivery
+from smartgo.mqtt.bridge import Delivery, delivery_from_message, publish_properties
 from smartgo.mqtt.session import NEVER, Outgoing, Session, Subscription
 from smartgo.mqtt.stats import MqttStats
 from smartgo.mqtt.topics import (RetainedIndex, SubscriptionIndex, matches, split_share, valid_filter,
@@ -31,6 +31,16 @@ log = logging.getLogger(__name__)
 
 #: Close reasons that do not publish the will (MQTT 5.0 3.1.2.5: a normal DISCONNECT).
 Done = Callable[[int], None]
+
+
+def retained(p: c.Publish, client_id: str) -> Delivery | None:
+    """The retained message a stored publish leaves (None: an empty one deletes), as the store's copy
+    reads back: its expiry absolute, so what remains of it is what later subscribers are told."""
+    if not p.payload:
+        return None
+    now_ms = int(time.time() * 1000)
+    props = publish_properties(p.topic, p.qos, True, client_id, p.properties, now_ms)
+    return delivery_from_message(p.topic, props, bytes(p.payload), now_ms)
 
 
 class StoreSide(Protocol):
@@ -448,8 +458,7 @@ class Engine:
             conn.inbound_pending -= 1
         if reason == c.SUCCESS:
             if p.retain:
-                self.retain(p.topic, None if not p.payload else Delivery(
-                    p.topic, bytes(p.payload), p.qos, True, conn.client_id, dict(p.properties), 0))
+                self.retain(p.topic, retained(p, conn.client_id))
         else:
             self.stats.store_failures += 1
         if conn.closed:
@@ -737,8 +746,7 @@ class Engine:
 
         def stored(reason: int) -> None:
             if reason == c.SUCCESS and will.retain:
-                self.retain(will.topic, None if not will.payload else Delivery(
-                    will.topic, bytes(will.payload), will.qos, True, client_id, dict(p.properties), 0))
+                self.retain(will.topic, retained(p, client_id))
             elif reason != c.SUCCESS:
                 log.warning("mqtt %s: its will to %s was not stored (0x%02X)", client_id, will.topic, reason)
         self.store.store(p, client_id, stored)

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import msgpack
@@ -144,6 +144,7 @@ class SessionJournal:
         self.checkpoints = 0
         self.failures = 0
         self.committed: dict[Source, int] = {}
+        self.written: dict[str, float] = {}       # client id -> wall time of its last record
 
     def session_changed(self, session: Session) -> None:
         if session.expiry:
@@ -169,6 +170,17 @@ class SessionJournal:
         self.dirty.pop(client_id, None)
         self.ended.discard(client_id)
         self.persisted.discard(client_id)
+        self.written.pop(client_id, None)
+
+    def stale(self, sessions: Iterable[Session], before: float) -> int:
+        """Write again the sessions whose last record is older than before (wall time): the store
+        deletes old CommitLog files, and a session idle for days must not go with them."""
+        count = 0
+        for session in sessions:
+            if session.expiry and self.written.get(session.client_id, before) < before:
+                self.dirty[session.client_id] = session
+                count += 1
+        return count
 
     def when_persisted(self, session: Session, then: Callable[[], None]) -> None:
         if not session.expiry:
@@ -229,6 +241,11 @@ class SessionJournal:
         self.committed = position
         self.persisted |= dirty.keys()
         self.persisted -= ended
+        now = time.time()
+        for client_id in dirty:
+            self.written[client_id] = now
+        for client_id in ended:
+            self.written.pop(client_id, None)
         self.checkpoints += 1
         for then in waiters:
             then()
