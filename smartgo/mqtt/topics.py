@@ -424,7 +424,7 @@ class RetainedIndex(Generic[R]):
 
     def get(self, topic: str) -> R | None:
         found = _walk(self._root, topic.split("/"))
-        return None if found is None else found[0].value  # type: ignore[return-value]
+        return None if found is None else found[0].value  # type: ignore[return-value]  # the untyped node holds an R where it holds a topic
 
     def delete(self, topic: str) -> bool:
         """Forget a topic's retained message (an empty retained payload, MQTT-3.3.1-6); False if none.
@@ -450,12 +450,12 @@ class RetainedIndex(Generic[R]):
             node, depth = stack.pop()
             if depth == last:
                 if node.topic is not None:
-                    found.append((node.topic, node.value))  # type: ignore[arg-type]
+                    found.append((node.topic, node.value))  # type: ignore[arg-type]  # an R where a topic is
                 continue
             level = levels[depth]
             if level == "#":
                 if node.topic is not None:  # "a/#" matches "a" (the root holds no topic)
-                    found.append((node.topic, node.value))  # type: ignore[arg-type]
+                    found.append((node.topic, node.value))  # type: ignore[arg-type]  # an R where a topic is
                 for child in self._children(node, depth):
                     found.extend(self._subtree(child))
             elif level == "+":
@@ -477,5 +477,5 @@ class RetainedIndex(Generic[R]):
         while stack:
             node = stack.pop()
             if node.topic is not None:
-                yield node.topic, node.value  # type: ignore[misc]
+                yield node.topic, node.value  # type: ignore[misc]  # an R where a topic is
             stack.extend(child for _, child in _items(node))
