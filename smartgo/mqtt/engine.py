@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 Done = Callable[[int], None]
 
 
+#: Store answers no retry changes: a 3.1.1 client is acknowledged (and the publish dropped, logged),
+#: as for a topic it may not publish to, instead of being closed to send it again forever.
+REFUSED_FOR_GOOD = frozenset((c.TOPIC_NAME_INVALID, c.NOT_AUTHORIZED, c.IMPLEMENTATION_SPECIFIC))
+
+
 def retained(p: c.Publish, client_id: str) -> Delivery | None:
     """The retained message a stored publish leaves (None: an empty one deletes), as the store's copy
     reads back: its expiry absolute, so what remains of it is what later subscribers are told."""
@@ -463,7 +468,7 @@ class Engine:
             self.stats.store_failures += 1
         if conn.closed:
             return
-        if reason != c.SUCCESS and conn.version != 5 and p.qos:
+        if reason != c.SUCCESS and conn.version != 5 and p.qos and reason not in REFUSED_FOR_GOOD:
             # 3.1.1 has no negative acknowledgement: closing makes the client send it again later
             log.warning("mqtt %s: publish to %s not stored (0x%02X); closing so the client retries",
                         conn.client_id, p.topic, reason)

@@ -123,3 +123,27 @@ def test_packets_whole_before_a_bad_one_in_the_same_read_are_served(node):
         read_until_closed(raw)
     assert watcher.messages.until(b"kept")[-1].topic == topic.decode()
     watcher.disconnect()
+
+
+@pytest.mark.timeout(120)
+def test_a_topic_no_rule_maps_is_refused_without_closing_the_client(tmp_path):
+    port, = free_ports(1)
+    node = start_broker(tmp_path / "node", {"mqtt_port": port, "mqtt_ws_port": 0,
+                                            "mqtt_topic_map": "devices/#=DEVICES"})
+    try:
+        wait_for_port(port, timeout=30)
+        broker = Broker("smartgo", port, 0, node.reap, node=node)
+        v311, v5 = Client(broker, version=4), Client(broker, version=5)
+        for c in (v311, v5):
+            c.connect()
+            c.subscribe("devices/#", qos=1)
+        assert v5.publish("elsewhere/x", b"no", qos=1) == 0x90         # 5.0: topic name invalid
+        assert v311.publish("elsewhere/x", b"no", qos=1) == 0          # 3.1.1: acknowledged, dropped
+        assert not v311.disconnected.is_set()
+        assert v311.publish("devices/7/up", b"mapped", qos=1) == 0     # and the connection serves on
+        assert v5.messages.until(b"mapped")[-1].topic == "devices/7/up"
+        assert "no mqtt_topic_map rule takes topic elsewhere/x" in node.logged("elsewhere/x")
+        for c in (v311, v5):
+            c.disconnect()
+    finally:
+        node.reap()
