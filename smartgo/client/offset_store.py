@@ -115,6 +115,10 @@ class LocalOffsetStore(OffsetStore):
             except (ValueError, KeyError, TypeError) as exc:
                 log.error("local offsets %s do not parse (%s); trying the backup", path, exc)
 
+    def remove(self, mq: MessageQueue) -> None:
+        """Nothing: a broadcasting consumer's offsets are its own, kept when a rebalance lets a queue
+        go and holds it again (Java's LocalFileOffsetStore.removeOffset does nothing either)."""
+
     async def read(self, mq: MessageQueue) -> int:
         if not self._loaded:
             self._load()
