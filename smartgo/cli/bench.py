@@ -1,10 +1,11 @@
-"""`smartgo bench produce|consume|e2e`: load tests like RocketMQ's benchmark tools, printing TPS
+"""`smartgo bench produce|consume|e2e|mqtt`: load tests like RocketMQ's benchmark tools, printing TPS
 and response times every second (one updating line on a terminal, plain lines otherwise, JSON
 lines with --json) and a final summary.
 
     smartgo bench produce [--topic BenchmarkTest] [--size 128] [--concurrency 16] [--batch 32] [--duration 10]
     smartgo bench consume [--topic BenchmarkTest] [--group G] [--pull]   # --pull: drain the backlog, 32 a pull
     smartgo bench e2e     [--topic BenchmarkTest] [--concurrency 4]     # send -> receipt latency
+    smartgo bench mqtt    publish|subscribe|fanout [--port 1883] [--qos 0]  # any MQTT broker (cli/_bench_mqtt.py)
 
 These reproduce the broker issue's figures: batched send (--batch 32 --concurrency 1), single
 sync sends from 16 concurrent producers (--concurrency 16), pull from a backlog (consume --pull),
@@ -21,6 +22,7 @@ import sys
 import time
 from array import array
 
+from smartgo.cli import _bench_mqtt
 from smartgo.cli._common import add_common, client_options as common_options, emit, guarded
 from smartgo.cli.errors import CliError
 from smartgo.client import AsyncProducer, AsyncPullConsumer, AsyncPushConsumer, ConsumeResult, Message, PullStatus
@@ -59,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             c.add_argument("--pull", action="store_true", help="pull consumer over every queue from its min offset")
         c.add_argument("--busy-poll-us", type=int, default=0, metavar="US",
                        help="keep the client's loop polling this long after each request (0: off; docs/CLIENT.md)")
+    _bench_mqtt.add_parser(kinds)
     p.set_defaults(handler=guarded(run))
 
 
