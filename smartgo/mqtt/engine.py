@@ -297,6 +297,10 @@ class Engine:
         account = self.auth.login(p.username, p.password)
         if account is None:
             self.stats.auth_failures += 1
+            if p.username is None:         # nothing bad was sent: no anonymous access (3.1.1 code 5)
+                log.warning("mqtt %s (%s): anonymous access is off", client_id, conn.peer)
+                self._refuse(conn, c.NOT_AUTHORIZED, "anonymous access is off")
+                return
             log.warning("mqtt %s (%s): bad user name or password (user %r)", client_id, conn.peer, p.username)
             self._refuse(conn, c.BAD_USERNAME_OR_PASSWORD, "bad user name or password")
             return
