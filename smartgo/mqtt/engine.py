@@ -642,8 +642,9 @@ class Engine:
         elif not session.enqueue(out, self.limits.max_queued_messages, self.limits.max_queued_bytes):
             self.stats.dropped += 1
             if session.dropped in (1, 10, 100, 1000) or session.dropped % 10000 == 0:
-                log.warning("mqtt %s: %d messages dropped: its queue is full (%d messages, %d bytes)",
-                            session.client_id, session.dropped, len(session.queue), session.queued_bytes)
+                log.warning("mqtt %s: its queue is full (%d messages, %d bytes): a message dropped, %d so far "
+                            "(logged at 1, 10, 100, 1000, then every 10,000)", session.client_id,
+                            len(session.queue), session.queued_bytes, session.dropped)
 
     def _send(self, conn: Connection, session: Session, out: Outgoing, dup: bool = False) -> None:
         d = out.delivery
