@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -30,6 +31,8 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import RemotingError
 from smartgo.store.errors import InvalidMessageIdError
 from smartgo.store.record import MessageExt, parse_offset_msg_id
+
+log = logging.getLogger(__name__)
 
 LONG_MAX = (1 << 63) - 1
 #: Requests a broker relays to a consumer (it waits 10 s for it); DefaultMQAdminExt allows 3 x 5 s.
@@ -675,20 +678,29 @@ class AsyncAdmin:
     async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                            end_ms: int = LONG_MAX, *, unique: bool = False,
                            replicas: bool = False) -> list[MessageExt]:
-        """QUERY_MESSAGE at every master of the topic (replicas: at a slave of a broker whose
-        master is gone); messages whose KEYS (or UNIQ_KEY when unique) contain key, newest store
-        time first."""
+        """QUERY_MESSAGE at every master of the topic; messages whose KEYS (or UNIQ_KEY when
+        unique) contain key, newest store time first. replicas: a broker whose master is gone or
+        does not answer is asked at its slaves, and one none of whose addresses answers is left out."""
         route = await self.topic_route(topic)
-        addrs = sorted({b.master_addr or (min(b.broker_addrs.values()) if replicas and b.broker_addrs else "")
-                        for b in route.broker_datas} - {""})
+        groups = [[addr for _, addr in sorted(b.broker_addrs.items())] if replicas else [b.master_addr]
+                  for b in sorted(route.broker_datas, key=lambda b: b.broker_name)]
+        request = api.query_message_request(topic, key, max_num, begin_ms, end_ms, unique)
         out: list[MessageExt] = []
-        for addr in addrs:
-            resp = await self.instance.invoke(addr, api.query_message_request(topic, key, max_num, begin_ms, end_ms,
-                                                                              unique), 15.0)
-            if resp.code == R.QUERY_NOT_FOUND:
-                continue
-            api.check(resp, addr, f"query {topic} by key {key}")
-            out += api.decode_messages(resp.body_bytes(), addr, "query message")
+        for addrs in groups:
+            for addr in addrs:
+                if not addr:
+                    continue
+                try:
+                    resp = await self.instance.invoke(addr, request, 15.0)
+                except (ClientError, RemotingError) as exc:
+                    if not replicas:
+                        raise
+                    log.info("query %s by key %s: %s did not answer (%s); its replicas next", topic, key, addr, exc)
+                    continue
+                if resp.code != R.QUERY_NOT_FOUND:
+                    api.check(resp, addr, f"query {topic} by key {key}")
+                    out += api.decode_messages(resp.body_bytes(), addr, "query message")
+                break
         if unique:
             out = [m for m in out if m.properties.get("UNIQ_KEY") == key]
         else:

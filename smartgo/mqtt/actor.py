@@ -374,9 +374,9 @@ class MqttActor(Actor):
             found = None
             try:
                 found = await self._find(client_id, clean)
-            except (ClientError, ValueError, KeyError, TypeError) as exc:
-                log.warning("%s: looking up the session of %s failed (%s); it starts empty", self.name, client_id,
-                            exc)
+            except Exception as exc:       # noqa: BLE001 - any failure: the device is served, its session empty
+                log.warning("%s: looking up the session of %s failed (%s: %s); it starts empty", self.name,
+                            client_id, type(exc).__name__, exc)
             then(found)
         self.spawn(find(), f"find {client_id}")
 
