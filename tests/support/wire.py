@@ -73,5 +73,9 @@ class Raw:
                 from None
         return self.got
 
+    def partial(self) -> int:
+        """Bytes received that do not (yet) make a whole packet: after a close, a packet cut short."""
+        return len(self.decoder._tail)  # the codec's buffer: the Decoder offers no public view of it
+
     def close(self) -> None:
         self.sock.close()
