@@ -31,7 +31,8 @@ from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
 from smartgo.mqtt.admin import AdminServer, socket_path
 from smartgo.mqtt.auth import Authenticator
-from smartgo.mqtt.bridge import EMPTY_BODY, MQTT_EMPTY, TopicMap, delivery_from_message, publish_properties
+from smartgo.mqtt.bridge import (EMPTY_BODY, MQTT_CLIENT, MQTT_EMPTY, TopicMap, delivery_from_message, mqtt_topic_of,
+                                 publish_properties)
 from smartgo.mqtt.engine import Connection, Engine, Limits
 from smartgo.mqtt.session import Outgoing, Session
 from smartgo.mqtt.sessions import (CLAIM, ENDED, EPOCH, HANDOFF, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC,
@@ -538,15 +539,14 @@ class MqttActor(Actor):
             return
         src = source_of(msg.broker_name, msg.topic, msg.queue_id)
         props = msg.properties
+        pid = props.get(MQTT_PID)
+        if pid is not None and pid.isdigit():
+            self.engine.replayed_qos2(props.get(MQTT_CLIENT, ""), int(pid), src, msg.queue_offset)
         try:
-            d = delivery_from_message(msg.topic, props, msg.body)
+            self.engine.route(mqtt_topic_of(msg.topic, props),
+                              lambda: delivery_from_message(msg.topic, props, msg.body), src, msg.queue_offset)
         except (ValueError, KeyError) as exc:
             log.warning("%s: message %s of %s is not deliverable: %s", self.name, msg.msg_id, msg.topic, exc)
-        else:
-            pid = props.get(MQTT_PID)
-            if pid is not None and pid.isdigit():
-                self.engine.replayed_qos2(d.client_id, int(pid), src, msg.queue_offset)
-            self.engine.deliver(d, src, msg.queue_offset)
         self.positions[src] = msg.queue_offset
 
     async def _run_feed(self) -> None:

@@ -56,6 +56,8 @@ class Account:
     subscribe: tuple[str, ...] = EVERYTHING
 
     def may_publish(self, topic: str) -> bool:
+        if self.publish == EVERYTHING:
+            return not topic.startswith("$")
         return any(matches(f, topic) for f in self.publish)
 
     def may_subscribe(self, topic_filter: str) -> bool:

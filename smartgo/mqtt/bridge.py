@@ -17,7 +17,7 @@ from smartgo.mqtt.topics import matches, split_share, valid_filter, valid_topic_
 __all__ = ["DEFAULT_TOPIC_MAP", "TopicMap", "publish_properties", "Delivery", "delivery_from_message",
            "MQTT_TOPIC", "MQTT_QOS", "MQTT_RETAIN", "MQTT_CLIENT", "MQTT_CONTENT_TYPE", "MQTT_PAYLOAD_FORMAT",
            "MQTT_RESPONSE_TOPIC", "MQTT_CORRELATION", "MQTT_EXPIRY", "MQTT_USER", "MQTT_EMPTY", "EMPTY_BODY",
-           "USER_PREFIX"]
+           "USER_PREFIX", "mqtt_topic_of"]
 
 DEFAULT_TOPIC_MAP = "#=MQTT"
 
@@ -152,7 +152,7 @@ class Delivery:
     expires_ms: int = 0
 
 
-def _mqtt_topic(smartgo_topic: str, properties: dict[str, str]) -> str:
+def mqtt_topic_of(smartgo_topic: str, properties: dict[str, str]) -> str:
     """The property mqttTopic, else the TAGS, else the SmartGo topic: the first that is a valid topic name
     (a RocketMQ tag may hold + or #; a SmartGo topic name always is one)."""
     for topic in (properties.get(MQTT_TOPIC), properties.get(Prop.TAGS)):
@@ -202,5 +202,5 @@ def delivery_from_message(smartgo_topic: str, properties: dict[str, str], body: 
         out["message_expiry_interval"] = max(0, -(-(expires_ms - now_ms) // 1000))
     if properties.get(MQTT_EMPTY) == "1":
         body = b""
-    return Delivery(_mqtt_topic(smartgo_topic, properties), body, int(qos) if qos in ("0", "1", "2") else 1,
+    return Delivery(mqtt_topic_of(smartgo_topic, properties), body, int(qos) if qos in ("0", "1", "2") else 1,
                     properties.get(MQTT_RETAIN) == "1", properties.get(MQTT_CLIENT, ""), out, expires_ms)

@@ -85,7 +85,7 @@ class Connection(asyncio.Protocol):
 
     __slots__ = ("engine", "transport", "decoder", "version", "session", "client_id", "keep_alive", "last_seen",
                  "aliases", "send_quota", "max_packet", "will", "will_delay", "account", "closed",
-                 "clean", "inbound_pending", "peer", "listener", "waiting")
+                 "clean", "inbound_pending", "peer", "listener", "waiting", "out")
 
     def __init__(self, engine: Engine, listener: str) -> None:
         self.engine = engine
@@ -108,6 +108,7 @@ class Connection(asyncio.Protocol):
         self.inbound_pending = 0         # QoS 1/2 publishes stored but not yet answered
         self.peer = ""
         self.waiting: list | None = None  # packets that came while its session is looked up elsewhere
+        self.out: list[bytes] | None = None   # written at the end of this event-loop turn
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -148,10 +149,29 @@ class Connection(asyncio.Protocol):
 
     def send(self, packet: Any) -> None:
         if not self.closed:
-            self.transport.write(c.encode(packet, self.version))
+            self.write(c.encode(packet, self.version))
+
+    def write(self, data: bytes) -> None:
+        """Bytes for the client, written once per event-loop turn with what else is for it (a
+        batch of PUBACKs or deliveries is one send, not one each)."""
+        out = self.out
+        if out is not None:
+            out.append(data)
+        elif self.engine.hold_write(self):
+            self.out = [data]
+        else:
+            self.transport.write(data)
+
+    def flush(self) -> None:
+        out = self.out
+        if out is not None:
+            self.out = None
+            if not self.closed:
+                self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def close(self) -> None:
         if not self.closed:
+            self.flush()
             self.transport.close()
 
 
@@ -175,6 +195,22 @@ class Engine:
     shared: dict[tuple[str, str], _Shared] = field(default_factory=dict)
     wills: list[tuple[float, str, c.Will, str]] = field(default_factory=list)   # delayed wills
     connections: int = 0
+    writers: list[Connection] = field(default_factory=list)    # connections with output held this turn
+
+    def hold_write(self, conn: Connection) -> bool:
+        """Hold conn's output until the end of this turn (False outside an event loop: write now)."""
+        if not self.writers:
+            try:
+                asyncio.get_running_loop().call_soon(self._flush_writes)
+            except RuntimeError:
+                return False
+        self.writers.append(conn)
+        return True
+
+    def _flush_writes(self) -> None:
+        writers, self.writers = self.writers, []
+        for conn in writers:
+            conn.flush()
 
     # ---- connections ---------------------------------------------------------------------------
     def opened(self, conn: Connection) -> None:
@@ -369,9 +405,9 @@ class Engine:
                 old.send(c.Disconnect(c.SESSION_TAKEN_OVER, {}))
             if old.will is not None and not old.clean:
                 self._will(old, old_session)
+            old.close()                          # its DISCONNECT goes out first
             old.closed = True
             self.connections -= 1
-            old.transport.close()
         self._cancel_will(client_id)
         if p.clean_start and session is not None:
             self._end_session(session)
@@ -573,7 +609,16 @@ class Engine:
     def deliver(self, d: Delivery, src: str = "", offset: int = -1) -> int:
         """A stored message to every matching subscription; returns the sessions it went to.
         src and offset say where it is stored: a restored session skips what it was offered before."""
-        matched, shared = self.index.match(d.topic)
+        return self.route(d.topic, lambda: d, src, offset)
+
+    def route(self, topic: str, build: Callable[[], Delivery], src: str = "", offset: int = -1) -> int:
+        """deliver() of a message built only when a subscription matches its topic (most stored
+        messages of a busy cluster have no subscriber on this actor)."""
+        matched, shared = self.index.match(topic)
+        if not matched and not shared:
+            self.stats.unrouted += 1
+            return 0
+        d = build()
         plain = cast(list[tuple[str, Subscription]], matched)       # owners are client ids
         best: dict[str, tuple[int, list[int], bool]] = {}
         for owner, sub in plain:
@@ -680,7 +725,7 @@ class Engine:
                 if pid is not None:
                     session.inflight.pop(pid, None)
                 return
-            conn.transport.write(data)
+            conn.write(data)
         else:
             conn.send(packet)
         self.stats.count_out(out.qos)
