@@ -53,11 +53,15 @@ class TopicMap:
     filter matches a topic wins. A topic no rule matches is refused (so is a $-topic unless a rule's filter
     starts with $: # does not match $SYS/x). Filters may not contain a comma or be shared ($share/...)."""
 
-    __slots__ = ("rules", "topics")
+    __slots__ = ("rules", "topics", "_known")
+
+    #: MQTT topics whose answer is remembered (devices publish to the same topics again and again)
+    KNOWN = 1 << 16
 
     def __init__(self, rules: list[tuple[str, str]]) -> None:
         #: (MQTT filter, SmartGo topic) in priority order
         self.rules = rules
+        self._known: dict[str, str | None] = {}
         #: the SmartGo topics the rules name, distinct, in rule order: what the bridge creates and pulls
         self.topics = list(dict.fromkeys(topic for _, topic in rules))
 
@@ -85,12 +89,16 @@ class TopicMap:
     def smartgo_topic(self, mqtt_topic: str) -> str | None:
         """The SmartGo topic a publish to mqtt_topic is stored in; None: refuse it (no rule matches, or the
         topic holds a character the property record cannot carry: U+0001 or U+0002)."""
-        if not _storable(mqtt_topic):
-            return None
-        for topic_filter, topic in self.rules:
-            if matches(topic_filter, mqtt_topic):
-                return topic
-        return None
+        known = self._known
+        if mqtt_topic in known:
+            return known[mqtt_topic]
+        found = None
+        if _storable(mqtt_topic):
+            found = next((topic for topic_filter, topic in self.rules if matches(topic_filter, mqtt_topic)), None)
+        if len(known) >= self.KNOWN:
+            known.clear()
+        known[mqtt_topic] = found
+        return found
 
     @staticmethod
     def queue_for(mqtt_topic: str, queue_count: int) -> int:

@@ -176,3 +176,12 @@ def test_foreign_values_of_bridge_properties_are_not_forwarded() -> None:
                                     "mqttResponseTopic": "r/+"}, b"")
     assert d.properties == {}
     assert d.expires_ms == 0
+
+
+def test_topic_map_remembers_answers_within_a_bound(monkeypatch):
+    monkeypatch.setattr(TopicMap, "KNOWN", 4)
+    tm = TopicMap.parse("devices/#=DEVICES,#=MQTT")
+    answers = [tm.smartgo_topic(f"devices/{i}/up") for i in range(10)] + [tm.smartgo_topic("$SYS/x")]
+    assert answers == ["DEVICES"] * 10 + [None]
+    assert len(tm._known) <= 4
+    assert tm.smartgo_topic("other/1") == "MQTT" and tm.smartgo_topic("other/1") == "MQTT"
