@@ -71,33 +71,58 @@ def dropped(client: Client) -> None:
     client.paho.loop_stop()
 
 
-def subscriber(broker: Broker, topic: str, version: int, manual_ack: bool) -> Client:
+def subscriber(broker: Broker, topic: str, version: int, qos: int, manual_ack: bool) -> Client:
     client = Client(broker, unique("sub"), version=version, clean=False,
                     session_expiry=600 if version == 5 else None)
     client.paho.manual_ack_set(manual_ack)
     assert not client.connect().session_present
-    assert client.subscribe(topic, qos=2) == [2]
+    assert client.subscribe(topic, qos=qos) == [qos]
     return client
 
 
-def resume(client: Client) -> None:
-    client.paho.manual_ack_set(False)
-    assert client.connect().session_present, f"{client.client_id}: the session did not survive"
+class Scene:
+    """Persistent subscribers of one topic - away (QoS 2 and QoS 1 subscriptions: their messages queued in
+    the session) and connected but acknowledging nothing (QoS 2) - and a publisher on its thread."""
 
+    def __init__(self, broker: Broker, version: int) -> None:
+        self.version = version
+        self.topic = f"{unique('crash')}/data"
+        self.away = {qos: subscriber(broker, self.topic, version, qos, manual_ack=False) for qos in (2, 1)}
+        for client in self.away.values():
+            client.disconnect()
+        self.slow = subscriber(broker, self.topic, version, 2, manual_ack=True)
+        self.publisher = Publisher(broker, self.topic, version)
+        wait_until(lambda: self.publisher.count() >= KILL_AFTER, timeout=90, interval=0.005,
+                   message=f"{KILL_AFTER} acknowledged publishes")
 
-def delivered(client: Client, acked: set[int], topic: str, marker: bytes) -> Counter:
-    """Payload counts once every acknowledged one and then the marker arrived."""
-    client.messages.wait_for(lambda ms: acked <= {int(m.payload) for m in ms if m.payload.isdigit()},
-                             timeout=60, what=f"every acknowledged publish ({len(acked)})")
-    client.messages.until(marker, timeout=60)
-    got = [m for m in client.messages.all() if m.topic == topic and m.payload.isdigit()]
-    return Counter(int(m.payload) for m in got)
+    def killed(self) -> set[int]:
+        """What was acknowledged, once the publisher and the connected subscriber saw the node go."""
+        acked = self.publisher.stopped()
+        dropped(self.slow)
+        assert len(acked) >= KILL_AFTER
+        return acked
 
-
-def check(counts: Counter, acked: set[int], who: str) -> None:
-    assert acked <= set(counts), f"{who}: acknowledged publishes never delivered: {sorted(acked - set(counts))}"
-    twice = sorted(i for i, n in counts.items() if i % 2 == 0 and n > 1)
-    assert not twice, f"{who}: QoS 2 messages delivered more than once: {twice}"
+    def check(self, broker: Broker, acked: set[int]) -> None:
+        """Each session back, every acknowledged publish delivered to it, QoS 2 ones once (where the
+        subscription is QoS 2), up to a marker published after the restart."""
+        subscribers = {"away QoS 2": self.away[2], "away QoS 1": self.away[1], "connected QoS 2": self.slow}
+        for client in subscribers.values():
+            client.paho.manual_ack_set(False)
+            assert client.connect().session_present, f"{client.client_id}: the session did not survive"
+        marker = Client(broker, version=self.version)
+        marker.connect()
+        marker.publish(self.topic, b"marker", qos=1)
+        marker.close()
+        for who, client in subscribers.items():
+            client.messages.wait_for(lambda ms: acked <= {int(m.payload) for m in ms if m.payload.isdigit()},
+                                     timeout=60, what=f"{who}: every acknowledged publish ({len(acked)})")
+            client.messages.until(b"marker", timeout=60)
+            counts = Counter(int(m.payload) for m in client.messages.all() if m.payload.isdigit())
+            assert acked <= set(counts), f"{who}: acknowledged, never delivered: {sorted(acked - set(counts))}"
+            if "QoS 2" in who:
+                twice = sorted(i for i, n in counts.items() if i % 2 == 0 and n > 1)
+                assert not twice, f"{who}: QoS 2 messages delivered more than once: {twice}"
+            client.close()
 
 
 def registry(broker: Broker) -> str:
@@ -124,32 +149,14 @@ def broker(tmp_path: Path) -> Iterator[list[Broker]]:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("version", VERSIONS)
 def test_kill9_of_the_node_loses_no_acknowledged_publish(broker, tmp_path, version):
-    topic = f"{unique('crash')}/data"
-    away = subscriber(broker[0], topic, version, manual_ack=False)
-    away.disconnect()                                  # offline: its messages are queued in the session
-    slow = subscriber(broker[0], topic, version, manual_ack=True)
-    publisher = Publisher(broker[0], topic, version)
-    wait_until(lambda: publisher.count() >= KILL_AFTER, timeout=90, interval=0.005,
-               message=f"{KILL_AFTER} acknowledged publishes")
+    scene = Scene(broker[0], version)
     broker[0].node.kill()
-    acked = publisher.stopped()
-    dropped(slow)
-    assert len(acked) >= KILL_AFTER
-
+    acked = scene.killed()
     broker[0] = restarted(broker[0])
     stored = read_topic(registry(broker[0]), "MQTT", tmp_path / "offsets")
-    missing = acked - {int(m.body) for m in stored if m.tags == topic}
+    missing = acked - {int(m.body) for m in stored if m.tags == scene.topic}
     assert not missing, f"acknowledged but not stored: {sorted(missing)}"
-
-    resume(away)
-    resume(slow)
-    marker = Client(broker[0], version=version)
-    marker.connect()
-    marker.publish(topic, b"marker", qos=1)
-    marker.close()
-    for who, client in (("away", away), ("slow", slow)):
-        check(delivered(client, acked, topic, b"marker"), acked, who)
-        client.close()
+    scene.check(broker[0], acked)
 
 
 @pytest.mark.timeout(180)
@@ -157,27 +164,11 @@ def test_kill9_of_the_node_loses_no_acknowledged_publish(broker, tmp_path, versi
 def test_kill9_of_the_mqtt_actor_alone(broker, version):
     """The supervisor restarts mqtt-0; the persistent sessions come back from the store."""
     b = broker[0]
-    topic = f"{unique('actor')}/data"
-    away = subscriber(b, topic, version, manual_ack=False)
-    away.disconnect()
-    slow = subscriber(b, topic, version, manual_ack=True)
-    publisher = Publisher(b, topic, version)
-    wait_until(lambda: publisher.count() >= KILL_AFTER, timeout=90, interval=0.005,
-               message=f"{KILL_AFTER} acknowledged publishes")
+    scene = Scene(b, version)
     before = b.node.actor("mqtt-0")
     os.kill(before["pid"], signal.SIGKILL)
-    acked = publisher.stopped()
-    dropped(slow)
+    acked = scene.killed()
     b.node.wait_healthy(timeout=60, check=lambda r: next(
         a for a in r["actors"] if a["name"] == "mqtt-0")["restarts"] > before["restarts"])
     wait_for_port(b.port, timeout=WAIT)
-
-    resume(away)
-    resume(slow)
-    marker = Client(b, version=version)
-    marker.connect()
-    marker.publish(topic, b"marker", qos=1)
-    marker.close()
-    for who, client in (("away", away), ("slow", slow)):
-        check(delivered(client, acked, topic, b"marker"), acked, who)
-        client.close()
+    scene.check(b, acked)

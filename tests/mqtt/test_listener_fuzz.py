@@ -92,13 +92,8 @@ def closed_with(conn: Raw, version: int, reason: int) -> None:
         assert got == []
 
 
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, byte = n >> 7, n & 0x7F
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+#: a remaining length as MQTT writes it (the codec's own encoder)
+varint = c._vbi_bytes
 
 
 def connected(broker: Broker, version: int) -> tuple[Raw, str]:
