@@ -20,6 +20,7 @@ import pytest
 from smartgo.client import Admin, Message, MessageSelector, Producer
 from smartgo.mqtt.bridge import MQTT_CONTENT_TYPE, MQTT_CORRELATION, MQTT_RESPONSE_TOPIC, USER_PREFIX
 from tests.compat.conftest import cpp
+from tests.mqtt.test_clients_mosquitto import messages, pub, sub
 from tests.support.mqtt import Broker, Client, start_smartgo, unique
 from tests.support.stored import Consumed, read_topic
 
@@ -170,6 +171,25 @@ def test_cpp_client_consumes_a_device_publish(broker, clients, tmp_path: Path):
                                               "expression": topic}])
     assert [(m["topic"], m["tags"], m["keys"], m["body"]) for m in got] == \
         [("MQTT", topic, topic, "from a device")]
+
+
+def test_mosquitto_tools_across_the_bridge(broker, clients, mosquitto_clients):
+    """mosquitto_pub (5.0, a user property) to an SDK consumer; an SDK send to mosquitto_sub (3.1.1)."""
+    topic = f"{unique('mosq')}/7/cmd"
+    consumer = consume(clients, broker, "MQTT", topic)
+    pub(mosquitto_clients, broker, "mqttv5", topic, "from mosquitto_pub", 2, "-D", "publish", "user-property",
+        "site", "west")
+    [got] = consumer.wait_for(lambda ms: len(ms) >= 1, what="the mosquitto_pub message")
+    assert (got.tags, got.body, got.properties["mqttQos"], got.properties["site"]) == \
+        (topic, b"from mosquitto_pub", "2", "west")
+    proc = sub(mosquitto_clients, broker, "mqttv311", topic, 1)
+    try:
+        with Producer(f"PG_{uuid.uuid4().hex[:8]}", registry(broker)) as producer:
+            producer.send(Message("MQTT", b"to mosquitto_sub", tags=topic))
+        lines = messages(proc, 1)
+    finally:
+        proc.close()
+    assert lines == [f"{topic} 1 0 |to mosquitto_sub"]
 
 
 def test_custom_topic_map_stores_device_topics_in_one_topic(tmp_path: Path):
