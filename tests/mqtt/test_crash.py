@@ -137,9 +137,10 @@ def restarted(broker: Broker) -> Broker:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[list[Broker]]:
-    """[the node]; a test that restarts it puts the new one in its place (reaped after the test)."""
-    holder = [start_smartgo(tmp_path / "node")]
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Broker]]:
+    """[the node] (param: its MQTT actor count, default 1); a test that restarts it puts the new one in its
+    place (reaped after the test)."""
+    holder = [start_smartgo(tmp_path / "node", {"mqtt_actors": getattr(request, "param", 1)})]
     try:
         yield holder
     finally:
@@ -148,6 +149,7 @@ def broker(tmp_path: Path) -> Iterator[list[Broker]]:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("broker", [pytest.param(1, id="1-actor"), pytest.param(2, id="2-actors")], indirect=True)
 def test_kill9_of_the_node_loses_no_acknowledged_publish(broker, tmp_path, version):
     scene = Scene(broker[0], version)
     broker[0].node.kill()
