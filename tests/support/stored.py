@@ -19,7 +19,8 @@ WAIT = 30.0
 
 class Consumed:
     """A SmartGo SDK push consumer of topic (a fresh group, from the first offset): the messages it
-    took, in arrival order, to wait on."""
+    took, to wait on. One consume thread: the messages of a queue are taken in their order, so a marker
+    comes after every message stored before it in its queue."""
 
     def __init__(self, registry: str, topic: str, expression: str | MessageSelector = "*",
                  group: str | None = None) -> None:
@@ -27,7 +28,7 @@ class Consumed:
         self.items: list[MessageExt] = []
         self.group = group or f"CG_{uuid.uuid4().hex[:12]}"
         self.consumer = PushConsumer(self.group, registry, consume_from="CONSUME_FROM_FIRST_OFFSET",
-                                     consume_threads=2)
+                                     consume_threads=1)
         self.consumer.subscribe(topic, expression)
         self.consumer.set_listener(self._take)
         self.consumer.start()
