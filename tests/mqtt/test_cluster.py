@@ -1,9 +1,11 @@
-"""MQTT beyond one actor: sessions that move between the MQTT actors of a node and between nodes,
-delivery between broker groups through the store, and a slave's MQTT front door."""
+"""MQTT beyond one actor: sessions that move between the MQTT actors of a node and between nodes (and
+resume from a dead node's slave), delivery between broker groups through the store, and a slave's
+MQTT front door."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,33 @@ def mqtt_node(base: Path, settings: dict | None = None, slave_of: Node | None = 
     node = start_slave(base, slave_of, wanted) if slave_of is not None else start_broker(base, wanted)
     wait_for_port(port, timeout=30)
     return node, Broker("smartgo", port, 0, node.reap, node=node)
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[tuple[str, list[Node]]]:
+    """A registry of its own (its address) and the list where a test puts its nodes: all reaped after."""
+    registry = launch_node(tmp_path / "registry", role="registry")
+    nodes: list[Node] = []
+    try:
+        yield f"127.0.0.1:{registry.port}", nodes
+    finally:
+        for node in nodes:
+            node.reap()
+        registry.reap()
+
+
+def wait_across(publisher: Client, listener: Client, topic: str) -> None:
+    """Until the listener's node delivers what the publisher's stores (its feed has found the other
+    broker's queues in its routes)."""
+    def across() -> bool:
+        publisher.publish(f"{topic}/probe", b"probe", qos=1)
+        return any(m.payload == b"probe" for m in listener.messages.all())
+    wait_until(across, 60, 0.5, "a publish on one node delivered to a subscriber on the other")
+
+
+def written(node: Node) -> int:
+    report = node.health()
+    return report["fields"]["commitlog.written"] if report else -1
 
 
 def holders(node: Node, client_id: str) -> set[str]:
@@ -62,48 +91,73 @@ def test_a_session_follows_its_device_from_one_mqtt_actor_to_the_other(tmp_path)
 
 
 @pytest.mark.timeout(300)
-def test_two_broker_groups_deliver_across_and_a_session_moves_between_nodes(tmp_path):
-    registry = launch_node(tmp_path / "registry", role="registry")
-    nodes: list[Node] = []
-    try:
-        addr = f"127.0.0.1:{registry.port}"
-        a, broker_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a"})
-        nodes.append(a)
-        b, broker_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
-        nodes.append(b)
-        topic = unique("fleet")
-        listener = Client(broker_a)
-        listener.connect()
-        listener.subscribe(f"{topic}/#", qos=1)
-        publisher = Client(broker_b)
-        publisher.connect()
+def test_two_broker_groups_deliver_across_and_a_session_moves_between_nodes(tmp_path, cluster):
+    addr, nodes = cluster
+    a, broker_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a"})
+    nodes.append(a)
+    b, broker_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
+    nodes.append(b)
+    topic = unique("fleet")
+    listener = Client(broker_a)
+    listener.connect()
+    listener.subscribe(f"{topic}/#", qos=1)
+    publisher = Client(broker_b)
+    publisher.connect()
+    wait_across(publisher, listener, topic)
+    assert publisher.publish(f"{topic}/1", b"from-b", qos=1) == 0
+    assert listener.messages.until(b"from-b")[-1].topic == f"{topic}/1"
 
-        def across() -> bool:          # B's queues reach A's feed once A's route has broker-b
-            publisher.publish(f"{topic}/probe", b"probe", qos=1)
-            return any(m.payload == b"probe" for m in listener.messages.all())
-        wait_until(across, 60, 0.5, "a publish on node B delivered to a subscriber on node A")
-        assert publisher.publish(f"{topic}/1", b"from-b", qos=1) == 0
-        assert listener.messages.until(b"from-b")[-1].topic == f"{topic}/1"
+    device = unique("traveller")
+    on_a = Client(broker_a, device, version=5, clean=False, session_expiry=600)
+    on_a.connect()
+    on_a.subscribe(f"{topic}/cmd", qos=1)
+    on_a.disconnect()
+    for i in range(3):
+        assert publisher.publish(f"{topic}/cmd", f"away-{i}".encode(), qos=1) == 0
+    on_b = Client(broker_b, device, version=5, clean=False, session_expiry=600)
+    assert on_b.connect().session_present                  # the session came from node A's store
+    got = [m.payload for m in on_b.messages.until(b"away-2")]
+    assert {b"away-0", b"away-1", b"away-2"} <= set(got), got
+    assert holders(b, device) == {"mqtt-0"}
+    for c in (on_b, listener, publisher):
+        c.disconnect()
 
-        device = unique("traveller")
-        on_a = Client(broker_a, device, version=5, clean=False, session_expiry=600)
-        on_a.connect()
-        on_a.subscribe(f"{topic}/cmd", qos=1)
-        on_a.disconnect()
-        for i in range(3):
-            assert publisher.publish(f"{topic}/cmd", f"away-{i}".encode(), qos=1) == 0
-        on_b = Client(broker_b, device, version=5, clean=False, session_expiry=600)
-        assert on_b.connect().session_present                  # the session came from node A's store
-        got = [m.payload for m in on_b.messages.until(b"away-2")]
-        assert {b"away-0", b"away-1", b"away-2"} <= set(got), got
-        assert holders(b, device) == {"mqtt-0"}
-        on_b.disconnect()
-        listener.disconnect()
-        publisher.disconnect()
-    finally:
-        for node in nodes:
-            node.reap()
-        registry.reap()
+
+@pytest.mark.timeout(300)
+def test_a_session_resumes_on_another_node_from_the_dead_nodes_slave(tmp_path, cluster):
+    addr, nodes = cluster
+    a, on_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a"})
+    nodes.append(a)
+    a.registry_port = int(addr.rsplit(":", 1)[1])  # type: ignore[attr-defined]  # its slave registers there
+    slave = start_slave(tmp_path / "a-slave", a, {"broker_name": "broker-a", "mqtt_port": 0, "mqtt_ws_port": 0})
+    nodes.append(slave)
+    b, on_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
+    nodes.append(b)
+    topic, device = unique("orders"), unique("survivor")
+    publisher = Client(on_b)
+    publisher.connect()
+    probe = Client(on_a)
+    probe.connect()
+    probe.subscribe(f"{topic}/#", qos=1)
+    wait_across(publisher, probe, topic)
+    probe.disconnect()
+
+    first = Client(on_a, device, version=5, clean=False, session_expiry=600)
+    first.connect()
+    first.subscribe(f"{topic}/mine", qos=1)
+    first.disconnect()
+    for i in range(3):
+        assert publisher.publish(f"{topic}/mine", f"while-away-{i}".encode(), qos=1) == 0
+    wait_until(lambda: written(slave) == written(a) > 0, 30, 0.1, "the slave caught up with node A")
+    a.kill()                                       # kill -9 of the whole node A
+
+    resumed = Client(on_b, device, version=5, clean=False, session_expiry=600)
+    assert resumed.connect(timeout=30).session_present
+    got = [m.payload for m in resumed.messages.until(b"while-away-2", timeout=30)]
+    assert {b"while-away-0", b"while-away-1", b"while-away-2"} <= set(got), got
+    assert "taken over from broker-a/0/mqtt-0" in b.logged("taken over from broker-a/0/mqtt-0")
+    resumed.disconnect()
+    publisher.disconnect()
 
 
 @pytest.mark.timeout(240)
