@@ -8,6 +8,7 @@ import socket
 import time
 
 import pytest
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from smartgo.mqtt import codec as c
 from smartgo.mqtt.admin import ask_blocking, socket_path
@@ -187,3 +188,34 @@ def test_an_absent_sessions_queue_is_bounded_and_what_it_drops_is_counted(node):
     assert [m.payload for m in back.messages.until(b"after")] == [b"q0", b"q1", b"q2", b"after"]
     back.disconnect()
     publisher.disconnect()
+
+
+@pytest.mark.timeout(90)
+def test_no_local_retain_handling_and_retain_as_published(node):
+    topic = unique("opts")
+    me, other = Client(broker(node)), Client(broker(node))
+    me.connect()
+    other.connect()
+    me.subscribe(topic, options=SubscribeOptions(qos=1, noLocal=True, retainAsPublished=True))
+    me.publish(topic, b"mine", qos=1, retain=True)              # no local: not back to me
+    other.publish(topic, b"theirs", qos=1, retain=True)
+    got = me.messages.until(b"theirs")
+    assert [m.payload for m in got] == [b"theirs"]
+    assert got[-1].retain                                     # retain as published: the flag kept
+    plain = Client(broker(node))
+    plain.connect()
+    plain.subscribe(topic, qos=1)                             # handling 0: the retained message at once
+    assert [(m.payload, m.retain) for m in plain.messages.take(1)] == [(b"theirs", True)]
+    other.publish(topic, b"live", qos=1, retain=True)
+    assert plain.messages.until(b"live")[-1].retain is False  # not as published: a live message is not retained
+    for handling, wanted in ((2, []), (1, [b"live"])):
+        late = Client(broker(node))
+        late.connect()
+        late.subscribe(topic, options=SubscribeOptions(qos=1, retainHandling=handling))
+        if handling == 1:                                      # again: the subscription exists, nothing sent
+            late.subscribe(topic, options=SubscribeOptions(qos=1, retainHandling=1))
+        other.publish(topic, b"marker", qos=1)
+        assert [m.payload for m in late.messages.until(b"marker")][:-1] == wanted, handling
+        late.disconnect()
+    for client in (me, other, plain):
+        client.disconnect()
