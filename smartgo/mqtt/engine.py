@@ -572,8 +572,10 @@ class Engine:
             reasons.append(qos)
             fresh.append((flt, sub, new))
         self.stats.subscriptions = len(self.index)
-        conn.send(c.SubAck(p.packet_id, reasons, {}))
-        self.store.session_changed(session)
+        # SUBACK once the session's record holds the subscription, which a crash then cannot take back
+        # (MQTT 5.0 3.8.4 lets the retained messages below go first)
+        ack = c.SubAck(p.packet_id, reasons, {})
+        self.store.when_persisted(session, lambda: conn.send(ack))
         for flt, sub, new in fresh:
             group, inner = split_share(flt)
             handling = sub.options.retain_handling
