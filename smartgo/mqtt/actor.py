@@ -88,6 +88,13 @@ class Publisher:
         self.pending: dict[tuple[str, int], list[tuple[Message, Done]]] = {}
         self.scheduled = False
         self.queues: dict[str, list[MessageQueue]] = {}
+        self.stored: dict[Source, int] = {}         # the last offset this actor stored, per queue
+        self.fed: dict[Source, int] = {}            # the feed's position (the actor's, shared)
+
+    def unfed(self) -> dict[Source, int]:
+        """What this actor stored that its feed has not offered yet."""
+        fed = self.fed
+        return {src: offset for src, offset in self.stored.items() if offset > fed.get(src, -1)}
 
     def store(self, publish: c.Publish, client_id: str, done: Done) -> None:
         topic = self.map.smartgo_topic(publish.topic)
@@ -155,6 +162,8 @@ class Publisher:
             if result.status is not SendStatus.SEND_OK:
                 log.warning("mqtt: %d publishes to %s stored with %s", len(items), topic, result.status.name)
                 reason = c.UNSPECIFIED_ERROR
+            src = source_of(mq.broker_name, mq.topic, mq.queue_id)
+            self.stored[src] = max(self.stored.get(src, -1), result.queue_offset + len(items) - 1)
         except ClientError as exc:
             self.queues.pop(topic, None)
             log.warning("mqtt: %d publishes to %s not stored: %s", len(items), topic, exc)
@@ -215,6 +224,7 @@ class MqttActor(Actor):
                                       self._commit_feed, cfg.mqtt_checkpoint_interval)
         self.publisher = Publisher(self.producer, self.topic_map, cfg.broker_name, self._spawn_send, self.journal,
                                    self._find_session)
+        self.publisher.fed = self.positions
         self.engine = Engine(self.limits, self.publisher, self.auth)
         fresh = self.ctx.run_path / f"{self.name}-scan"
         shutil.rmtree(fresh, ignore_errors=True)

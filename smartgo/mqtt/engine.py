@@ -60,6 +60,8 @@ class StoreSide(Protocol):
 
     def when_persisted(self, session: Session, then: Callable[[], None]) -> None: ...
 
+    def unfed(self) -> dict[str, int]: ...
+
     def claim(self, session: Session) -> None: ...
 
     def forgotten(self, client_id: str) -> None: ...
@@ -550,6 +552,7 @@ class Engine:
             identifier = int(ids[0] if isinstance(ids, list) else ids)
         reasons = []
         fresh: list[tuple[str, Subscription, bool]] = []
+        unfed = self.store.unfed()
         for flt, opts in p.topics:
             group, inner = split_share(flt)
             if not valid_filter(flt):
@@ -565,7 +568,7 @@ class Engine:
                 continue
             qos = min(opts.qos, 2)
             sub = Subscription(flt, c.SubOptions(qos, opts.no_local, opts.retain_as_published, opts.retain_handling),
-                               identifier)
+                               identifier, unfed or None)
             new = flt not in session.subscriptions
             session.subscriptions[flt] = sub
             self.index.add(session.client_id, flt, sub)
@@ -625,6 +628,8 @@ class Engine:
         best: dict[str, tuple[int, list[int], bool]] = {}
         for owner, sub in plain:
             if sub.options.no_local and owner == d.client_id:
+                continue
+            if sub.since is not None and sub.since.get(src, -1) >= offset:
                 continue
             qos = min(d.qos, sub.options.qos)
             prev = best.get(owner)

@@ -25,6 +25,9 @@ class Subscription:
     filter: str                 # as subscribed, $share/<group>/ prefix included
     options: SubOptions
     identifier: int = 0         # MQTT 5.0 subscription identifier; 0 = none
+    #: what this actor had stored and its feed not yet offered when the subscription was made ("broker/
+    #: topic/queue" -> offset): published before it, so not for it live (the retained index has them)
+    since: dict[str, int] | None = None
 
 
 @dataclass(slots=True)
