@@ -287,6 +287,6 @@ for _name in ("cluster_info", "broker_runtime_info", "broker_config", "create_to
               "acl_versions", "acl_config", "given_up_halves", "resume_half", "message_trace", "elect_master",
               "wipe_write_perm", "add_write_perm", "update_broker_config", "delete_subscription_group",
               "put_kv_config", "delete_kv_config", "kv_config", "delete_expired_commitlog",
-              "clean_expired_consume_queue", "registry_configs", "update_registry_config"):
+              "clean_expired_consume_queue", "registry_configs", "update_registry_config", "mqtt"):
     setattr(Admin, _name, _blocking(_name, AsyncAdmin))
 del _name
