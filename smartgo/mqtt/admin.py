@@ -1,4 +1,4 @@
-"""The admin channel of an MQTT actor: JSON lines on a UNIX socket, <run dir>/<actor>.admin.sock.
+"""The admin channel of an MQTT actor: JSON lines on an abstract UNIX socket (local.py: `<actor>.admin`).
 
 The broker actor asks every MQTT actor of its node through it (`smartgo admin mqtt-*`, the
 metrics, the stats files) and `smartgo health` reads the counters from it: the sessions live in the
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from smartgo.mqtt.engine import Engine
+from smartgo.mqtt.local import connected, listening, local_address, shown
 from smartgo.mqtt.session import NEVER, Session
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,8 @@ ANSWER_LIMIT = 64 << 20              # bytes of one answer line a reader accepts
 Item = dict[str, Any]
 
 
-def socket_path(run_path: Path, actor: str) -> Path:
-    return run_path / f"{actor}.admin.sock"
+def socket_path(run_path: Path, actor: str) -> str:
+    return local_address(run_path, actor, "admin")
 
 
 class AdminError(ValueError):
@@ -150,18 +151,17 @@ def handle_line(engine: Engine, line: bytes) -> bytes:
 class AdminServer:
     """The actor's end of the channel."""
 
-    def __init__(self, engine: Engine, path: Path) -> None:
+    def __init__(self, engine: Engine, path: str) -> None:
         self.engine = engine
         self.path = path
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self) -> bool:
         """Listen; False (and a log line) when the socket cannot be made: MQTT goes on without it."""
-        self.path.unlink(missing_ok=True)            # left by an earlier incarnation
         try:
-            self.server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=LINE_LIMIT)
+            self.server = await asyncio.start_unix_server(self._serve, sock=listening(self.path), limit=LINE_LIMIT)
         except OSError as exc:
-            log.error("mqtt admin channel not served at %s: %s", self.path, exc)
+            log.error("mqtt admin channel not served at %s: %s", shown(self.path), exc)
             return False
         return True
 
@@ -178,22 +178,21 @@ class AdminServer:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
-            self.path.unlink(missing_ok=True)
 
 
-def _reply(raw: bytes, path: Path) -> Item:
+def _reply(raw: bytes, path: str) -> Item:
     if not raw.endswith(b"\n"):
-        raise OSError(f"{path}: no answer")
+        raise OSError(f"{shown(path)}: no answer")
     reply = json.loads(raw)
     if not reply.get("ok"):
-        raise AdminError(f"{path.name}: {reply.get('error')}")
+        raise AdminError(f"{shown(path)}: {reply.get('error')}")
     return reply
 
 
-async def ask(path: Path, request: dict, timeout: float = 3.0) -> Item:
+async def ask(path: str, request: dict, timeout: float = 3.0) -> Item:
     """One request to an MQTT actor; OSError when it does not answer, AdminError when it refuses."""
     async def go() -> bytes:
-        reader, writer = await asyncio.open_unix_connection(str(path), limit=ANSWER_LIMIT)
+        reader, writer = await asyncio.open_unix_connection(sock=connected(path, timeout), limit=ANSWER_LIMIT)
         try:
             writer.write(json.dumps(request).encode() + b"\n")
             await writer.drain()
@@ -203,11 +202,11 @@ async def ask(path: Path, request: dict, timeout: float = 3.0) -> Item:
     try:
         raw = await asyncio.wait_for(go(), timeout)
     except asyncio.TimeoutError:
-        raise OSError(f"{path}: no answer within {timeout:g}s") from None
+        raise OSError(f"{shown(path)}: no answer within {timeout:g}s") from None
     return _reply(raw, path)
 
 
-def ask_blocking(path: Path, request: dict, timeout: float = 3.0) -> Item:
+def ask_blocking(path: str, request: dict, timeout: float = 3.0) -> Item:
     """ask() for a caller without an event loop (`smartgo health` on the node's own machine)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)

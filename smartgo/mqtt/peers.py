@@ -1,4 +1,4 @@
-"""The MQTT actors of one node hand sessions to each other over UNIX sockets (<run dir>/<actor>.peer.sock).
+"""The MQTT actors of one node hand sessions to each other over UNIX sockets (local.py: `<actor>.peer`).
 
 The kernel spreads connections over the actors (SO_REUSEPORT), so a device that reconnects may land
 on another actor than the one holding its session. The new one asks its peers to `take` the
@@ -17,6 +17,8 @@ from pathlib import Path
 
 import msgpack
 
+from smartgo.mqtt.local import connected, listening, local_address, shown
+
 log = logging.getLogger(__name__)
 
 _LEN = struct.Struct(">I")
@@ -25,8 +27,8 @@ MAX_FRAME = 256 << 20
 Handler = Callable[[dict], dict]
 
 
-def peer_path(run_path: Path, actor: str) -> Path:
-    return run_path / f"{actor}.peer.sock"
+def peer_path(run_path: Path, actor: str) -> str:
+    return local_address(run_path, actor, "peer")
 
 
 async def _read(reader: asyncio.StreamReader) -> dict:
@@ -45,14 +47,13 @@ def _frame(doc: dict) -> bytes:
 
 
 class PeerServer:
-    def __init__(self, path: Path, handler: Handler) -> None:
+    def __init__(self, path: str, handler: Handler) -> None:
         self.path = path
         self.handler = handler
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self.server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+        self.server = await asyncio.start_unix_server(self._serve, sock=listening(self.path))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -67,7 +68,7 @@ class PeerServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except ValueError as exc:
-            log.warning("mqtt peer channel %s: %s; closing it", self.path.name, exc)
+            log.warning("mqtt peer channel %s: %s; closing it", shown(self.path), exc)
         finally:
             writer.close()
 
@@ -75,13 +76,12 @@ class PeerServer:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-        self.path.unlink(missing_ok=True)
 
 
-async def ask(path: Path, request: dict, timeout: float = 3.0) -> dict | None:
+async def ask(path: str, request: dict, timeout: float = 3.0) -> dict | None:
     """One request to a peer; None when it is not there (restarting, or never started)."""
     async def go() -> dict:
-        reader, writer = await asyncio.open_unix_connection(str(path))
+        reader, writer = await asyncio.open_unix_connection(sock=connected(path, timeout))
         try:
             writer.write(_frame(request))
             await writer.drain()
@@ -91,5 +91,5 @@ async def ask(path: Path, request: dict, timeout: float = 3.0) -> dict | None:
     try:
         return await asyncio.wait_for(go(), timeout)
     except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
-        log.info("mqtt peer %s did not answer %s: %s", path.name, request.get("op"), exc)
+        log.info("mqtt peer %s did not answer %s: %s", shown(path), request.get("op"), exc)
         return None
