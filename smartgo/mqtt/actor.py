@@ -54,6 +54,9 @@ BATCH_MESSAGES = 256
 FEED_REBALANCE = 2.0
 #: Seconds each step of a stop may take.
 STOP_STEP = 2.0
+#: Seconds a start spends reading the retained messages, the session records or the feed's replay to
+#: their end before it goes on with what it has (a line in the log): well inside start_timeout (60 s).
+READ_LIMIT = 40.0
 #: Seconds a node taking a session over waits for its holder on another node to hand it over.
 HANDOFF_WAIT = 3.0
 BATCH_BYTES = 1 << 20
@@ -617,7 +620,7 @@ def actor_index(holder: str) -> int:
 
 async def read_to_end(consumer: AsyncLitePullConsumer, queues: list[MessageQueue],
                       handle: Callable[[MessageExt], None], who: str, replay: bool = False,
-                      limit: float = 120.0) -> None:
+                      limit: float = READ_LIMIT) -> None:
     """Poll until every queue is read up to the max offset it had when this began."""
     left = {}
     for mq in queues:
