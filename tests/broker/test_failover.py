@@ -115,7 +115,7 @@ def test_a_dead_master_is_replaced_by_a_slave_the_other_follows_and_nothing_ackn
     assert role_file(first)["role"] == "master" and role_file(first)["epoch"] == 1
     first.logged("promoted to master at epoch 1")
     registry.logged(f"broker-a: master gone for 1s; promoted {first_addr}")   # equal ends: lowest id
-    wait_until(lambda: field(first, "ha.slaves") == 1, timeout=10, message="the other slave following the new master")
+    wait_until(lambda: field(first, "ha.slaves") == 1, timeout=30, message="the other slave following the new master")
     asyncio.run(send(reg, "b", 100))                 # SEND_OK: the other slave has them too
     got = asyncio.run(consume(reg, 100))
     assert sorted(got) == sorted(f"b{i}".encode() for i in range(100))      # on from the copied offsets
