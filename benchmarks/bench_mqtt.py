@@ -51,7 +51,7 @@ from bench_broker import median_of  # noqa: E402
 from host_probe import HostProbe  # noqa: E402
 from smartgo.mqtt import loadgen  # noqa: E402
 from tests.support.broker import start_broker  # noqa: E402
-from tests.support.waits import LOOPBACK, free_port, wait_for_port  # noqa: E402
+from tests.support.waits import LOOPBACK, end_process, free_port, wait_for_port  # noqa: E402
 
 BROKERS = ("smartgo", "mosquitto", "amqtt")
 SCENARIOS = ("qos0_publish", "qos1_publish", "fanout", "latency")
@@ -140,12 +140,7 @@ def _spawn(name: str, cmd: list[str], port: int, log: Path) -> Broker:
         proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        end_process(proc)
     try:
         wait_for_port(port, timeout=60)
     except AssertionError:

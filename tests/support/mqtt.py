@@ -34,7 +34,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.support.debian import need
-from tests.support.waits import LOOPBACK, free_ports, wait_for_port
+from tests.support.waits import LOOPBACK, end_process, free_ports, wait_for_port
 
 BROKER_ENV = "SMARTGO_MQTT_TEST_BROKER"
 BROKERS = ("smartgo", "mosquitto")
@@ -134,12 +134,7 @@ def start_mosquitto(folder: Path, attempts: int = 3) -> Broker:
 
     def stop() -> None:
         bridge.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        end_process(proc)
     return Broker("mosquitto", port, bridge.port, stop, log=log)
 
 

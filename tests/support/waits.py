@@ -125,3 +125,13 @@ def self_signed_cert(folder: Path, name: str) -> tuple[str, str]:
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
     return str(cert), str(key)
+
+
+def end_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM, and SIGKILL if it is still there after timeout: a peer broker a test or benchmark started."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
