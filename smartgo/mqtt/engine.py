@@ -48,6 +48,20 @@ def retained(p: c.Publish, client_id: str) -> Delivery | None:
     return delivery_from_message(p.topic, props, bytes(p.payload), now_ms)
 
 
+def _publish_properties(conn: Connection, out: Outgoing) -> dict[str, Any]:
+    """The 5.0 PUBLISH properties of a delivery: what the publisher gave, what remains of its expiry,
+    the identifiers of the subscriptions it matched (none for an older client)."""
+    if conn.version != 5:
+        return {}
+    d = out.delivery
+    props = dict(d.properties)
+    if d.expires_ms:
+        props["message_expiry_interval"] = max(0, int((d.expires_ms - time.time() * 1000) // 1000))
+    if out.identifiers:
+        props["subscription_identifier"] = list(out.identifiers)
+    return props
+
+
 class StoreSide(Protocol):
     """Where device publishes go: `store` calls `done(reason)` once the store has the message
     (reason 0) or refused it (an MQTT 5.0 reason code)."""
@@ -703,18 +717,11 @@ class Engine:
         if d.expires_ms and d.expires_ms <= time.time() * 1000:
             self.stats.expired += 1
             return
-        props: dict[str, Any] = {}
-        if conn.version == 5:
-            props = dict(d.properties)
-            if d.expires_ms:
-                props["message_expiry_interval"] = max(0, int((d.expires_ms - time.time() * 1000) // 1000))
-            if out.identifiers:
-                props["subscription_identifier"] = list(out.identifiers)
         pid = None
         if out.qos:
             pid = session.allocate_id()
             session.inflight[pid] = out
-        packet = c.Publish(d.topic, d.payload, out.qos, out.retain, dup, pid, props)
+        packet = c.Publish(d.topic, d.payload, out.qos, out.retain, dup, pid, _publish_properties(conn, out))
         if out.qos == 2:
             # its packet id in the session's record first: a redelivery after a crash reuses it
             self.store.when_persisted(session, lambda: self._write(session, conn, packet, out))
@@ -774,13 +781,8 @@ class Engine:
             if out.released:
                 conn.send(c.PubRel(pid))
             else:
-                del session.inflight[pid]
                 d = out.delivery
-                props: dict[str, Any] = dict(d.properties) if conn.version == 5 else {}
-                if conn.version == 5 and out.identifiers:
-                    props["subscription_identifier"] = list(out.identifiers)
-                session.inflight[pid] = out
-                conn.send(c.Publish(d.topic, d.payload, out.qos, out.retain, True, pid, props))
+                conn.send(c.Publish(d.topic, d.payload, out.qos, out.retain, True, pid, _publish_properties(conn, out)))
         self._pump(conn, session)
 
     # ---- wills and session ends ------------------------------------------------------------------
