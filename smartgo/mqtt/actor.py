@@ -598,7 +598,7 @@ class MqttActor(Actor):
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutting_down()
-            await _bounded(self.journal.checkpoint(), "the last checkpoint")
+            await _bounded(self.journal.checkpoint(final=True), "the last checkpoint")
         for part in ("feed", "producer", "cluster"):
             client = getattr(self, part, None)
             if client is not None:

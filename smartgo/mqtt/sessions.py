@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 SESSIONS_TOPIC = "MQTT_SESSIONS"
 SESSIONS_QUEUES = 8
+#: Seconds between the feed's commits (a file write each): a crash replays at most this much more.
+COMMIT_EVERY = 1.0
 #: record tags: a session goes on (held by HOLDER) / it ended (restore drops it) / another actor or node
 #: asks for it (no state) / its holder let it go to that one (the state it had)
 LIVE, ENDED, CLAIM, HANDOFF = "live", "ended", "claim", "handoff"
@@ -144,6 +146,7 @@ class SessionJournal:
         self.checkpoints = 0
         self.failures = 0
         self.committed: dict[Source, int] = {}
+        self.committed_at = 0.0                   # monotonic time of the last commit
         self.written: dict[str, float] = {}       # client id -> wall time of its last record
 
     def session_changed(self, session: Session) -> None:
@@ -199,20 +202,24 @@ class SessionJournal:
             self.wake.clear()
             await self.checkpoint()
 
-    async def checkpoint(self) -> bool:
-        """One round: records of the changed sessions, then the feed's commit; False when the
-        store refused (they stay dirty, and the feed does not move)."""
-        if not self.dirty and not self.ended:
-            position = self.position()
-            if position != self.committed:       # every session's record agrees with it: the feed moves on
-                try:
-                    await self.commit(position)
-                    self.committed = position
-                except Exception as exc:        # noqa: BLE001 - the next round tries again
-                    log.warning("mqtt: feed position not committed (%s)", exc)
-                    return False
-            return True
+    async def checkpoint(self, final: bool = False) -> bool:
+        """One round: the records of the changed sessions, then the feed's commit (at most every
+        COMMIT_EVERY seconds, but at the final one: committing later only makes a replay longer);
+        False when the store refused (they stay dirty, and the feed does not move)."""
         position = self.position()
+        if (self.dirty or self.ended) and not await self._store_records(position):
+            return False
+        if position == self.committed or (not final and time.monotonic() - self.committed_at < COMMIT_EVERY):
+            return True
+        try:
+            await self.commit(position)
+        except Exception as exc:               # noqa: BLE001 - the next round tries again
+            log.warning("mqtt: feed position not committed (%s)", exc)
+            return False
+        self.committed, self.committed_at = position, time.monotonic()
+        return True
+
+    async def _store_records(self, position: dict[Source, int]) -> bool:
         dirty, ended, waiters = self.dirty, self.ended, self.waiters
         self.dirty, self.ended, self.waiters = {}, set(), []
         by_queue: dict[int, list[Message]] = {}
@@ -228,7 +235,6 @@ class SessionJournal:
                 SESSIONS_TOPIC, b"-", ENDED, client_id, {HOLDER: self.holder, EPOCH: "0"}))
         try:
             await asyncio.gather(*(self.write(msgs, queue) for queue, msgs in by_queue.items()))
-            await self.commit(position)
         except Exception as exc:       # noqa: BLE001 - any failure: keep them dirty, try next round
             self.failures += 1
             log.warning("mqtt: checkpoint of %d sessions not stored (%s); again in %gs", len(dirty) + len(ended),
@@ -238,7 +244,6 @@ class SessionJournal:
             self.ended |= ended - self.dirty.keys()
             self.waiters[:0] = waiters
             return False
-        self.committed = position
         self.persisted |= dirty.keys()
         self.persisted -= ended
         now = time.time()
