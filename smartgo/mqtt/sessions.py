@@ -25,7 +25,7 @@ import msgpack
 
 from smartgo.client.message import Message
 from smartgo.mqtt.codec import SubOptions
-from smartgo.mqtt.session import NEVER, Outgoing, Session, Subscription
+from smartgo.mqtt.session import Outgoing, Session, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,9 @@ def decode(body: bytes) -> Restored:
 
 
 def still_alive(r: Restored) -> bool:
-    s = r.session
-    if s.expiry == NEVER or not s.ended_at:
-        return True
-    return time.monotonic() - s.ended_at < s.expiry
+    """A record of a session that was connected when it was written (ended_at 0: the node died under
+    it) is alive; one of a session away is alive while its expiry has not run out."""
+    return not r.session.ended_at or not r.session.expired(time.monotonic())
 
 
 class SessionJournal:
