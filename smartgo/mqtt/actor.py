@@ -124,7 +124,8 @@ class Publisher:
             both = _Both(done)
             self._add(RETAINED_TOPIC, 0, Message(RETAINED_TOPIC, body, tags, keys, dict(props)), both.one)
             done = both.one
-        self._add(topic, self.map.queue_for(publish.topic, 1 << 30), Message(topic, body, tags, keys, props), done)
+        key = self.map.queue_for(publish.topic, 1 << 32)     # the topic's crc32; its queue is key % queues
+        self._add(topic, key, Message(topic, body, tags, keys, props), done)
 
     def _add(self, topic: str, key: int, msg: Message, done: Done) -> None:
         batch = self.pending.get((topic, key))
