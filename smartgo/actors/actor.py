@@ -75,7 +75,7 @@ class Actor:
         self.board = ctx.board
         self.log = logging.getLogger(f"smartgo.actors.{ctx.name}")
         self._periodic: list[tuple[float, Callable[[], Any], str]] = []
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: set[asyncio.Task] = set()      # the running ones: a finished task is let go
         self._inbound: list[Ring] = []
         self._bell: Doorbell | None = None
         self._running = False
@@ -130,7 +130,7 @@ class Actor:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
         task.add_done_callback(self._task_done)
         if not through_stop:
-            self._tasks.append(task)
+            self._tasks.add(task)
         return task
 
     def request_stop(self) -> None:
@@ -156,9 +156,10 @@ class Actor:
 
         task = asyncio.get_running_loop().create_task(run(), name=f"{self.name}:{name}")
         task.add_done_callback(self._task_done)
-        self._tasks.append(task)
+        self._tasks.add(task)
 
     def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             self.fail(exc)
 

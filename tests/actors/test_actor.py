@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import multiprocessing
+import weakref
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,31 @@ def test_the_actor_stops_itself_when_the_supervisor_goes(harness):
 
     assert run_loop(main()) == 0
     assert actor.trace[-1].startswith("stop")
+
+
+def test_finished_tasks_are_let_go_and_running_ones_cancelled_at_stop(harness):
+    """A task per request or connection (the MQTT actor spawns one per CONNECT) must not stay
+    referenced once done, or a long-lived actor's memory grows with every one it ever ran."""
+    make, board, parent = harness
+    actor = make()
+    never = asyncio.Event()
+
+    async def main() -> tuple[int, list, bool]:
+        task = asyncio.ensure_future(actor.run())
+        await async_wait_until(lambda: board.read_slot(0).state == ActorState.RUNNING, timeout=10,
+                               message="the actor running")
+        done = [weakref.ref(actor.spawn(asyncio.sleep(0), f"short {i}")) for i in range(200)]
+        waiting = actor.spawn(never.wait(), "waits")
+        await async_wait_until(lambda: all(r() is None or r().done() for r in done), timeout=10,
+                               message="the short tasks done")
+        await asyncio.sleep(0)                          # their done callbacks
+        gc.collect()
+        left = [r for r in done if r() is not None]
+        actor.request_stop()
+        status = await task
+        return status, left, waiting.cancelled()
+
+    status, left, cancelled = run_loop(main())
+    assert status == 0
+    assert left == []                                   # the finished tasks are garbage
+    assert cancelled                                    # a running one is still cancelled before stop()
