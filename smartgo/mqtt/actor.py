@@ -380,8 +380,7 @@ class MqttActor(Actor):
                 session.inflight[p.pid] = out
                 session.next_id = p.pid % 0xFFFF + 1
             else:
-                session.queue.append(out)
-                session.queued_bytes += out.size
+                session.keep(out)
 
     # ---- a session held elsewhere ----------------------------------------------------------------
     def _find_session(self, client_id: str, clean: bool, then: Callable[[Session | None], None]) -> None:

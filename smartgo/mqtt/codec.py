@@ -193,12 +193,25 @@ class PubComp(Ack):
     """QoS 2, step 3: the receiver forgets the packet id."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class SubOptions:
     qos: int
     no_local: bool = False
     retain_as_published: bool = False
     retain_handling: int = 0
+
+
+_OPTIONS: dict[tuple[int, bool, bool, int], SubOptions] = {}
+
+
+def sub_options(qos: int, no_local: bool = False, retain_as_published: bool = False,
+                retain_handling: int = 0) -> SubOptions:
+    """One shared instance per combination: a node's million subscriptions hold a few dozen."""
+    key = (qos, no_local, retain_as_published, retain_handling)
+    options = _OPTIONS.get(key)
+    if options is None:
+        options = _OPTIONS[key] = SubOptions(*key)
+    return options
 
 
 @dataclass(slots=True)
@@ -539,7 +552,7 @@ def _decode_subscribe(decoder: Decoder, flags: int, body: bytes) -> Subscribe:
             raise MalformedPacket("SUBSCRIBE QoS 3")
         if options & 0x30 == 0x30:
             raise ProtocolError("SUBSCRIBE retain handling 3")
-        topics.append((topic, SubOptions(options & 3, bool(options & 4), bool(options & 8), options >> 4)))
+        topics.append((topic, sub_options(options & 3, bool(options & 4), bool(options & 8), options >> 4)))
     if not topics:
         raise ProtocolError("SUBSCRIBE without a topic filter")
     return Subscribe(packet_id, topics, props)
@@ -617,7 +630,7 @@ class Decoder:
         self.max_packet_size = max_packet_size
         self.server = server
         self.version = 4
-        self._tail = bytearray()
+        self._tail: bytes | bytearray = b""     # a packet's start while the rest is on its way
         self._need = 0  # bytes the tail must reach before another packet can complete
         self._connected = not server
         self._failed: MqttError | None = None
@@ -630,7 +643,7 @@ class Decoder:
             if len(self._tail) < self._need:
                 return []
             data = self._tail
-            self._tail = bytearray()
+            self._tail = b""
         buf = data if type(data) is bytes else bytes(data)  # one copy here beats a view per field
         size = len(buf)
         packets: list[Packet] = []

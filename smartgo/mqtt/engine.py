@@ -101,7 +101,7 @@ class Connection(asyncio.Protocol):
 
     __slots__ = ("engine", "transport", "decoder", "version", "session", "client_id", "keep_alive", "last_seen",
                  "aliases", "send_quota", "max_packet", "will", "will_delay", "account", "closed",
-                 "clean", "inbound_pending", "peer", "listener", "waiting", "out")
+                 "clean", "inbound_pending", "listener", "waiting", "out")
 
     def __init__(self, engine: Engine, listener: str) -> None:
         self.engine = engine
@@ -122,15 +122,18 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.clean = False               # a DISCONNECT came: no will
         self.inbound_pending = 0         # QoS 1/2 publishes stored but not yet answered
-        self.peer = ""
         self.waiting: list | None = None  # packets that came while its session is looked up elsewhere
         self.out: list[bytes] | None = None   # written at the end of this event-loop turn
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
+    @property
+    def peer(self) -> str:
+        """host:port, for logs (asked of the transport: not a string per idle connection)."""
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "?")
+
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "?")
         self.engine.opened(self)
 
     def data_received(self, data: bytes) -> None:
@@ -498,7 +501,7 @@ class Engine:
             return
         qos = p.qos
         self.stats.count_in(qos)
-        if qos == 2 and p.dup and p.packet_id in conn.session.inbound:
+        if qos == 2 and p.dup and p.packet_id is not None and p.packet_id in conn.session.inbound:
             conn.send(c.PubRec(p.packet_id))          # a resend of one already stored
             return
         if qos and conn.inbound_pending >= self.limits.receive_maximum:
@@ -532,7 +535,7 @@ class Engine:
             self.closed(conn, "store refused a publish")
             return
         if reason == c.SUCCESS and p.qos == 2 and conn.session is not None and p.packet_id is not None:
-            conn.session.inbound.add(p.packet_id)
+            conn.session.received(p.packet_id)
             self.store.session_changed(conn.session)
         self._answer(conn, p, reason)
 
@@ -547,8 +550,7 @@ class Engine:
         session = conn.session
         if session is None:
             return
-        if p.packet_id in session.inbound:
-            session.inbound.discard(p.packet_id)
+        if session.released(p.packet_id):
             self.store.session_changed(session)
             conn.send(c.PubComp(p.packet_id))
         else:
@@ -581,7 +583,7 @@ class Engine:
                 reasons.append(c.NOT_AUTHORIZED if v5 else 0x80)
                 continue
             qos = min(opts.qos, 2)
-            sub = Subscription(flt, c.SubOptions(qos, opts.no_local, opts.retain_as_published, opts.retain_handling),
+            sub = Subscription(flt, c.sub_options(qos, opts.no_local, opts.retain_as_published, opts.retain_handling),
                                identifier, unfed or None)
             new = flt not in session.subscriptions
             session.subscriptions[flt] = sub
@@ -849,7 +851,7 @@ class Engine:
         it again (DUP) not knowing it was stored, and must get PUBREC, not a second copy."""
         session = self.sessions.get(client_id)
         if session is not None and session.through is not None and session.through.get(src, -1) < offset:
-            session.inbound.add(pid)
+            session.received(pid)
 
     def catch_up(self, session: Session, d: Delivery, src: str, offset: int) -> None:
         """A message stored while the session was held elsewhere, offered by its own subscriptions

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import msgpack
 
 from smartgo.client.message import Message
-from smartgo.mqtt.codec import SubOptions
+from smartgo.mqtt.codec import sub_options
 from smartgo.mqtt.session import Outgoing, Session, Subscription
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,9 @@ def decode(body: bytes) -> Restored:
         raise ValueError(f"session record version {doc.get('v')!r}")
     session = Session(doc["c"], expiry=int(doc["e"]), created_ms=int(doc.get("cr", 0)))
     for flt, qos, nl, rap, rh, ident in doc["s"]:
-        session.subscriptions[flt] = Subscription(flt, SubOptions(qos, bool(nl), bool(rap), rh), ident)
-    session.inbound = set(doc["n"])
+        session.subscriptions[flt] = Subscription(flt, sub_options(qos, bool(nl), bool(rap), rh), ident)
+    for pid in doc["n"]:
+        session.received(pid)
     sources = doc["src"]
     pending = [Pending(pid, bool(rel), qos, bool(ret), tuple(ids), sources[i], off)
                for pid, rel, i, off, qos, ret, ids in doc["i"]]
