@@ -84,7 +84,11 @@ class NodeConfig:
     mqtt_port: int = setting(1883, "MQTT 3.1.1/5.0 over TCP on a broker node; 0 = off")
     mqtt_ws_port: int = setting(8083, "MQTT over WebSocket (path /mqtt, subprotocol mqtt); 0 = off")
     mqtt_tls_port: int = setting(0, "MQTT over TLS with the node's tls_cert_file (usually 8883); 0 = off")
-    mqtt_actors: int = setting(1, "MQTT actor processes sharing the MQTT ports (SO_REUSEPORT)")
+    mqtt_actors: int = setting(1, "MQTT actor processes sharing the MQTT ports (SO_REUSEPORT); more start when "
+                                  "--mqtt-connections needs them")
+    mqtt_connections: int = setting(0, "MQTT connections the node is sized for: as many MQTT actors start as "
+                                       "hold them, each taking its open-files limit less a twentieth; 0 = "
+                                       "--mqtt-actors alone", metavar="N")
     mqtt_topic_map: str = setting("#=MQTT", "MQTT topics to SmartGo topics: 'filter=Topic,...', the first "
                                             "matching rule wins (a topic tree with a leaf per device maps to one "
                                             "topic, never a topic or queue per leaf)", metavar="RULES")

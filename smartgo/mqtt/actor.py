@@ -38,7 +38,8 @@ from smartgo.mqtt.session import Outgoing, Session
 from smartgo.mqtt.sessions import (CLAIM, ENDED, EPOCH, HANDOFF, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC,
                                    Pending, Restored, SessionJournal, session_queue,
                                    Source, decode, encode, parse_source, source_of, still_alive)
-from smartgo.mqtt.listeners import WebSocketConnection, listening_socket, mqtt_names
+from smartgo.mqtt.listeners import (WebSocketConnection, connections_per_actor, listening_socket, mqtt_actor_count,
+                                    mqtt_names, open_files_limit)
 from smartgo.mqtt.peers import PeerServer, ask, peer_path
 from smartgo.net.tls import server_context
 from smartgo.store.record import MessageExt
@@ -202,7 +203,8 @@ class MqttActor(Actor):
         self.limits = Limits(max_packet_size=cfg.mqtt_max_packet_size, receive_maximum=cfg.mqtt_receive_maximum,
                              max_queued_messages=cfg.mqtt_max_queued_messages,
                              max_queued_bytes=cfg.mqtt_max_queued_bytes, connect_timeout=cfg.mqtt_connect_timeout,
-                             max_keep_alive=cfg.mqtt_max_keep_alive)
+                             max_keep_alive=cfg.mqtt_max_keep_alive,
+                             max_connections=connections_per_actor(open_files_limit(current=True)))
         self.auth = Authenticator(cfg.mqtt_users_file, cfg.mqtt_allow_anonymous)
         self.servers: list[asyncio.AbstractServer] = []
         self.positions: dict[Source, int] = {}        # the feed: offered to every session up to here
@@ -320,7 +322,7 @@ class MqttActor(Actor):
     async def _restore(self, records: dict[str, MessageExt], group: str) -> None:
         """The live sessions of this node's records that belong to this actor, with what they had
         queued and in flight read back from where it is stored."""
-        count = max(1, self.config.mqtt_actors)
+        count = mqtt_actor_count(self.config)
         restored = 0
         for client_id, msg in records.items():
             holder = msg.properties.get(HOLDER, "")

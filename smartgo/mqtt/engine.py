@@ -93,6 +93,7 @@ class Limits:
     connect_timeout: float = 10.0
     max_keep_alive: int = 0                 # 0 = the client's own
     max_session_expiry: int = NEVER
+    max_connections: int = 1 << 62          # more CONNECTs get "server busy" (listeners.connections_per_actor)
 
 
 class Connection(asyncio.Protocol):
@@ -340,6 +341,15 @@ class Engine:
     def _connect(self, conn: Connection, p: c.Connect) -> None:
         conn.version = p.protocol_level
         v5 = conn.version == 5
+        if self.connections > self.limits.max_connections:
+            self.stats.busy += 1
+            if self.stats.busy in (1, 10, 100, 1000) or self.stats.busy % 10000 == 0:
+                log.warning("mqtt: %d connections, this actor's limit (its open-files limit less what it keeps "
+                            "for itself): CONNECT refused with server busy, %d so far (logged at 1, 10, 100, "
+                            "1000, then every 10,000; --mqtt-connections starts more MQTT actors)",
+                            self.connections - 1, self.stats.busy)
+            self._refuse(conn, c.SERVER_BUSY, "server busy: too many connections", logged=False)
+            return
         props: dict[str, Any] = {}
         client_id = p.client_id
         if not client_id:
@@ -453,8 +463,9 @@ class Engine:
         self.store.claim(session)
         self._resume(conn, session)
 
-    def _refuse(self, conn: Connection, reason: int, why: str) -> None:
-        log.info("mqtt %s: CONNECT refused: %s", conn.peer, why)
+    def _refuse(self, conn: Connection, reason: int, why: str, logged: bool = True) -> None:
+        if logged:
+            log.info("mqtt %s: CONNECT refused: %s", conn.peer, why)
         self.stats.refused += 1
         if conn.version == 5:
             conn.send(c.ConnAck(False, reason, {"reason_string": why}))

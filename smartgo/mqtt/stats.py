@@ -14,6 +14,7 @@ class MqttStats:
     retained: int = 0
     connects: int = 0
     refused: int = 0
+    busy: int = 0                   # refused with "server busy": the actor holds all it may
     auth_failures: int = 0
     takeovers: int = 0
     bad_packets: int = 0

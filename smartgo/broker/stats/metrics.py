@@ -294,7 +294,7 @@ class BrokerMetrics:
 
 
 #: MqttStats counters -> the event label of smartgo_mqtt_events_total (the messages have their own families).
-MQTT_EVENTS = ("connects", "refused", "auth_failures", "takeovers", "bad_packets", "connect_timeouts",
+MQTT_EVENTS = ("connects", "refused", "busy", "auth_failures", "takeovers", "bad_packets", "connect_timeouts",
                "keep_alive_timeouts", "denied", "dropped", "expired", "oversize", "unrouted", "store_failures", "wills")
 
 
@@ -316,7 +316,8 @@ def mqtt_families(family: Callable[[str, str, str], Family], summary: dict) -> l
             f.add({"qos": str(qos)}, n)
         out.append(f)
     events = family("smartgo_mqtt_events_total", "counter",
-                    "MQTT events: connects, refused CONNECTs, auth failures, takeovers, bad packets, timeouts, "
+                    "MQTT events: connects, refused CONNECTs (busy: of them, past an actor's connection limit), "
+                    "auth failures, takeovers, bad packets, timeouts, "
                     "denied subscriptions, dropped (a full session queue), expired, oversize, unrouted, "
                     "store failures, wills published")
     for key in MQTT_EVENTS:
