@@ -33,6 +33,7 @@ from smartgo.mqtt.admin import AdminServer, socket_path
 from smartgo.mqtt.auth import Authenticator
 from smartgo.mqtt.bridge import (EMPTY_BODY, MQTT_CLIENT, MQTT_EMPTY, TopicMap, delivery_from_message, mqtt_topic_of,
                                  publish_properties)
+from smartgo.mqtt.directory import SessionDirectory
 from smartgo.mqtt.engine import Connection, Engine, Limits
 from smartgo.mqtt.session import Outgoing, Session
 from smartgo.mqtt.sessions import (CLAIM, ENDED, EPOCH, HANDOFF, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC,
@@ -232,6 +233,8 @@ class MqttActor(Actor):
                                    self._find_session)
         self.publisher.fed = self.positions
         self.engine = Engine(self.limits, self.publisher, self.auth)
+        self.directory = SessionDirectory(self.ctx.run_path, mqtt_actor_count(cfg), self.index)
+        self.engine.held, self.engine.let_go = self.directory.hold, self.directory.release
         fresh = self.ctx.run_path / f"{self.name}-scan"
         shutil.rmtree(fresh, ignore_errors=True)
         # retained messages and this node's session records: read from the start at every start
@@ -420,7 +423,8 @@ class MqttActor(Actor):
         """The session from the peer actor holding it, else (not clean) from its newest record on
         any broker of the cluster (a master, or a slave when its master is gone); read back and
         caught up with this actor's feed."""
-        peers = [peer_path(self.ctx.run_path, name) for name in mqtt_names(self.config) if name != self.name]
+        names = mqtt_names(self.config)
+        peers = [peer_path(self.ctx.run_path, names[i]) for i in self.directory.holders(client_id)]
         answers = await asyncio.gather(*(ask(path, {"op": "take", "client": client_id}) for path in peers))
         record = next((a["record"] for a in answers if a and a.get("found")), None)
         if clean:
@@ -605,6 +609,9 @@ class MqttActor(Actor):
             client = getattr(self, part, None)
             if client is not None:
                 await _bounded(client.close(), f"closing the {part} client")
+        directory = getattr(self, "directory", None)
+        if directory is not None:
+            directory.close()
 
 
 async def _bounded(step: Awaitable[object], what: str) -> None:

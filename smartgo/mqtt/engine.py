@@ -48,6 +48,10 @@ def retained(p: c.Publish, client_id: str) -> Delivery | None:
     return delivery_from_message(p.topic, props, bytes(p.payload), now_ms)
 
 
+def _nothing(client_id: str) -> None:
+    return None
+
+
 def _publish_properties(conn: Connection, out: Outgoing) -> dict[str, Any]:
     """The 5.0 PUBLISH properties of a delivery: what the publisher gave, what remains of its expiry,
     the identifiers of the subscriptions it matched (none for an older client)."""
@@ -216,6 +220,9 @@ class Engine:
     wills: list[tuple[float, str, c.Will, str]] = field(default_factory=list)   # delayed wills
     connections: int = 0
     writers: list[Connection] = field(default_factory=list)    # connections with output held this turn
+    #: a client's session is in sessions now / is no more (the node's directory.SessionDirectory)
+    held: Callable[[str], None] = _nothing
+    let_go: Callable[[str], None] = _nothing
 
     def hold_write(self, conn: Connection) -> bool:
         """Hold conn's output until the end of this turn (False outside an event loop: write now)."""
@@ -444,8 +451,7 @@ class Engine:
         present = session is not None
         if session is None:
             session = Session(client_id)
-            self.sessions[client_id] = session
-            self.stats.sessions = len(self.sessions)
+            self._keep(session)
         session.expiry = expiry
         session.connection = conn
         session.ended_at = 0.0
@@ -828,9 +834,16 @@ class Engine:
                 log.warning("mqtt %s: its will to %s was not stored (0x%02X)", client_id, will.topic, reason)
         self.store.store(p, client_id, stored)
 
+    def _keep(self, session: Session) -> None:
+        if session.client_id not in self.sessions:
+            self.held(session.client_id)
+        self.sessions[session.client_id] = session
+        self.stats.sessions = len(self.sessions)
+
     def _end_session(self, session: Session) -> None:
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+            self.let_go(session.client_id)
         self.index.remove_owner(session.client_id)
         for client_id, will, in [(w[1], w[2]) for w in self.wills if w[1] == session.client_id]:
             self._publish_will(client_id, will)
@@ -850,11 +863,10 @@ class Engine:
         session.through = through
         if not session.ended_at:
             session.ended_at = self.now()
-        self.sessions[session.client_id] = session
+        self._keep(session)
         self._away(session)
         for flt, sub in session.subscriptions.items():
             self.index.add(session.client_id, flt, sub)
-        self.stats.sessions = len(self.sessions)
         self.stats.subscriptions = len(self.index)
 
     def replayed_qos2(self, client_id: str, pid: int, src: str, offset: int) -> None:
@@ -895,6 +907,7 @@ class Engine:
         session = self.sessions.pop(client_id, None)
         if session is None:
             return None
+        self.let_go(client_id)
         conn = session.connection
         if conn is not None and not conn.closed:
             self.stats.takeovers += 1
