@@ -397,6 +397,9 @@ class MqttActor(Actor):
                 log.warning("%s: looking up the session of %s failed (%s: %s); it starts empty", self.name,
                             client_id, type(exc).__name__, exc)
             then(found)
+        if clean and not self.directory.holders(client_id):
+            then(None)                  # no sibling to take it from, no record to read: nothing to wait for
+            return
         self.spawn(find(), f"find {client_id}")
 
     async def _hand_over(self, session: Session, body: bytes) -> None:

@@ -47,11 +47,18 @@ def test_an_actor_is_asked_about_the_clients_of_its_slots_only(tmp_path: Path) -
             d.close()
 
 
-def _connect(port: int, client_id: str) -> socket.socket:
+def _connect(port: int, client_id: str, clean: bool = False) -> socket.socket:
     sock = socket.create_connection((LOOPBACK, port), timeout=10)
-    sock.sendall(c.encode(c.Connect(protocol_level=4, clean_start=False, keep_alive=60, client_id=client_id), 4))
+    sock.sendall(c.encode(c.Connect(protocol_level=4, clean_start=clean, keep_alive=60, client_id=client_id), 4))
     sock.setblocking(False)
     return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(4)
+    except BlockingIOError:
+        return b""
 
 
 @pytest.mark.timeout(180)
@@ -65,14 +72,7 @@ def test_a_hung_mqtt_actor_is_not_asked_about_clients_it_never_held(tmp_path: Pa
         socks = [_connect(broker.port, f"new-{i}") for i in range(16)]      # the kernel spreads them
 
         def answered() -> list[socket.socket]:
-            out = []
-            for sock in socks:
-                try:
-                    if sock.recv(4) == b"\x20\x02\x00\x00":
-                        out.append(sock)
-                except BlockingIOError:
-                    pass
-            return out
+            return [sock for sock in socks if _answer(sock) == b"\x20\x02\x00\x00"]
         got = wait_until(answered, timeout=30, message="CONNACKs from the actor that runs")
         assert got
         assert "did not answer take" not in node.log_text()    # nobody waited on the hung one
@@ -81,4 +81,37 @@ def test_a_hung_mqtt_actor_is_not_asked_about_clients_it_never_held(tmp_path: Pa
             os.kill(stopped, signal.SIGCONT)
         for sock in socks:
             sock.close()
+        node.reap()
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        while sock.recv(4096):
+            pass
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+@pytest.mark.timeout(180)
+def test_a_clean_connect_takes_the_client_over_on_whichever_actor_it_lands(tmp_path: Path) -> None:
+    """The kernel puts each connection on either actor: over ten CONNECTs with one client id (clean
+    session: the directory alone says whether a sibling holds it) some land on the other actor than
+    the one before, whose connection must be closed."""
+    node, broker = mqtt_node(tmp_path / "node", {"mqtt_actors": 2})
+    try:
+        before = _connect(broker.port, "twin", clean=True)
+        wait_until(lambda: _answer(before) == b"\x20\x02\x00\x00", timeout=30, message="the first CONNACK")
+        for _ in range(10):
+            sock = _connect(broker.port, "twin", clean=True)
+            wait_until(lambda: _answer(sock) == b"\x20\x02\x00\x00", timeout=30, message="a CONNACK")
+            wait_until(lambda: _closed(before), timeout=30, message="the connection before it closed")
+            before.close()
+            before = sock
+        before.close()
+        taken = node.log_text().count("session taken over by another actor or node")
+        assert taken >= 1                                   # some went from one actor to the other
+    finally:
         node.reap()
