@@ -69,6 +69,22 @@ def _string(s: str) -> bytes:
     return _U16.pack(len(b)) + b
 
 
+def packet_bounds(data: bytes, i: int) -> tuple[int, int] | None:
+    """Where the body of the packet at data[i] starts and where the packet ends; None while it is not
+    all there (its remaining length included)."""
+    n = len(data)
+    length, shift, j = 0, 0, i + 1
+    while j < n:
+        b = data[j]
+        j += 1
+        length |= (b & 0x7F) << shift
+        if b < 0x80:
+            end = j + length
+            return (j, end) if end <= n else None
+        shift += 7
+    return None
+
+
 def connect_packet(client_id: str, keep_alive: int = 0, clean: bool = True) -> bytes:
     return _packet(0x10, _string("MQTT") + bytes((4, 0x02 if clean else 0)) + _U16.pack(keep_alive)
                    + _string(client_id))
@@ -192,23 +208,10 @@ class Connection(asyncio.Protocol):
         if self.tail:
             data = self.tail + data
         now = time.monotonic_ns()
-        i, n = 0, len(data)
-        while n - i >= 2:
-            length, shift, j = 0, 0, i + 1
-            while j < n:
-                b = data[j]
-                j += 1
-                length |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
-            else:
-                break           # the remaining length is not all here yet
-            end = j + length
-            if end > n:
-                break
-            self.packet(data[i], data, j, end, now)
-            i = end
+        i = 0
+        while (bounds := packet_bounds(data, i)) is not None:
+            self.packet(data[i], data, *bounds, now)
+            i = bounds[1]
         self.tail = data[i:]
         if self.out:
             self.flush()
