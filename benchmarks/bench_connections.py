@@ -10,7 +10,10 @@ step adding to the last) and after each step, with all of them connected:
   kernel memory   per device, reported apart: TCP buffer memory (/proc/net/sockstat `mem` pages) and the
                   slab caches of a socket (/proc/slabinfo: TCP, sock_inode_cache, filp, dentry, eventpoll_epi);
                   machine-wide, so both ends of each loopback connection (the load generator's end too)
+  settle          after a step, the seconds until the broker went quiet (a second under 1.5 x its CPU at
+                  rest with no device + 10 % of a core): memory, CPU and latencies are read after it
   CPU at rest     the broker's processes over --rest seconds with every device idle, % of one core
+                  (and the busiest processes)
   load generator  PSS of the swarm's processes per device (its whole size: interpreters included)
   ping p99        a PINGREQ to every device, spread at --ping-rate a second: round trip p50/p99
   command p99     --commands QoS 1 publishes to random devices at --command-rate a second from one more
@@ -98,11 +101,34 @@ class Target:
         """PSS (KiB) of each process, and its anonymous, file and shared-memory parts."""
         return {name: pss_parts(pid) for name, pid in self.named().items()}
 
-    def cpu_at_rest(self, seconds: float) -> float:
-        """% of one core the broker's processes used over `seconds`."""
-        before = self.broker.cpu_s()
+    def settle(self, least: float, most: float, quiet_pct: float) -> float:
+        """Wait at least `least` s, then until a second in which the broker used under `quiet_pct` % of a
+        core (after a connect storm SmartGo's actors work on for a while), at most `most` s: the wait."""
+        start = time.monotonic()
+        time.sleep(least)
+        while time.monotonic() - start < most:
+            before = self.broker.cpu_s()
+            time.sleep(1.0)
+            if (self.broker.cpu_s() - before) * 100 < quiet_pct:
+                break
+        return round(time.monotonic() - start, 1)
+
+    def cpu_at_rest(self, seconds: float) -> tuple[float, dict[str, float]]:
+        """% of one core the broker's processes used over `seconds`: in all, and by process (the busiest)."""
+        def times() -> dict[str, float]:
+            out = {}
+            for name, pid in self.named().items():
+                try:
+                    t = psutil.Process(pid).cpu_times()
+                except psutil.NoSuchProcess:
+                    continue
+                out[name] = t.user + t.system
+            return out
+        before, total = times(), self.broker.cpu_s()
         time.sleep(seconds)
-        return round((self.broker.cpu_s() - before) / seconds * 100, 2)
+        after, total = times(), self.broker.cpu_s() - total
+        busy = sorted(((n, (after[n] - before.get(n, 0.0)) / seconds * 100) for n in after), key=lambda x: -x[1])
+        return round(total / seconds * 100, 2), {n: round(pct, 2) for n, pct in busy[:8]}
 
 
 def start_target(name: str, work: Path, actors: int) -> Target:
@@ -167,7 +193,7 @@ def _totals(memory: dict[str, dict[str, int]]) -> dict[str, int]:
 def measure_step(target: Target, swarm: Swarm, step: int, grown: Grown, base: dict, args: argparse.Namespace) -> dict:
     counts = swarm.counts()
     held = counts["open"]
-    time.sleep(args.settle)
+    settled = target.settle(args.settle, args.settle_max, base["quiet_pct"])
     memory = target.memory()
     tcp_kib, slab_kib = tcp_mem_kib(), socket_slab_kib()
     added = max(1, held)
@@ -178,15 +204,15 @@ def measure_step(target: Target, swarm: Swarm, step: int, grown: Grown, base: di
         return {f"{f.lower()}_kib_per_conn": round((now[f] - then[f]) / added, 2) for f in PSS_FIELDS}
     figures: dict = {
         "step": step, "connections": held, "connect_rate": grown.rate, "accept_rate": grown.accept_rate,
-        "connect_seconds": grown.seconds, "failures": grown.failures,
+        "connect_seconds": grown.seconds, "failures": grown.failures, "settle_seconds": settled,
         "pss_mib": round(total["Pss"] / 1024, 1), **per_conn(total, base["totals"]),
         "pss_kib_per_conn_marginal": round((total["Pss"] - base["last"][0]) / max(1, held - base["last"][1]), 2),
         "processes": {name: {"pss_kib": parts["Pss"], **per_conn(parts, base["processes"].get(name, zero))}
                       for name, parts in sorted(memory.items())},
         "tcp_mem_kib_per_conn": round((tcp_kib - base["tcp_kib"]) / added, 2),
         "slab_kib_per_conn": None if slab_kib is None else round((slab_kib - base["slab_kib"]) / added, 2),
-        "swarm_kib_per_conn": round(sum(pss_kib(p) for p in swarm.pids()) / max(1, held), 2),
-        "cpu_rest_pct": target.cpu_at_rest(args.rest)}
+        "swarm_kib_per_conn": round(sum(pss_kib(p) for p in swarm.pids()) / max(1, held), 2)}
+    figures["cpu_rest_pct"], figures["cpu_rest_busiest"] = target.cpu_at_rest(args.rest)
     pinged = swarm.ping(spread=max(1.0, held / args.ping_rate), timeout=30)
     figures["ping"] = {"sent": pinged.sent, "answered": pinged.answered, "p50_ms": pinged.percentile(50),
                        "p99_ms": pinged.percentile(99)}
@@ -224,8 +250,9 @@ def run_broker(name: str, steps: list[int], work: Path, args: argparse.Namespace
             base = {"totals": _totals(memory), "processes": memory, "tcp_kib": tcp_mem_kib(),
                     "slab_kib": socket_slab_kib() or 0}
             base["last"] = (base["totals"]["Pss"], 0)
-            out["baseline"] = {"pss_mib": round(base["totals"]["Pss"] / 1024, 1), "processes": memory,
-                               "cpu_rest_pct": target.cpu_at_rest(args.rest)}
+            out["baseline"] = {"pss_mib": round(base["totals"]["Pss"] / 1024, 1), "processes": memory}
+            out["baseline"]["cpu_rest_pct"], out["baseline"]["cpu_rest_busiest"] = target.cpu_at_rest(args.rest)
+            base["quiet_pct"] = out["baseline"]["cpu_rest_pct"] * 1.5 + 10
             for step in steps:
                 if target.limit is not None and step > target.limit:
                     out["stopped"] = (f"{step:,} connections need {step:,} descriptors; one {name} process may have "
@@ -262,7 +289,8 @@ def _summary(f: dict) -> str:
             f"({f['command']['arrived']}/{f['command']['sent']}), CPU at rest {f['cpu_rest_pct']} %")
 
 
-ROWS = (("connect rate /s", "connect_rate"), ("accepts /s", "accept_rate"), ("PSS MiB", "pss_mib"),
+ROWS = (("connect rate /s", "connect_rate"), ("accepts /s", "accept_rate"), ("settled after, s", "settle_seconds"),
+        ("PSS MiB", "pss_mib"),
         ("PSS KiB/conn", "pss_kib_per_conn"), ("  since the step before", "pss_kib_per_conn_marginal"),
         ("  anonymous", "pss_anon_kib_per_conn"),
         ("  file-mapped", "pss_file_kib_per_conn"), ("  shared memory", "pss_shmem_kib_per_conn"),
@@ -393,7 +421,9 @@ def main() -> None:
     ap.add_argument("--command-rate", type=float, default=100.0, help="commands a second")
     ap.add_argument("--ping-rate", type=float, default=20_000.0, help="PINGREQs a second over all devices")
     ap.add_argument("--rest", type=float, default=5.0, help="seconds of the CPU-at-rest measurement")
-    ap.add_argument("--settle", type=float, default=3.0, help="seconds of quiet before memory is read")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds to wait at least before memory is read")
+    ap.add_argument("--settle-max", type=float, default=180.0,
+                    help="then at most this long for the broker to go quiet (its CPU under 1.5 x at rest + 10 %%)")
     ap.add_argument("--per-source", type=int, default=25_000, help="devices per loopback source address")
     ap.add_argument("--no-rocketmq", dest="rocketmq", action="store_false", help="no commands via RocketMQ")
     ap.add_argument("--mqtt-actors", type=int, default=0,
@@ -407,7 +437,7 @@ def main() -> None:
         ap.error(f"--engine-heap {args.engine_heap}: this process would hold {2 * args.engine_heap:,} connections; "
                  f"it may open {fds:,} files (at most {(fds - 1000) // 2:,})")
     if args.quick:
-        args.commands, args.rest, args.settle, args.per_source = 40, 1.0, 1.0, 500
+        args.commands, args.rest, args.settle, args.settle_max, args.per_source = 40, 1.0, 1.0, 20.0, 500
     brokers = [b for b in args.brokers.split(",") if b]
     if set(brokers) - set(BROKERS):
         ap.error(f"unknown broker: {', '.join(sorted(set(brokers) - set(BROKERS)))}")

@@ -22,6 +22,7 @@ def test_bench_connections_quick(tmp_path: Path) -> None:
         for s in b["steps"]:
             assert s["connections"] == s["step"] and s["failures"] == {} and s["lost"] == 0, s
             assert s["connect_rate"] > 0 and s["accept_rate"] > 0 and s["connect_seconds"] > 0
+            assert 1.0 <= s["settle_seconds"] <= 21.5 and s["cpu_rest_busiest"], s
             assert s["pss_mib"] > 0 and s["swarm_kib_per_conn"] > 0 and s["cpu_rest_pct"] >= 0
             assert s["pss_kib_per_conn"] == pytest.approx(s["pss_anon_kib_per_conn"] + s["pss_file_kib_per_conn"]
                                                           + s["pss_shmem_kib_per_conn"], abs=0.05)
