@@ -5,11 +5,13 @@ MQTT front door."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from smartgo.mqtt.codec import Connect, encode
 from tests.support.broker import start_broker, start_slave
 from tests.support.mqtt import Broker, Client, unique
 from tests.support.nodes import Node, launch_node
@@ -185,3 +187,47 @@ def test_a_slave_serves_devices_and_forwards_their_publishes_to_its_master(tmp_p
             slave.reap()
     finally:
         master.reap()
+
+
+def _raw_connect(port: int, client_id: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(encode(Connect(protocol_level=4, clean_start=True, keep_alive=60, client_id=client_id), 4))
+    assert sock.recv(4) == b"\x20\x02\x00\x00"
+    sock.setblocking(False)
+    return sock
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        while sock.recv(4096):
+            pass
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+@pytest.mark.timeout(240)
+def test_a_device_moving_to_another_node_is_let_go_by_whichever_actor_held_it(tmp_path, cluster):
+    """One MQTT actor of a node reads the session records for all of them: a device that connects
+    to another node (clean session: its new node's record is the only news) is closed on the first
+    node by the sibling actor holding it, told by that reader."""
+    addr, nodes = cluster
+    a, broker_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a", "mqtt_actors": 2})
+    nodes.append(a)
+    b, broker_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
+    nodes.append(b)
+    devices = [unique("roamer") for _ in range(12)]        # the kernel spreads them over a's two actors
+    on_a = {d: _raw_connect(broker_a.port, d) for d in devices}
+    on_b = []
+    try:
+        for d in devices:
+            on_b.append(_raw_connect(broker_b.port, d))
+        wait_until(lambda: all(_closed(s) for s in on_a.values()), 60, 0.2, "every device closed on node a")
+        log = a.log_text()
+        assert re.search(r"mqtt-1\[\d+\] \S+: mqtt \S+: session taken over by another actor or node", log), \
+            "no device was on the actor that does not read the records"
+    finally:
+        for s in [*on_a.values(), *on_b]:
+            s.close()
