@@ -39,7 +39,7 @@ from smartgo.mqtt.session import Outgoing, Session
 from smartgo.mqtt.sessions import (CLAIM, ENDED, EPOCH, HANDOFF, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC,
                                    Pending, Restored, SessionJournal, session_queue,
                                    Source, decode, encode, parse_source, source_of, still_alive)
-from smartgo.mqtt.listeners import (WebSocketConnection, connections_per_actor, listening_socket, mqtt_actor_count,
+from smartgo.mqtt.listeners import (WebSocketConnection, connections_per_actor, listening_socket,
                                     mqtt_names, open_files_limit)
 from smartgo.mqtt.peers import PeerServer, ask, peer_path
 from smartgo.net.tls import server_context
@@ -233,7 +233,8 @@ class MqttActor(Actor):
                                    self._find_session)
         self.publisher.fed = self.positions
         self.engine = Engine(self.limits, self.publisher, self.auth)
-        self.directory = SessionDirectory(self.ctx.run_path, mqtt_actor_count(cfg), self.index)
+        self.siblings = mqtt_names(cfg)                              # by index, this actor's too
+        self.directory = SessionDirectory(self.ctx.run_path, len(self.siblings), self.index)
         self.engine.held, self.engine.let_go = self.directory.hold, self.directory.release
         fresh = self.ctx.run_path / f"{self.name}-scan"
         shutil.rmtree(fresh, ignore_errors=True)
@@ -258,9 +259,7 @@ class MqttActor(Actor):
                                           consume_timestamp_ms=int(time.time() * 1000),
                                           pull_batch_size=64, offset_store_dir=cfg.store_path / "mqtt",
                                           auto_commit=False, rebalance_interval=FEED_REBALANCE)
-        # the session records: one actor reads them for the node (a record per CONNECT, read by every
-        # actor, made a storm of N devices cost N x actors decodes) and tells the siblings they concern
-        followed = [*self.topic_map.topics, RETAINED_TOPIC, *([SESSIONS_TOPIC] if self.index == 0 else [])]
+        followed = [*self.topic_map.topics, RETAINED_TOPIC, SESSIONS_TOPIC]
         for topic in followed:
             self.feed.subscribe(topic, "*")
         await self.feed.start()
@@ -327,7 +326,7 @@ class MqttActor(Actor):
     async def _restore(self, records: dict[str, MessageExt], group: str) -> None:
         """The live sessions of this node's records that belong to this actor, with what they had
         queued and in flight read back from where it is stored."""
-        count = mqtt_actor_count(self.config)
+        count = len(self.siblings)
         restored = 0
         for client_id, msg in records.items():
             holder = msg.properties.get(HOLDER, "")
@@ -417,12 +416,8 @@ class MqttActor(Actor):
         return through
 
     def _peer(self, request: dict) -> dict:
-        op = request.get("op")
-        if op == "gone":
-            self._let_go(str(request["client"]), int(request["epoch"]))
-            return {}
-        if op != "take":
-            raise ValueError(f"unknown op {op!r}")
+        if request.get("op") != "take":
+            raise ValueError(f"unknown op {request.get('op')!r}")
         session = self.engine.release(str(request["client"]))
         if session is None:
             return {"found": False}
@@ -432,8 +427,7 @@ class MqttActor(Actor):
         """The session from the peer actor holding it, else (not clean) from its newest record on
         any broker of the cluster (a master, or a slave when its master is gone); read back and
         caught up with this actor's feed."""
-        names = mqtt_names(self.config)
-        peers = [peer_path(self.ctx.run_path, names[i]) for i in self.directory.holders(client_id)]
+        peers = [peer_path(self.ctx.run_path, self.siblings[i]) for i in self.directory.holders(client_id)]
         answers = await asyncio.gather(*(ask(path, {"op": "take", "client": client_id}) for path in peers))
         record = next((a["record"] for a in answers if a and a.get("found")), None)
         if clean:
@@ -559,9 +553,11 @@ class MqttActor(Actor):
             self._retained(msg)
             return
         if msg.topic == SESSIONS_TOPIC:
-            if msg.tags in (LIVE, CLAIM) and msg.keys:
-                props = msg.properties
-                self._claimed(msg.keys[0], props.get(HOLDER, self.holder), int(props.get(EPOCH, "0") or 0))
+            props = msg.properties
+            if msg.tags in (LIVE, CLAIM) and msg.keys and props.get(HOLDER, self.holder) != self.holder:
+                gone = self.engine.taken_elsewhere(msg.keys[0], int(props.get(EPOCH, "0") or 0))
+                if gone is not None:        # its record now: the feed goes on without it from here
+                    self._spawn_send(self._hand_over(gone, encode(gone, self._through(gone), self.holder)))
             return
         src = source_of(msg.broker_name, msg.topic, msg.queue_id)
         props = msg.properties
@@ -574,22 +570,6 @@ class MqttActor(Actor):
         except (ValueError, KeyError) as exc:
             log.warning("%s: message %s of %s is not deliverable: %s", self.name, msg.msg_id, msg.topic, exc)
         self.positions[src] = msg.queue_offset
-
-    def _claimed(self, client_id: str, holder: str, epoch: int) -> None:
-        """A record of the client's new holder: whichever actor of this node held it before lets it go
-        (this one, or a sibling the session directory names)."""
-        if holder != self.holder:
-            self._let_go(client_id, epoch)
-        names = mqtt_names(self.config)
-        for i in self.directory.holders(client_id):
-            if holder != f"{self.node_id}/{names[i]}":
-                self._spawn_send(ask(peer_path(self.ctx.run_path, names[i]),
-                                     {"op": "gone", "client": client_id, "epoch": epoch}))
-
-    def _let_go(self, client_id: str, epoch: int) -> None:
-        gone = self.engine.taken_elsewhere(client_id, epoch)
-        if gone is not None:        # its record now: the feed goes on without it from here
-            self._spawn_send(self._hand_over(gone, encode(gone, self._through(gone), self.holder)))
 
     async def _run_feed(self) -> None:
         feed, fed = self.feed, self._fed
