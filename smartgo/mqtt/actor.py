@@ -260,10 +260,14 @@ class MqttActor(Actor):
                                           pull_batch_size=64, offset_store_dir=cfg.store_path / "mqtt",
                                           auto_commit=False, rebalance_interval=FEED_REBALANCE)
         followed = [*self.topic_map.topics, RETAINED_TOPIC, SESSIONS_TOPIC]
-        for topic in followed:
+        for topic in followed[:-1]:
             self.feed.subscribe(topic, "*")
+        # a record per CONNECT: each is read by one actor of the node, the one its queue falls to, which
+        # tells the sibling holding the client (a storm of N devices: N decodes a node, not N x actors)
+        self.feed.subscribe(SESSIONS_TOPIC, "*", lambda topic, queues, held: self.feed.pause(
+            [mq for mq in held if not self._reads(mq)]))
         await self.feed.start()
-        queues = [mq for topic in followed for mq in await self.feed.fetch_queues(topic)]
+        queues = [mq for topic in followed for mq in await self.feed.fetch_queues(topic) if self._reads(mq)]
         for mq in queues:
             if mq.topic in self.topic_map.topics:     # every bridged queue has a position (a record's `through`)
                 at = await self.feed.committed(mq)
@@ -416,8 +420,12 @@ class MqttActor(Actor):
         return through
 
     def _peer(self, request: dict) -> dict:
-        if request.get("op") != "take":
-            raise ValueError(f"unknown op {request.get('op')!r}")
+        op = request.get("op")
+        if op == "gone":
+            self._let_go(str(request["client"]), int(request["epoch"]))
+            return {}
+        if op != "take":
+            raise ValueError(f"unknown op {op!r}")
         session = self.engine.release(str(request["client"]))
         if session is None:
             return {"found": False}
@@ -553,11 +561,9 @@ class MqttActor(Actor):
             self._retained(msg)
             return
         if msg.topic == SESSIONS_TOPIC:
-            props = msg.properties
-            if msg.tags in (LIVE, CLAIM) and msg.keys and props.get(HOLDER, self.holder) != self.holder:
-                gone = self.engine.taken_elsewhere(msg.keys[0], int(props.get(EPOCH, "0") or 0))
-                if gone is not None:        # its record now: the feed goes on without it from here
-                    self._spawn_send(self._hand_over(gone, encode(gone, self._through(gone), self.holder)))
+            if msg.tags in (LIVE, CLAIM) and msg.keys and self._reads(msg):
+                props = msg.properties
+                self._claimed(msg.keys[0], props.get(HOLDER, self.holder), int(props.get(EPOCH, "0") or 0))
             return
         src = source_of(msg.broker_name, msg.topic, msg.queue_id)
         props = msg.properties
@@ -570,6 +576,27 @@ class MqttActor(Actor):
         except (ValueError, KeyError) as exc:
             log.warning("%s: message %s of %s is not deliverable: %s", self.name, msg.msg_id, msg.topic, exc)
         self.positions[src] = msg.queue_offset
+
+    def _reads(self, mq: MessageQueue | MessageExt) -> bool:
+        """Whether this actor reads a queue's messages: every queue but MQTT_SESSIONS', whose queues
+        are shared out among the node's actors."""
+        return mq.topic != SESSIONS_TOPIC or mq.queue_id % len(self.siblings) == self.index
+
+    def _claimed(self, client_id: str, holder: str, epoch: int) -> None:
+        """A record of the client's new holder: whichever actor of this node held it before lets it go
+        (this one, or a sibling the session directory names)."""
+        if holder != self.holder:
+            self._let_go(client_id, epoch)
+        for i in self.directory.holders(client_id):
+            name = self.siblings[i]
+            if holder != f"{self.node_id}/{name}":
+                self._spawn_send(ask(peer_path(self.ctx.run_path, name),
+                                     {"op": "gone", "client": client_id, "epoch": epoch}))
+
+    def _let_go(self, client_id: str, epoch: int) -> None:
+        gone = self.engine.taken_elsewhere(client_id, epoch)
+        if gone is not None:        # its record now: the feed goes on without it from here
+            self._spawn_send(self._hand_over(gone, encode(gone, self._through(gone), self.holder)))
 
     async def _run_feed(self) -> None:
         feed, fed = self.feed, self._fed
