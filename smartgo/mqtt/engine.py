@@ -290,6 +290,9 @@ class Engine:
         for conn in self.wheel.due(now):
             if conn.closed:
                 continue
+            if conn.session is None and conn.client_id:
+                self.wheel.add(now + self.limits.connect_timeout, conn)     # its session is being looked up
+                continue
             if conn.session is None:
                 self.stats.connect_timeouts += 1
                 log.warning("mqtt %s: no CONNECT within %gs; closing", conn.peer, self.limits.connect_timeout)
