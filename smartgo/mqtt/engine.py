@@ -290,10 +290,10 @@ class Engine:
         for conn in self.wheel.due(now):
             if conn.closed:
                 continue
-            if conn.session is None and conn.client_id:
-                self.wheel.add(now + self.limits.connect_timeout, conn)     # its session is being looked up
-                continue
             if conn.session is None:
+                if conn.client_id:                  # its CONNECT came: its session is being looked up
+                    self.wheel.add(now + self.limits.connect_timeout, conn)
+                    continue
                 self.stats.connect_timeouts += 1
                 log.warning("mqtt %s: no CONNECT within %gs; closing", conn.peer, self.limits.connect_timeout)
                 conn.close()
@@ -843,10 +843,15 @@ class Engine:
         self.sessions[session.client_id] = session
         self.stats.sessions = len(self.sessions)
 
+    def _forget(self, client_id: str) -> Session | None:
+        session = self.sessions.pop(client_id, None)
+        if session is not None:
+            self.let_go(client_id)
+        return session
+
     def _end_session(self, session: Session) -> None:
         if self.sessions.get(session.client_id) is session:
-            del self.sessions[session.client_id]
-            self.let_go(session.client_id)
+            self._forget(session.client_id)
         self.index.remove_owner(session.client_id)
         for client_id, will, in [(w[1], w[2]) for w in self.wills if w[1] == session.client_id]:
             self._publish_will(client_id, will)
@@ -907,10 +912,9 @@ class Engine:
     def release(self, client_id: str) -> Session | None:
         """Let a session go to another holder: its connection is told why and closed (no will:
         the device is alive, elsewhere); the session is returned for its record."""
-        session = self.sessions.pop(client_id, None)
+        session = self._forget(client_id)
         if session is None:
             return None
-        self.let_go(client_id)
         conn = session.connection
         if conn is not None and not conn.closed:
             self.stats.takeovers += 1
