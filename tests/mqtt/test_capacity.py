@@ -16,8 +16,9 @@ from smartgo.mqtt import codec as c
 from smartgo.mqtt.listeners import connections_per_actor, mqtt_names, open_files_limit
 from tests.support.broker import FREE_PORT, start_broker
 from tests.support.nodes import Node
-from tests.support.waits import LOOPBACK, free_port, wait_for_port, wait_until
+from tests.support.waits import free_port, wait_for_port, wait_until
 from tests.support.few_files_supervisor import FILES
+from tests.support.wire import connect_sent
 
 PER_ACTOR = connections_per_actor(FILES)
 PINGREQ = b"\xc0\x00"
@@ -45,9 +46,7 @@ def node(tmp_path: Path) -> Iterator[tuple[Node, int]]:
 
 
 def _connect(port: int, client_id: str, version: int = 4) -> tuple[socket.socket, bytes]:
-    sock = socket.create_connection((LOOPBACK, port), timeout=10)
-    sock.sendall(c.encode(c.Connect(protocol_level=version, clean_start=True, keep_alive=300, client_id=client_id),
-                          version))
+    sock = connect_sent(port, client_id, version=version, keep_alive=300)
     decoder = c.Decoder(server=False)
     decoder.version = version
     packets: list = []

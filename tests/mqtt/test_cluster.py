@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.mqtt.codec import Connect, encode
 from tests.support.broker import start_broker, start_slave
 from tests.support.mqtt import Broker, Client, unique
 from tests.support.nodes import Node, launch_node
 from tests.support.waits import free_ports, wait_for_port, wait_until
+from tests.support.wire import closed_by_peer, connect_sent
 
 TAKEN = re.compile(r"(mqtt-\d): session of (\S+) taken over from (\S+)")
 
@@ -39,6 +39,14 @@ def cluster(tmp_path) -> Iterator[tuple[str, list[Node]]]:
         for node in nodes:
             node.reap()
         registry.reap()
+
+
+def group(tmp_path: Path, cluster: tuple[str, list[Node]], name: str, **settings: object) -> tuple[Node, Broker]:
+    """Broker group `broker-<name>` behind the cluster's registry, reaped with the cluster."""
+    addr, nodes = cluster
+    node, broker = mqtt_node(tmp_path / name, {"registry": addr, "broker_name": f"broker-{name}", **settings})
+    nodes.append(node)
+    return node, broker
 
 
 def wait_across(publisher: Client, listener: Client, topic: str) -> None:
@@ -94,11 +102,8 @@ def test_a_session_follows_its_device_from_one_mqtt_actor_to_the_other(tmp_path)
 
 @pytest.mark.timeout(300)
 def test_two_broker_groups_deliver_across_and_a_session_moves_between_nodes(tmp_path, cluster):
-    addr, nodes = cluster
-    a, broker_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a"})
-    nodes.append(a)
-    b, broker_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
-    nodes.append(b)
+    a, broker_a = group(tmp_path, cluster, "a")
+    b, broker_b = group(tmp_path, cluster, "b")
     topic = unique("fleet")
     listener = Client(broker_a)
     listener.connect()
@@ -128,13 +133,11 @@ def test_two_broker_groups_deliver_across_and_a_session_moves_between_nodes(tmp_
 @pytest.mark.timeout(300)
 def test_a_session_resumes_on_another_node_from_the_dead_nodes_slave(tmp_path, cluster):
     addr, nodes = cluster
-    a, on_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a"})
-    nodes.append(a)
+    a, on_a = group(tmp_path, cluster, "a")
     a.registry_port = int(addr.rsplit(":", 1)[1])  # type: ignore[attr-defined]  # its slave registers there
     slave = start_slave(tmp_path / "a-slave", a, {"broker_name": "broker-a", "mqtt_port": 0, "mqtt_ws_port": 0})
     nodes.append(slave)
-    b, on_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
-    nodes.append(b)
+    b, on_b = group(tmp_path, cluster, "b")
     topic, device = unique("orders"), unique("survivor")
     publisher = Client(on_b)
     publisher.connect()
@@ -190,40 +193,25 @@ def test_a_slave_serves_devices_and_forwards_their_publishes_to_its_master(tmp_p
 
 
 def _raw_connect(port: int, client_id: str) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(encode(Connect(protocol_level=4, clean_start=True, keep_alive=60, client_id=client_id), 4))
+    sock = connect_sent(port, client_id)
     assert sock.recv(4) == b"\x20\x02\x00\x00"
     sock.setblocking(False)
     return sock
-
-
-def _closed(sock: socket.socket) -> bool:
-    try:
-        while sock.recv(4096):
-            pass
-    except BlockingIOError:
-        return False
-    except ConnectionResetError:
-        pass
-    return True
 
 
 @pytest.mark.timeout(240)
 def test_a_device_moving_to_another_node_is_let_go_by_whichever_actor_held_it(tmp_path, cluster):
     """A device that connects to another node (clean session: its new node's record is the only
     news) is closed on the first node by whichever of its actors held it - not only mqtt-0."""
-    addr, nodes = cluster
-    a, broker_a = mqtt_node(tmp_path / "a", {"registry": addr, "broker_name": "broker-a", "mqtt_actors": 2})
-    nodes.append(a)
-    b, broker_b = mqtt_node(tmp_path / "b", {"registry": addr, "broker_name": "broker-b"})
-    nodes.append(b)
+    a, broker_a = group(tmp_path, cluster, "a", mqtt_actors=2)
+    b, broker_b = group(tmp_path, cluster, "b")
     devices = [unique("roamer") for _ in range(12)]        # the kernel spreads them over a's two actors
     on_a = {d: _raw_connect(broker_a.port, d) for d in devices}
     on_b = []
     try:
         for d in devices:
             on_b.append(_raw_connect(broker_b.port, d))
-        wait_until(lambda: all(_closed(s) for s in on_a.values()), 60, 0.2, "every device closed on node a")
+        wait_until(lambda: all(closed_by_peer(s) for s in on_a.values()), 60, 0.2, "every device closed on node a")
         log = a.log_text()
         assert re.search(r"mqtt-1\[\d+\] \S+: mqtt \S+: session taken over by another actor or node", log), \
             "no device was on mqtt-1"

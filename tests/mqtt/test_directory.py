@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from smartgo.mqtt import codec as c
 from smartgo.mqtt.directory import SessionDirectory, slot_of
 from tests.mqtt.test_cluster import mqtt_node
-from tests.support.waits import LOOPBACK, wait_until
+from tests.support.waits import wait_until
+from tests.support.wire import closed_by_peer, connect_sent
 
 
 def _same_slot(client_id: str) -> str:
@@ -48,8 +48,7 @@ def test_an_actor_is_asked_about_the_clients_of_its_slots_only(tmp_path: Path) -
 
 
 def _connect(port: int, client_id: str, clean: bool = False) -> socket.socket:
-    sock = socket.create_connection((LOOPBACK, port), timeout=10)
-    sock.sendall(c.encode(c.Connect(protocol_level=4, clean_start=clean, keep_alive=60, client_id=client_id), 4))
+    sock = connect_sent(port, client_id, clean=clean)
     sock.setblocking(False)
     return sock
 
@@ -84,17 +83,6 @@ def test_a_hung_mqtt_actor_is_not_asked_about_clients_it_never_held(tmp_path: Pa
         node.reap()
 
 
-def _closed(sock: socket.socket) -> bool:
-    try:
-        while sock.recv(4096):
-            pass
-    except BlockingIOError:
-        return False
-    except ConnectionResetError:
-        pass
-    return True
-
-
 @pytest.mark.timeout(180)
 def test_a_clean_connect_takes_the_client_over_on_whichever_actor_it_lands(tmp_path: Path) -> None:
     """The kernel puts each connection on either actor: over ten CONNECTs with one client id (clean
@@ -107,7 +95,7 @@ def test_a_clean_connect_takes_the_client_over_on_whichever_actor_it_lands(tmp_p
         for _ in range(10):
             sock = _connect(broker.port, "twin", clean=True)
             wait_until(lambda: _answer(sock) == b"\x20\x02\x00\x00", timeout=30, message="a CONNACK")
-            wait_until(lambda: _closed(before), timeout=30, message="the connection before it closed")
+            wait_until(lambda: closed_by_peer(before), timeout=30, message="the connection before it closed")
             before.close()
             before = sock
         before.close()

@@ -6,7 +6,6 @@ connection nobody accepts is reported as refused, not silently left out."""
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from smartgo.mqtt.admin import ask_blocking, socket_path
 from smartgo.mqtt.swarm import Commander, Swarm, SwarmConfig
 from tests.support.broker import start_broker
 from tests.support.nodes import Node
-from tests.support.waits import LOOPBACK, free_port, wait_for_port
+from tests.support.waits import LOOPBACK, free_port, wait_for_port, wait_until
 
 DEVICES = 3000
 PER_SOURCE = 1000               # devices per source address: 3 addresses
@@ -65,20 +64,25 @@ def test_swarm_holds_pings_and_commands_devices(node: tuple[Node, int, int]) -> 
         p50, p99 = pinged.percentile(50), pinged.percentile(99)
         assert p50 is not None and p99 is not None and 0 < p50 <= p99
 
-        targets = random.sample(range(DEVICES), 25)
+        *targets, last = random.sample(range(DEVICES), 26)
         commander = Commander(LOOPBACK, port, client_id="test-commander")
+        got: list = []
+
+        def collected() -> list:
+            got.extend(swarm.arrivals())
+            return got
         try:
             stamps = {commander.send(device): device for device in targets}
             assert commander.drain() == 0
-            got: list = []
-            deadline = time.monotonic() + 20
-            while len(got) < len(targets) and time.monotonic() < deadline:
-                got += swarm.arrivals()
-                time.sleep(0.05)
-            time.sleep(0.5)                     # anything more would be a duplicate or a stray delivery
-            got += swarm.arrivals()
+            wait_until(lambda: len(collected()) >= len(targets), timeout=20, message="the commands at their devices")
+            # one more after them: once it is in, a duplicate or stray of the first ones would be too
+            stamps[commander.send(last)] = last
+            assert commander.drain() == 0
+            wait_until(lambda: any(a.device == last for a in collected()), timeout=20,
+                       message="the last command at its device")
         finally:
             commander.close()
+        targets.append(last)
         assert sorted((stamps.get(a.sent_ns), a.device) for a in got) == sorted((d, d) for d in targets)
         assert all(a.own_topic and a.latency_ms > 0 for a in got)
         assert swarm.counts()["lost"] == 0 and swarm.failures() == {}
