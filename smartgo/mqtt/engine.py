@@ -25,7 +25,7 @@ from smartgo.mqtt.session import NEVER, Outgoing, Session, Subscription
 from smartgo.mqtt.stats import MqttStats
 from smartgo.mqtt.topics import (RetainedIndex, SubscriptionIndex, matches, split_share, valid_filter,
                                  valid_topic_name)
-from smartgo.mqtt.wheel import TimingWheel
+from smartgo.net.wheel import TimingWheel
 
 log = logging.getLogger(__name__)
 

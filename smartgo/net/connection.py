@@ -34,6 +34,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.errors import (ConnectionClosedError, FrameError, RemotingError,
                                 RemotingTimeoutError)
 from smartgo.net.frame import DEFAULT_MAX_FRAME, FrameDecoder, encode_command
+from smartgo.net.wheel import TimingWheel
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,11 @@ FLUSH_BUFFERS = 64
 _opaques = itertools.count(1)
 _connection_ids = itertools.count(1)
 
+# What an idle connection points at instead of containers of its own (a net actor holds tens of
+# thousands of idle connections): each is replaced by a real one when first needed.
+_NO_TASKS: frozenset[asyncio.Task] = frozenset()
+_NOTHING: tuple = ()
+
 
 @dataclass(slots=True)
 class EndpointOptions:
@@ -100,11 +106,17 @@ class EndpointOptions:
 
 class Endpoint:
     """What a server and a client share: options, live connections, events and a housekeeping tick
-    that fails timed-out requests and closes idle connections."""
+    that fails timed-out requests and closes idle connections. A tick visits only the connections
+    with requests outstanding and those whose idle deadline fell due (a timing wheel), so its cost
+    does not grow with the connections held."""
 
     def __init__(self, options: EndpointOptions, scan_interval: float) -> None:
         self.options = options
         self.connections: dict[int, Connection] = {}
+        self.waiting: set[Connection] = set()       # connections with requests outstanding
+        idle = options.idle_timeout
+        # connection ids, so a closed connection is not kept until its deadline
+        self.idle: TimingWheel[int] | None = None if idle is None else TimingWheel(min(idle / 4, 1.0))
         self._scan_interval = scan_interval
         self._housekeeper: asyncio.Task | None = None
 
@@ -122,23 +134,27 @@ class Endpoint:
     async def _housekeep(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self._scan_interval
-        idle = self.options.idle_timeout
-        # Timeouts need the fine scan; idleness is checked about every min(idle / 4, 1 s).
-        idle_every = 0 if idle is None else max(1, round(min(idle / 4, 1.0) / interval))
-        idle_s = idle or 0.0  # read only when idle_every is set
-        tick = 0
         while True:
             await asyncio.sleep(interval)
-            tick += 1
             now = loop.time()
-            check_idle = idle_every and tick % idle_every == 0
-            for conn in list(self.connections.values()):
-                if conn._pending:
-                    conn._expire(now)
-                if check_idle and now - conn.last_active >= idle_s and not conn.closed:
-                    log.info("closing %s: idle for %.0f s", conn, now - conn.last_active)
-                    self._emit(ConnectionEvent.IDLE, conn, f"idle for {idle} s")
-                    conn.close(f"idle for {idle} s")
+            for conn in list(self.waiting):
+                conn._expire(now)
+            if self.idle is not None:
+                self._close_idle(self.idle, now)
+
+    def _close_idle(self, wheel: TimingWheel[int], now: float) -> None:
+        """Close the connections silent for idle_timeout; one heard from since goes back in."""
+        idle = self.options.idle_timeout or 0.0
+        for conn_id in wheel.due(now):
+            conn = self.connections.get(conn_id)
+            if conn is None or conn.closed:
+                continue
+            if now - conn.last_active < idle:
+                wheel.add(conn.last_active + idle, conn_id)
+                continue
+            log.info("closing %s: idle for %.0f s", conn, now - conn.last_active)
+            self._emit(ConnectionEvent.IDLE, conn, f"idle for {idle:g} s")
+            conn.close(f"idle for {idle:g} s")
 
     async def _close_all(self, reason: str, timeout: float = 5.0) -> None:
         if self._housekeeper is not None:
@@ -158,11 +174,17 @@ class Connection(asyncio.Protocol):
     "host:port" as RocketMQ prints it.
     """
 
+    __slots__ = ("id", "remote_address", "last_active", "_endpoint", "_dialled", "_processors",
+                 "_default_processor", "_max_inflight", "_request_hook", "_decoder", "_loop", "_transport",
+                 "_pending", "_tasks", "_oneway", "_backlog", "_budget", "_deferred", "_out", "_flush_scheduled",
+                 "_receiving", "_peer_smartgo", "_extra_flags", "_compress", "_request_type", "_write_paused",
+                 "_inflight_paused", "_read_paused", "_drain_waiters", "_close_reason", "_lost", "_closed",
+                 "_gatherer", "_kick")
+
     def __init__(self, endpoint: Endpoint, dialled: bool) -> None:
         opts = endpoint.options
         self.id = next(_connection_ids)
         self.remote_address = "?"
-        self.local_address = "?"
         self.last_active = 0.0
         self._endpoint = endpoint
         self._dialled = dialled
@@ -173,14 +195,16 @@ class Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(opts.max_frame)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        # opaque -> (deadline, code, timeout, future or None, callback or None)
-        self._pending: dict[int, tuple[float, int, float, asyncio.Future | None, ResponseCallback | None]] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._oneway: set[asyncio.Task] = set()     # of _tasks: oneway requests', which outlive the connection
-        self._backlog: deque[RemotingCommand] = deque()
+        # opaque -> (deadline, code, timeout, future or None, callback or None); the containers
+        # below start as shared empty ones (_NOTHING, _NO_TASKS) and become their own when used
+        self._pending: dict[int, tuple[float, int, float, asyncio.Future | None, ResponseCallback | None]] | None = None
+        self._tasks: set[asyncio.Task] | frozenset[asyncio.Task] = _NO_TASKS
+        # of _tasks: oneway requests', which outlive the connection
+        self._oneway: set[asyncio.Task] | frozenset[asyncio.Task] = _NO_TASKS
+        self._backlog: deque[RemotingCommand] | tuple = _NOTHING
         self._budget = opts.budget
         self._deferred = False      # the turn's budget ran out: the backlog goes on next turn
-        self._out: list = []
+        self._out: list | tuple = _NOTHING
         self._flush_scheduled = False
         self._receiving = False
         self._peer_smartgo = False
@@ -191,9 +215,10 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._inflight_paused = False
         self._read_paused = False
-        self._drain_waiters: list[asyncio.Future] = []
+        self._drain_waiters: list[asyncio.Future] | tuple = _NOTHING
         self._close_reason: str | None = None
-        self._closed = self._loop.create_future()
+        self._lost = False
+        self._closed: asyncio.Future | None = None      # made for the first wait_closed()
         self._gatherer = _gatherer_for(self._loop)
         poller = poller_for(opts.busy_poll_us, self._loop)
         self._kick = poller.kick if poller is not None else None
@@ -213,7 +238,12 @@ class Connection(asyncio.Protocol):
 
     @property
     def pending_count(self) -> int:
-        return len(self._pending)
+        return len(self._pending or _NOTHING)
+
+    @property
+    def local_address(self) -> str:
+        transport = self._transport
+        return "?" if transport is None else _address(transport.get_extra_info("sockname"))
 
     @property
     def inflight_count(self) -> int:
@@ -225,7 +255,9 @@ class Connection(asyncio.Protocol):
             log.debug("dropping code %d opaque %d for closed %s", cmd.code, cmd.opaque, self)
             return False
         out = self._out
-        out += encode_command(cmd, self._extra_flags, self._compress)
+        if out is _NOTHING:
+            out = self._out = []
+        out += encode_command(cmd, self._extra_flags, self._compress)  # type: ignore[operator]  # a list now
         if len(out) >= FLUSH_BUFFERS:
             self._flush()     # long batch: let the peer start on it while we build the rest
             return True
@@ -263,11 +295,16 @@ class Connection(asyncio.Protocol):
         cmd.serialize_type = self._request_type
         if self._request_hook is not None:
             self._request_hook(cmd)
-        self._pending[opaque] = (self._loop.time() + timeout, cmd.code, timeout, fut, callback)
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = {}
+        if not pending:
+            self._endpoint.waiting.add(self)
+        pending[opaque] = (self._loop.time() + timeout, cmd.code, timeout, fut, callback)
         try:
             self.send(cmd)
         except BaseException:
-            del self._pending[opaque]
+            self._settled(opaque)
             raise
         if self._kick is not None:
             self._kick()              # the answer may come back before a sleep would end
@@ -290,7 +327,9 @@ class Connection(asyncio.Protocol):
         """Wait until the transport's write buffer is below its high-water mark."""
         if self._write_paused and self._transport is not None:
             waiter = self._loop.create_future()
-            self._drain_waiters.append(waiter)
+            if self._drain_waiters is _NOTHING:
+                self._drain_waiters = []
+            self._drain_waiters.append(waiter)  # type: ignore[union-attr]  # a list now
             await waiter
 
     def close(self, reason: str = "closed by this side") -> None:
@@ -302,6 +341,10 @@ class Connection(asyncio.Protocol):
         self._transport.close()
 
     async def wait_closed(self) -> None:
+        if self._lost:
+            return
+        if self._closed is None:
+            self._closed = self._loop.create_future()
         await asyncio.shield(self._closed)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
@@ -310,8 +353,10 @@ class Connection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]  # a stream transport
         self.last_active = self._loop.time()
         self.remote_address = _address(transport.get_extra_info("peername"))
-        self.local_address = _address(transport.get_extra_info("sockname"))
-        self._endpoint.connections[self.id] = self
+        endpoint = self._endpoint
+        endpoint.connections[self.id] = self
+        if endpoint.idle is not None:
+            endpoint.idle.add(self.last_active + (endpoint.options.idle_timeout or 0.0), self.id)
         self._endpoint._emit(ConnectionEvent.CONNECT if self._dialled else ConnectionEvent.ACTIVE, self, None)
 
     def data_received(self, data: bytes) -> None:
@@ -331,9 +376,9 @@ class Connection(asyncio.Protocol):
                 if cmd.flag & FLAG_RESPONSE:
                     self._on_response(cmd)
                 elif self._inflight_paused or self._deferred:
-                    self._backlog.append(cmd)   # over max_inflight, or the turn's budget is spent: wait
+                    self._hold(cmd)   # over max_inflight, or the turn's budget is spent: wait
                 elif self._budget is not None and not self._budget.take():
-                    self._backlog.append(cmd)
+                    self._hold(cmd)
                     self._defer()
                 else:
                     self._on_request(cmd)
@@ -349,8 +394,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
-        self._out = []
+        self._lost = True
+        self._out = _NOTHING
         self._endpoint.connections.pop(self.id, None)
+        self._endpoint.waiting.discard(self)
         reason = self._close_reason
         if reason is not None:
             self._endpoint._emit(ConnectionEvent.CLOSED, self, reason)
@@ -360,19 +407,19 @@ class Connection(asyncio.Protocol):
                 reason = f"transport error: {exc}"
                 self._endpoint._emit(ConnectionEvent.ERROR, self, reason)
             self._endpoint._emit(ConnectionEvent.DISCONNECT, self, reason)
-        pending, self._pending = self._pending, {}
+        pending, self._pending = self._pending or {}, None
         for entry in pending.values():
             _resolve(entry, None, ConnectionClosedError(
                 f"{self} closed ({reason}) before the response to code {entry[1]} arrived"))
-        self._backlog.clear()
+        self._backlog = _NOTHING
         for task in list(self._tasks):
             if task not in self._oneway:    # a oneway request is carried out all the same, as in 4.x
                 task.cancel()
-        for waiter in self._drain_waiters:
+        waiters, self._drain_waiters = self._drain_waiters, _NOTHING
+        for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-        self._drain_waiters.clear()
-        if not self._closed.done():
+        if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)
 
     def pause_writing(self) -> None:
@@ -382,7 +429,7 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._write_paused = False
         self._update_reading()
-        waiters, self._drain_waiters = self._drain_waiters, []
+        waiters, self._drain_waiters = self._drain_waiters, _NOTHING
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -393,7 +440,7 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         out = self._out
         if out and self._transport is not None:
-            self._out = []
+            self._out = _NOTHING
             self._transport.writelines(out)
             self.last_active = self._loop.time()
 
@@ -416,11 +463,25 @@ class Connection(asyncio.Protocol):
         self._request_type = opts.serialize_type
 
     def _on_response(self, cmd: RemotingCommand) -> None:
-        entry = self._pending.pop(cmd.opaque, None)
+        entry = self._settled(cmd.opaque)
         if entry is None:
             log.debug("%s: response opaque %d matches no request (timed out?)", self, cmd.opaque)
             return
         _resolve(entry, cmd, None)
+
+    def _settled(self, opaque: int) -> tuple | None:
+        """Take a request off the pending table (None if it is not there: timed out, or unknown);
+        the last one leaves the endpoint's waiting set."""
+        pending = self._pending
+        entry = None if pending is None else pending.pop(opaque, None)
+        if entry is not None and not pending:
+            self._endpoint.waiting.discard(self)
+        return entry
+
+    def _hold(self, cmd: RemotingCommand) -> None:
+        if self._backlog is _NOTHING:
+            self._backlog = deque()
+        self._backlog.append(cmd)  # type: ignore[union-attr]  # a deque now
 
     def _on_request(self, cmd: RemotingCommand) -> None:
         processor = self._processors.get(cmd.code, self._default_processor)
@@ -442,9 +503,13 @@ class Connection(asyncio.Protocol):
                 return
             resumed = _Resumed(coro, first)
         task = self._loop.create_task(self._process(cmd, processor, resumed))
-        self._tasks.add(task)
+        if self._tasks is _NO_TASKS:
+            self._tasks = set()
+        self._tasks.add(task)  # type: ignore[union-attr]  # a set now
         if cmd.flag & FLAG_ONEWAY:
-            self._oneway.add(task)
+            if self._oneway is _NO_TASKS:
+                self._oneway = set()
+            self._oneway.add(task)  # type: ignore[union-attr]  # a set now
         task.add_done_callback(self._task_done)
         if len(self._tasks) >= self._max_inflight and not self._inflight_paused:
             self._inflight_paused = True
@@ -452,9 +517,13 @@ class Connection(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task) -> None:
         tasks = self._tasks
-        tasks.discard(task)
+        tasks.discard(task)  # type: ignore[union-attr]  # it holds task, so a set
+        if not tasks:
+            self._tasks = _NO_TASKS
         if self._oneway:
-            self._oneway.discard(task)
+            self._oneway.discard(task)  # type: ignore[union-attr]  # not empty, so a set
+            if not self._oneway:
+                self._oneway = _NO_TASKS
         if not self._inflight_paused or len(tasks) > self._max_inflight // 2:
             return
         self._inflight_paused = False
@@ -480,7 +549,7 @@ class Connection(asyncio.Protocol):
                 if budget is not None and not budget.take():
                     self._defer()
                     break
-                self._on_request(backlog.popleft())
+                self._on_request(backlog.popleft())  # type: ignore[union-attr]  # not empty, so a deque
         finally:
             self._receiving = False
         if self._out:
@@ -520,10 +589,9 @@ class Connection(asyncio.Protocol):
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark)
 
     def _expire(self, now: float) -> None:
-        pending = self._pending
-        expired = [opaque for opaque, entry in pending.items() if entry[0] <= now]
-        for opaque in expired:
-            entry = pending.pop(opaque)
+        expired = [(opaque, entry) for opaque, entry in (self._pending or {}).items() if entry[0] <= now]
+        for opaque, entry in expired:
+            self._settled(opaque)
             _resolve(entry, None, RemotingTimeoutError(
                 f"no response from {self.remote_address} to code {entry[1]} (opaque {opaque}) "
                 f"within {entry[2]:g} s"))

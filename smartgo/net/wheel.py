@@ -1,6 +1,6 @@
-"""A timing wheel of one-second slots: deadlines for very many connections at a cost per tick of
-the entries due, not of all of them (Varghese and Lauck's hashed wheel, without the hashing: a
-slot per second, kept only while it holds entries)."""
+"""A timing wheel: deadlines for very many connections (MQTT keep-alives, remoting idle timeouts)
+at a cost per tick of the entries due, not of all of them (Varghese and Lauck's hashed wheel,
+without the hashing: a slot per `width` seconds, kept only while it holds entries)."""
 
 from __future__ import annotations
 
@@ -14,23 +14,24 @@ class TimingWheel(Generic[T]):
     """Entries are checked again by their owner when due: a connection that was active is put
     back at its new deadline instead of being moved at every packet."""
 
-    __slots__ = ("_slots", "_next")
+    __slots__ = ("_slots", "_next", "_width")
 
-    def __init__(self) -> None:
+    def __init__(self, width: float = 1.0) -> None:
         self._slots: dict[int, list[T]] = {}
-        self._next = -1                      # the earliest second not yet handed out; -1 = none yet
+        self._next = -1                      # the earliest slot not yet handed out; -1 = none yet
+        self._width = width
 
     def add(self, deadline: float, entry: T) -> None:
-        second = max(math.ceil(deadline), self._next)
-        slot = self._slots.get(second)
+        index = max(math.ceil(deadline / self._width), self._next)
+        slot = self._slots.get(index)
         if slot is None:
-            self._slots[second] = [entry]
+            self._slots[index] = [entry]
         else:
             slot.append(entry)
 
     def due(self, now: float) -> list[T]:
         """The entries whose deadline is at or before now, each once."""
-        until = math.floor(now)
+        until = math.floor(now / self._width)
         if self._next < 0:
             self._next = min(self._slots, default=until + 1)
         out: list[T] = []
