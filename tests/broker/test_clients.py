@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -269,3 +270,36 @@ def test_query_topic_consume_by_who_lists_online_subscribers_and_offset_holders(
     wait_until(lambda: groups() == sorted([online, committed]), message="both groups listed")
     c.unregister(online)
     wait_until(lambda: groups() == [committed], message="the departed consumer's group gone")
+
+
+@pytest.mark.timeout(120)
+def test_an_unchanged_heartbeat_is_answered_by_the_net_actor_itself(start_node):
+    """100,000 clients heartbeat 3,300 times a second: one the same as the connection's last
+    accepted heartbeat is answered without the broker actor (here stopped), which keeps the client
+    from the touches; a changed one still goes to the broker actor."""
+    broker = start_node({"client_expiry": 3.0, "client_scan_interval": 0.2})
+    group = uid("G")
+    c = ClientStub(broker.addr, "steady@1")
+    stopped = None
+    try:
+        assert c.heartbeat({group: {"T": "*"}}, version=1).code == ResponseCode.SUCCESS
+        stopped = next(a["pid"] for a in broker.node.health()["actors"] if a["name"] == "broker")
+        os.kill(stopped, signal.SIGSTOP)
+        assert c.heartbeat({group: {"T": "*"}}, version=1).code == ResponseCode.SUCCESS
+        changed = c.heartbeat({group: {"T": "*", "U": "*"}}, version=1)
+        assert changed.code == ResponseCode.SYSTEM_BUSY and "broker actor unavailable" in changed.remark
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        seen = c.heartbeat({group: {"T": "*", "U": "*"}}, version=1)      # forwarded in full: it was not accepted
+        assert seen.code == ResponseCode.SUCCESS
+        conn = json.loads(broker.call(group_command(RequestCode.GET_CONSUMER_CONNECTION_LIST, group)).body_bytes())
+        assert sorted(conn["subscriptionTable"]) == ["T", "U"]
+        deadline = time.monotonic() + 8                        # well past client_expiry
+        while time.monotonic() < deadline:
+            assert c.heartbeat({group: {"T": "*", "U": "*"}}, version=1).code == ResponseCode.SUCCESS
+            assert consumer_ids(broker, group) == ["steady@1"]  # the touches keep it
+            time.sleep(0.5)
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        c.close()

@@ -190,6 +190,29 @@ def test_client_table_membership_state_and_expiry():
     assert t.unregister(ref(4), None, "G").state == {"G"} and t.counts() == (0, 0, 0)
 
 
+def test_a_touched_connection_stays_and_a_close_leaves_just_its_own_groups():
+    """Heartbeats a net actor answered itself arrive as touches; the connection -> groups index
+    makes a close drop exactly its channels, and is empty once every connection has gone."""
+    clock = Clock()
+    t = ClientTable(expiry=120.0, clock=clock)
+    both = parse_heartbeat(heartbeat_body("a", {"G": {"T": "*"}, "H": {"T": "*"}}, producers=("PG",)))
+    t.heartbeat(ref(1), both, 0, 409)
+    t.heartbeat(ref(2), hb("b", {"T": "*"}), 0, 409)
+    t.heartbeat(ref(3, "net-1"), hb("c", {"T": "*"}), 0, 409)
+    clock.now += 100
+    t.touch("net-0", [1, 99])                        # 99: a connection the table does not know
+    t.touch("net-1", [3])
+    clock.now += 30
+    assert t.expire().notify == {"G"}                # b, silent for 130 s, leaves; a and c were touched
+    assert t.consumer_ids("G") == ["a", "c"] and t.consumer_ids("H") == ["a"] and t.producer_ref("a") == ref(1)
+    assert t.unregister(ref(1), None, "H").state == {"H"}
+    assert t.connection_closed("net-0", 1).notify == {"G"}          # a's G and PG go, c stays
+    assert t.consumer_ids("G") == ["c"] and t.producer_ref("a") is None and "H" not in t.consumers
+    assert not t.connection_closed("net-0", 1)                       # twice: nothing left to drop
+    t.connection_closed("net-1", 3)
+    assert t.counts() == (0, 0, 0) and t._groups_of == {}
+
+
 def test_heartbeat_parsing_accepts_what_clients_send():
     body = (b'{"clientID":"c@1","consumerDataSet":[{"groupName":"G","messageModel":"Clustering",'
             b'"subscriptionDataSet":[{"topic":"T","subString":"A","codeSet":["65"],"subVersion":"7"}]}],'

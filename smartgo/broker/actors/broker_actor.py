@@ -19,7 +19,7 @@ per request:
 Requests reach it through the request channel (smartgo.broker.channel): whole remoting
 requests whose code is in FORWARDED_CODES (the CODES tables of the PROCESSORS: client_processor.py,
 admin_processor.py, ...), the calls create_topic and push_reply (request-reply: reply_processor.py),
-and events from the net actors (offsets, stats, conn_closed, want_state, group_seen). To serve a
+and events from the net actors (offsets, stats, conn_closed, touch, want_state, group_seen). To serve a
 new code: add it to a processor's CODES (a new processor class joins PROCESSORS); the net actors
 forward it from then on.
 """
@@ -148,7 +148,8 @@ class BrokerActor(Actor):
         self.channel.calls["create_topic"] = self.create_topic
         self.channel.calls["push_reply"] = lambda net, args: push_reply(self, net, args)
         self.channel.events.update({"offsets": self._on_offsets, "stats": self._on_stats,
-                                    "conn_closed": self._on_conn_closed, "want_state": self._on_want_state,
+                                    "conn_closed": self._on_conn_closed, "touch": self._on_touch,
+                                    "want_state": self._on_want_state,
                                     "group_seen": self._on_group_seen})
         self.channel.processors.update(self._processors())
         self.spawn(self.channel.run(self.bell), "channel")
@@ -308,6 +309,9 @@ class BrokerActor(Actor):
 
     def _on_conn_closed(self, net: str, args: dict) -> None:
         self.apply(self.clients.connection_closed(net, args["conn"]))
+
+    def _on_touch(self, net: str, args: dict) -> None:
+        self.clients.touch(net, args["conns"])
 
     def _on_want_state(self, net: str, args: dict) -> None:
         self._send_state(net)

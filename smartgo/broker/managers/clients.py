@@ -4,7 +4,9 @@ ClientHousekeepingService), kept by the broker actor.
 A client connection is a ClientRef (net actor, connection id, address). HEART_BEAT registers it
 in its groups with its HeartbeatData; it leaves a group by UNREGISTER_CLIENT, when its
 connection closes (the net actor reports it), when its net actor dies, or when it sent no
-heartbeat for client_expiry (120 s; scanned every client_scan_interval, 10 s). Each operation
+heartbeat for client_expiry (120 s; scanned every client_scan_interval, 10 s). A heartbeat the
+net actor answered itself (the same as the last) arrives as a `touch`. An index from each
+connection to its groups makes a close or a touch cost its groups, not the table. Each operation
 returns which groups changed membership (their consumers get NOTIFY_CONSUMER_IDS_CHANGED) and
 which groups changed what pulls see (their state is published to the net actors). The clock
 is injectable, so expiry is tested without waiting.
@@ -28,6 +30,7 @@ from smartgo.filter import is_tag_type
 from smartgo.net.codes import LanguageCode
 
 ChannelKey = tuple[str, int]          # (net actor, connection id)
+Memberships = tuple[tuple[str, ...], tuple[str, ...]]   # a connection's (consumer groups, producer groups)
 
 if TYPE_CHECKING:
     from smartgo.broker.managers.members import SavedGroup
@@ -122,6 +125,8 @@ class ClientTable:
         self.dirty = False                  # the consumer groups changed since members.py last saved them
         self.producers: dict[str, dict[ChannelKey, ClientChannel]] = {}
         self._producer_ids: dict[str, tuple[str, ChannelKey]] = {}    # client id -> (group, channel): a hint
+        self._groups_of: dict[ChannelKey, Memberships] = {}
+        self._shapes: dict[Memberships, Memberships] = {}    # one tuple for equal memberships (memory)
 
     # ---- registration ---------------------------------------------------------------------------
     def heartbeat(self, ref: ClientRef, hb: HeartbeatData, language: int, version: int) -> Changes:
@@ -154,8 +159,38 @@ class ClientTable:
         for group in hb.producers:
             self._touch(self.producers.setdefault(group, {}), key, ref, hb.client_id, language, version, now)
             self._producer_ids[hb.client_id] = (group, key)
+        consumers, producers = self._groups_of.get(key, ((), ()))
+        self._index(key, _union(consumers, (d.group for d in hb.consumers)), _union(producers, hb.producers))
         self.dirty |= bool(changes)
         return changes
+
+    def touch(self, net: str, conns: Iterable[int]) -> None:
+        """Connections whose unchanged heartbeat their net actor answered: seen now."""
+        now = self.clock()
+        for conn in conns:
+            key = (net, conn)
+            consumers, producers = self._groups_of.get(key, ((), ()))
+            channel_maps = [info.channels for info in map(self.consumers.get, consumers) if info is not None]
+            channel_maps += [chans for chans in map(self.producers.get, producers) if chans is not None]
+            for channels in channel_maps:
+                ch = channels.get(key)
+                if ch is not None:
+                    ch.last_update = now
+
+    def _index(self, key: ChannelKey, consumers: tuple[str, ...], producers: tuple[str, ...]) -> None:
+        if not consumers and not producers:
+            self._groups_of.pop(key, None)
+            return
+        shape = (consumers, producers)
+        self._groups_of[key] = self._shapes.setdefault(shape, shape)
+
+    def _unindex(self, key: ChannelKey, group: str, producer: bool) -> None:
+        consumers, producers = self._groups_of.get(key, ((), ()))
+        if producer:
+            producers = tuple(g for g in producers if g != group)
+        else:
+            consumers = tuple(g for g in consumers if g != group)
+        self._index(key, consumers, producers)
 
     @staticmethod
     def _touch(channels: dict[ChannelKey, ClientChannel], key: ChannelKey, ref: ClientRef, client_id: str,
@@ -174,18 +209,22 @@ class ClientTable:
         a presumed member (a client that stops before it heartbeat a restarted broker)."""
         key = (ref.net, ref.conn)
         if producer_group:
-            self._drop_producer(producer_group, lambda k, ch: k == key)
+            self._drop_producer(producer_group, lambda k, ch: k == key, key)
         info = self.consumers.get(consumer_group or "")
         if info is None:
             return Changes()
-        changes = self._drop_consumers(lambda k, ch: k == key, [info.name])
+        changes = self._drop_consumers(lambda k, ch: k == key, [info.name], key)
         if client_id in info.presumed:
             info.presumed.discard(client_id)
             self._left(info, changes)
         return changes
 
     def connection_closed(self, net: str, conn: int) -> Changes:
-        return self._drop_everywhere(lambda k, ch: k == (net, conn))
+        key = (net, conn)
+        consumers, producers = self._groups_of.get(key, ((), ()))
+        for group in producers:
+            self._drop_producer(group, lambda k, ch: k == key, key)
+        return self._drop_consumers(lambda k, ch: k == key, list(consumers), key)
 
     def net_gone(self, net: str) -> Changes:
         """A net actor died or restarted: its connections are gone with it."""
@@ -201,24 +240,32 @@ class ClientTable:
             self._drop_producer(group, gone)
         return self._drop_consumers(gone, list(self.consumers))
 
-    def _drop_producer(self, group: str, gone: Callable[[ChannelKey, ClientChannel], bool]) -> None:
+    def _drop_producer(self, group: str, gone: Callable[[ChannelKey, ClientChannel], bool],
+                       only: ChannelKey | None = None) -> None:
+        """Drop the group's channels that are `gone`: only `only`'s, when given (no scan)."""
         channels = self.producers.get(group, {})
-        for k in [k for k, ch in channels.items() if gone(k, ch)]:
+        for k in [k for k in _candidates(channels, only) if gone(k, channels[k])]:
             ch = channels.pop(k)
+            self._unindex(k, group, producer=True)
             if self._producer_ids.get(ch.client_id) == (group, k):
                 del self._producer_ids[ch.client_id]
         if not channels:
             self.producers.pop(group, None)
 
-    def _drop_consumers(self, gone: Callable[[ChannelKey, ClientChannel], bool], groups: list[str]) -> Changes:
+    def _drop_consumers(self, gone: Callable[[ChannelKey, ClientChannel], bool], groups: list[str],
+                        only: ChannelKey | None = None) -> Changes:
         changes = Changes()
         for group in groups:
-            info = self.consumers[group]
-            dropped = [k for k, ch in info.channels.items() if gone(k, ch)]
+            info = self.consumers.get(group)
+            if info is None:
+                continue
+            channels = info.channels
+            dropped = [k for k in _candidates(channels, only) if gone(k, channels[k])]
             if not dropped:
                 continue
             for k in dropped:
-                del info.channels[k]
+                del channels[k]
+                self._unindex(k, group, producer=False)
             self._left(info, changes)
         return changes
 
@@ -289,3 +336,16 @@ class ClientTable:
         conns = {k for info in self.consumers.values() for k in info.channels}
         conns |= {k for chans in self.producers.values() for k in chans}
         return len(self.consumers), len(self.producers), len(conns)
+
+
+def _union(held: tuple[str, ...], more: Iterable[str]) -> tuple[str, ...]:
+    """held, then the groups of `more` not in it (a heartbeat never takes a connection out of a group)."""
+    extra = [g for g in more if g not in held]
+    return held + tuple(dict.fromkeys(extra)) if extra else held
+
+
+def _candidates(channels: dict[ChannelKey, ClientChannel], only: ChannelKey | None) -> list[ChannelKey]:
+    """The keys to test: all of them, or just `only` (if the group has it)."""
+    if only is None:
+        return list(channels)
+    return [only] if only in channels else []
