@@ -77,6 +77,9 @@ class NodeConfig:
     net_actors: int = setting(0, "number of net actors (connection/codec processes) of a broker; 0 = one for "
                                  "every two CPUs the node may use (its affinity and cgroup quota), at least 1: "
                                  "1 is the best on 2 cores (docs/BENCHMARKS.md)")
+    remoting_connections: int = setting(0, "RocketMQ client connections the node is sized for: as many net actors "
+                                           "start as hold them, each taking its open-files limit less a twentieth "
+                                           "and its mapped ConsumeQueue files; 0 = --net-actors alone", metavar="N")
     net_busy_poll_us: int = setting(0, "microseconds a net actor keeps polling after I/O before it sleeps "
                                        "(smartgo.net.busy_poll): fewer wake-ups for synchronous clients at the "
                                        "price of spinning; 0 = off")

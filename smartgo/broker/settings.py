@@ -8,14 +8,23 @@ from smartgo.config import ConfigError, NodeConfig
 from smartgo.broker.schedule.schedule_message import TimerSettings
 from smartgo.store.config import TIMER_FIRST_LEVEL, StoreConfig
 from smartgo.store.record import parse_delay_levels
+from smartgo.net.limits import connections_per_actor, open_files_limit
 
 NET_PREFIX = "net-"
 SCHEDULE = "schedule"       # the schedule actor: a producer to commit like a net actor (actors/schedule_actor.py)
 
 
 def net_names(config: NodeConfig) -> list[str]:
-    """Actor names of the net actors: net-0 .. net-(N-1)."""
-    return [f"{NET_PREFIX}{i}" for i in range(max(1, config.net_actors))]
+    """Actor names of the net actors: net-0 .. net-(N-1); --net-actors, or more when
+    --remoting-connections needs more descriptors than they have."""
+    needed = -(-config.remoting_connections // net_capacity(config, open_files_limit()))
+    return [f"{NET_PREFIX}{i}" for i in range(max(1, config.net_actors, needed))]
+
+
+def net_capacity(config: NodeConfig, open_files: int) -> int:
+    """Client connections a net actor takes before it refuses more: its share of open files less
+    the ConsumeQueue files it may keep mapped (each holds a descriptor)."""
+    return max(1, connections_per_actor(open_files) - mapped_queue_files(config.mapped_queue_files, open_files))
 
 
 def commit_producers(config: NodeConfig) -> list[str]:
@@ -88,13 +97,14 @@ def registry_addrs(config: NodeConfig) -> list[str]:
 RESERVED_FILES = 1024        # descriptors kept for connections, CommitLog and index files
 
 
-def mapped_queue_files(configured: int) -> int:
+def mapped_queue_files(configured: int, soft: int | None = None) -> int:
     """ConsumeQueue files an actor may keep mapped, each holding a descriptor (CPython's mmap keeps
     a dup of the file's): the configured number, or fewer to leave a quarter of the open files
     limit (the supervisor raised it to the hard limit) for everything else - at least
     RESERVED_FILES, at most half. Past it the least recently used file is unmapped (MappingLimit),
     so no number of queues runs an actor out of descriptors."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft is None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
         return configured
     return min(configured, soft - min(max(RESERVED_FILES, soft // 4), soft // 2))

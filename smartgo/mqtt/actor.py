@@ -39,8 +39,8 @@ from smartgo.mqtt.session import Outgoing, Session
 from smartgo.mqtt.sessions import (CLAIM, ENDED, EPOCH, HANDOFF, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC,
                                    Pending, Restored, SessionJournal, session_queue,
                                    Source, decode, encode, parse_source, source_of, still_alive)
-from smartgo.mqtt.listeners import (WebSocketConnection, connections_per_actor, listening_socket,
-                                    mqtt_names, open_files_limit)
+from smartgo.mqtt.listeners import WebSocketConnection, listening_socket, mqtt_names
+from smartgo.net.limits import connections_per_actor, open_files_limit
 from smartgo.mqtt.peers import PeerServer, ask, peer_path
 from smartgo.net.tls import server_context
 from smartgo.store.record import MessageExt

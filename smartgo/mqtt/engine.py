@@ -25,6 +25,7 @@ from smartgo.mqtt.session import NEVER, Outgoing, Session, Subscription
 from smartgo.mqtt.stats import MqttStats
 from smartgo.mqtt.topics import (RetainedIndex, SubscriptionIndex, matches, split_share, valid_filter,
                                  valid_topic_name)
+from smartgo.net.limits import worth_logging
 from smartgo.net.wheel import TimingWheel
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class Limits:
     connect_timeout: float = 10.0
     max_keep_alive: int = 0                 # 0 = the client's own
     max_session_expiry: int = NEVER
-    max_connections: int = 1 << 62          # more CONNECTs get "server busy" (listeners.connections_per_actor)
+    max_connections: int = 1 << 62          # more CONNECTs get "server busy" (net.limits.connections_per_actor)
 
 
 class Connection(asyncio.Protocol):
@@ -353,7 +354,7 @@ class Engine:
         v5 = conn.version == 5
         if self.connections > self.limits.max_connections:
             self.stats.busy += 1
-            if self.stats.busy in (1, 10, 100, 1000) or self.stats.busy % 10000 == 0:
+            if worth_logging(self.stats.busy):
                 log.warning("mqtt: %d connections, this actor's limit (its open-files limit less what it keeps "
                             "for itself): CONNECT refused with server busy, %d so far (logged at 1, 10, 100, "
                             "1000, then every 10,000; --mqtt-connections starts more MQTT actors)",
@@ -729,7 +730,7 @@ class Engine:
             self._send(conn, session, out)
         elif not session.enqueue(out, self.limits.max_queued_messages, self.limits.max_queued_bytes):
             self.stats.dropped += 1
-            if session.dropped in (1, 10, 100, 1000) or session.dropped % 10000 == 0:
+            if worth_logging(session.dropped):
                 log.warning("mqtt %s: its queue is full (%d messages, %d bytes): a message dropped, %d so far "
                             "(logged at 1, 10, 100, 1000, then every 10,000)", session.client_id,
                             len(session.queue), session.queued_bytes, session.dropped)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import resource
 import socket
 from typing import Any
 
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.mqtt import websocket as ws
 from smartgo.mqtt.engine import Connection, Engine
+from smartgo.net.limits import actors_for
 
 log = logging.getLogger(__name__)
 
@@ -20,27 +20,9 @@ MQTT_PREFIX = "mqtt-"
 BACKLOG = 4096
 
 
-#: Descriptors an MQTT actor keeps for itself (its broker connections, peer and admin sockets, logs): a
-#: twentieth of its open-files limit, at least this.
-FD_RESERVE = 256
-
-
-def open_files_limit(current: bool = False) -> int:
-    """The open-files limit the actors run with: the supervisor raises the soft limit to the hard one
-    before it starts them (smartgo.actors.arbiter.raise_open_files_limit); current: this process's."""
-    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0 if current else 1]
-    return 1 << 20 if limit == resource.RLIM_INFINITY else limit
-
-
-def connections_per_actor(open_files: int) -> int:
-    """Connections one MQTT actor takes before it answers CONNECT with "server busy"."""
-    return max(1, open_files - max(FD_RESERVE, open_files // 20))
-
-
 def mqtt_actor_count(config: NodeConfig) -> int:
     """--mqtt-actors, or more when --mqtt-connections needs more descriptors than they have."""
-    needed = -(-config.mqtt_connections // connections_per_actor(open_files_limit()))
-    return max(1, config.mqtt_actors, needed)
+    return max(1, config.mqtt_actors, actors_for(config.mqtt_connections))
 
 
 def mqtt_names(config: NodeConfig) -> list[str]:

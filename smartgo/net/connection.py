@@ -47,7 +47,8 @@ class ConnectionEvent(enum.Enum):
 
     Every connection ends with exactly one of CLOSED (this side closed it: close(), a frame error,
     idleness, shutdown) or DISCONNECT (the peer closed it or the transport failed). ERROR precedes
-    the end when something went wrong; IDLE precedes the CLOSED of an idle connection.
+    the end when something went wrong; IDLE precedes the CLOSED of an idle connection. A server
+    connection accepted past max_connections gets REFUSED alone.
     """
 
     ACTIVE = "active"          # accepted by a server
@@ -56,6 +57,7 @@ class ConnectionEvent(enum.Enum):
     CLOSED = "closed"
     ERROR = "error"
     IDLE = "idle"
+    REFUSED = "refused"        # accepted past the server's max_connections and closed at once: the only event
 
 
 Listener = Callable[[ConnectionEvent, "Connection", "str | None"], None]
@@ -114,6 +116,7 @@ class Endpoint:
         self.options = options
         self.connections: dict[int, Connection] = {}
         self.waiting: set[Connection] = set()       # connections with requests outstanding
+        self.capacity: int | None = None            # a server's max_connections
         idle = options.idle_timeout
         # connection ids, so a closed connection is not kept until its deadline
         self.idle: TimingWheel[int] | None = None if idle is None else TimingWheel(min(idle / 4, 1.0))
@@ -354,6 +357,13 @@ class Connection(asyncio.Protocol):
         self.last_active = self._loop.time()
         self.remote_address = _address(transport.get_extra_info("peername"))
         endpoint = self._endpoint
+        if endpoint.capacity is not None and len(endpoint.connections) >= endpoint.capacity:
+            self._transport = None                # never live: no CLOSED or DISCONNECT follows
+            self._lost = True
+            transport.close()
+            endpoint._emit(ConnectionEvent.REFUSED, self, f"{len(endpoint.connections)} connections, the most "
+                                                          "this process takes (its open-files limit)")
+            return
         endpoint.connections[self.id] = self
         if endpoint.idle is not None:
             endpoint.idle.add(self.last_active + (endpoint.options.idle_timeout or 0.0), self.id)
@@ -393,6 +403,8 @@ class Connection(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:                              # refused at connection_made
+            return
         self._transport = None
         self._lost = True
         self._out = _NOTHING

@@ -29,12 +29,14 @@ class RemotingServer(Endpoint):
                  compress_threshold: int = 0, serialize_type: int = SerializeType.MSGPACK,
                  scan_interval: float = 0.1, backlog: int = 1024, busy_poll_us: int = 0,
                  tls_mode: str = "disabled", ssl_context: ssl.SSLContext | None = None,
-                 handshake_timeout: float = 10.0, budget: TurnBudget | None = None) -> None:
+                 handshake_timeout: float = 10.0, budget: TurnBudget | None = None,
+                 max_connections: int | None = None) -> None:
         """ports may contain 0 (the kernel picks; see `ports` after start). `processors` is kept by
         reference, so codes registered later (register()) are served too. serialize_type is the
         header type of requests this server sends to clients that announced themselves as SmartGo.
         tls_mode "permissive" or "enforcing" needs ssl_context (smartgo.net.tls.server_context).
-        budget bounds the requests run per loop turn (smartgo.net.budget)."""
+        budget bounds the requests run per loop turn (smartgo.net.budget). A connection accepted
+        past max_connections is closed at once, with a REFUSED event (smartgo.net.limits)."""
         if tls_mode != "disabled" and ssl_context is None:
             raise ValueError(f"TLS mode {tls_mode} needs a certificate")
         options = EndpointOptions(
@@ -44,6 +46,7 @@ class RemotingServer(Endpoint):
             serialize_type=serialize_type, announce=False, pause_reading_on_backpressure=True,
             busy_poll_us=busy_poll_us, budget=budget)
         super().__init__(options, scan_interval)
+        self.capacity = max_connections
         self.host = host
         self._requested_ports = list(ports)
         self._reuse_port = reuse_port

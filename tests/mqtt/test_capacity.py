@@ -13,7 +13,8 @@ import pytest
 
 from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
-from smartgo.mqtt.listeners import connections_per_actor, mqtt_names, open_files_limit
+from smartgo.mqtt.listeners import mqtt_names
+from smartgo.net.limits import connections_per_actor, open_files_limit
 from tests.support.broker import FREE_PORT, start_broker
 from tests.support.nodes import Node
 from tests.support.waits import free_port, wait_for_port, wait_until

@@ -53,7 +53,7 @@ from smartgo.broker.processor.reply_processor import ReplyProcessor
 from smartgo.broker.processor.resume_half_processor import ResumeHalfProcessor
 from smartgo.broker.processor.send_back_processor import SendBackProcessor
 from smartgo.broker.processor.send_processor import SendProcessor
-from smartgo.broker.settings import store_config, vip_port
+from smartgo.broker.settings import net_capacity, store_config, vip_port
 from smartgo.broker.stats.stats import FLUSH_INTERVAL, NetStats
 from smartgo.broker.managers.subscriptions import GroupsView
 from smartgo.common.bodies import BodyError
@@ -63,6 +63,7 @@ from smartgo.net.command import RemotingCommand
 from smartgo.net.connection import Connection, ConnectionEvent, Processor, eager
 from smartgo.net.errors import RemotingError, RemotingTimeoutError
 from smartgo.net.budget import TurnBudget
+from smartgo.net.limits import open_files_limit, worth_logging
 from smartgo.net.loop import wait_within
 from smartgo.net.server import RemotingServer
 from smartgo.net.tls import node_server_options
@@ -108,6 +109,7 @@ class NetActor(Actor):
         # connection id -> its last HEART_BEAT; None: registered, but the next one goes in full
         self.heartbeats: dict[int, RemotingCommand | None] = {}
         self._touched: list[int] = []           # connections whose unchanged heartbeat was answered here
+        self._refused = 0                       # connections closed at accept since start
         self.producers: dict[str, int] = {}     # client id -> the connection its producer heartbeats on
         self._producer_conns: dict[int, str] = {}   # and back, to forget it when the connection closes
         self.sends = SendProcessor(self)
@@ -155,7 +157,8 @@ class NetActor(Actor):
         self.server = RemotingServer(cfg.listen_host, ports, processors, reuse_port=True,
                                      max_frame=max(16 << 20, cfg.max_message_size + (1 << 20)),
                                      listeners=[self._on_connection_event], busy_poll_us=cfg.net_busy_poll_us,
-                                     budget=self.budget, **tls)
+                                     budget=self.budget, max_connections=net_capacity(cfg, open_files_limit(True)),
+                                     **tls)
         self._pump = self.spawn(self._run_pump(), "pump", through_stop=True)   # stop() drains through it
         self._want_state()
         try:
@@ -319,7 +322,14 @@ class NetActor(Actor):
             raise InvokeError(str(exc)) from None
 
     def _on_connection_event(self, event: ConnectionEvent, conn: Connection, reason: str | None) -> None:
-        if event in (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT):
+        if event is ConnectionEvent.REFUSED:
+            self.stats.refused += 1
+            self._refused += 1
+            if worth_logging(self._refused):
+                log.warning("%s: refused a connection from %s: %s; %d refused so far (logged at 1, 10, 100, "
+                            "1000, then every 10000; --remoting-connections sizes the node)",
+                            self.name, conn.remote_address, reason, self._refused)
+        elif event in (ConnectionEvent.CLOSED, ConnectionEvent.DISCONNECT):
             self._forget_producer(conn.id)
             if self.heartbeats.pop(conn.id, False) is not False:      # only a client that registered
                 self.link.event("conn_closed", conn=conn.id, addr=conn.remote_address)

@@ -153,7 +153,11 @@ class BrokerMetrics:
                 cons.add({"consumer_group": group, "language": language, "version": version,
                           "consume_mode": _CONSUME_MODES.get(info.consume_type, info.consume_type.lower()),
                           "protocol_type": "remoting", "is_system": _bool(is_system_group(group))}, n)
-        return [prod, cons]
+        refused = self.family("smartgo_connections_refused_total", "counter",
+                              "Client connections a net actor closed at accept: it held all its open-files "
+                              "limit allows (--remoting-connections sizes the node)")
+        refused.add({"reason": "open_files"}, self.b.stats.totals["connections_refused"])
+        return [prod, cons, refused]
 
     # ---- the broker's tables and flags -------------------------------------------------------------------
     def gauge(self, name: str, help_text: str, value: float, labels: Labels | None = None) -> Family:

@@ -32,7 +32,7 @@ from smartgo.stats_schema import LATENCY_BOUNDS, SCHEMA_VERSION
 _FINITE_MS = [float(b) for b in LATENCY_BOUNDS if b is not None]
 _FINE_PER_E = 25.0                   # fine buckets: e^(1/25) = 4% wide, for percentiles
 FLUSH_INTERVAL = 1.0                 # s between a net actor's flushes (stamps are on this grid)
-TOTALS = ("put_msgs", "put_bytes", "get_msgs", "get_bytes", "pulls_found", "pulls_missed")
+TOTALS = ("put_msgs", "put_bytes", "get_msgs", "get_bytes", "pulls_found", "pulls_missed", "connections_refused")
 #: 5.x's rocketmq_message_size buckets: bytes (1 KiB .. 4 MiB), observed once per send request
 #: with its records' average size, as 5.x records wroteBytes / msgNum.
 SIZE_BOUNDS = (1024, 4096, 512 * 1024, 1024 * 1024, 2 * 1024 * 1024, 4 * 1024 * 1024)
@@ -136,6 +136,7 @@ class NetStats:
         self.pulls_missed = 0
         self.transactions: dict[str, list[int]] = {}
         self.forwarded: dict[tuple[int, str], int] = {}     # (request code, passed | failed): a slave's relays
+        self.refused = 0            # connections closed at accept: the actor held all it may (net.limits)
 
     def relayed(self, code: int, passed: bool) -> None:
         """A slave passed a stale route's write on to its master, or could not (master_forward)."""
@@ -179,7 +180,7 @@ class NetStats:
     def take(self) -> dict | None:
         """The deltas since the last take (channel-ready), None when nothing happened."""
         if not (self.send.count or self.pull.count or self.put or self.get or self.pulls_missed or self.transactions
-                or self.forwarded):
+                or self.forwarded or self.refused):
             return None
         wire = {"put": [[t, c[0], c[1], c[2]] for t, c in self.put.items()],
                 "get": [[g, t, *c] for (g, t), c in self.get.items()],
@@ -187,6 +188,7 @@ class NetStats:
                 "found": self.pulls_found, "missed": self.pulls_missed,
                 "tx": [[t, *c] for t, c in self.transactions.items()],
                 "fw": [[code, result, n] for (code, result), n in self.forwarded.items()],
+                "refused": self.refused,
                 "sizes": [[t, *c[3:]] for t, c in self.put.items()]}
         self._reset()
         return wire
@@ -325,6 +327,7 @@ class StatsBook:
             items.add(BROKER_GET_NUMS, self.cluster, m, 0)
         t["pulls_found"] += wire["found"]
         t["pulls_missed"] += wire["missed"]
+        t["connections_refused"] += wire.get("refused", 0)
         for table, key in ((self.transactions, "tx"), (self.sizes, "sizes")):
             for topic, *counts in wire.get(key, ()):
                 total = table.get(topic)
