@@ -303,3 +303,19 @@ def test_an_unchanged_heartbeat_is_answered_by_the_net_actor_itself(start_node):
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
         c.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_burst_of_joins_is_told_to_the_members_in_a_few_notices(broker, stubs):
+    """RocketMQ tells every member at each join: 24 joins in a burst would cost the first member
+    23 notices. Coalesced (broker/managers/notices.py) it gets a few, and the last one comes after
+    the last join, so every member ends up told of the whole group."""
+    group = uid("G")
+    members = [stubs() for _ in range(24)]
+    for m in members:
+        assert m.heartbeat({group: {"T": "*"}}, version=1).code == ResponseCode.SUCCESS
+    everyone = sorted(m.client_id for m in members)
+    assert consumer_ids(broker, group) == everyone
+    # the second last is told of the last join only by the notice at the end of the window
+    wait_until(lambda: members[-2].notifications(group) >= 1, message="the window's notice")
+    assert 1 <= members[0].notifications(group) <= 8, members[0].notifications(group)

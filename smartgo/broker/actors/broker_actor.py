@@ -53,6 +53,7 @@ from smartgo.broker.managers.members import PERSIST_INTERVAL, MemberFile
 from smartgo.broker.stats.metrics import BrokerMetrics
 from smartgo.broker.stats.metrics_http import MetricsServer
 from smartgo.broker.net_view import NetView
+from smartgo.broker.managers.notices import ConsumerNotices
 from smartgo.broker.managers.offsets import ConsumerOffsets
 from smartgo.broker.registration import BrokerIdentity, Registrar
 from smartgo.broker.processor.reply_processor import push_reply
@@ -125,6 +126,7 @@ class BrokerActor(Actor):
         self.groups = SubscriptionGroups.load(store)
         self.offsets = ConsumerOffsets.load(store)
         self.clients = ClientTable(cfg.client_expiry)
+        self.notices = ConsumerNotices(self._notify_consumers)
         self.node_state = board.scalar("node.state")
         self.members = MemberFile(store)
         self._restore_members(cfg.presumed_member_ttl)
@@ -261,9 +263,12 @@ class BrokerActor(Actor):
             cfg = self.groups.get(group)
             if cfg is not None and not cfg.notify_consumer_ids_changed_enable:
                 continue
-            for ref in self.clients.consumer_refs(group):
-                self.channel.push(ref, RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                                       flag=FLAG_ONEWAY, ext_fields={"consumerGroup": group}))
+            self.notices.changed(group, self.clients.consumer_count(group))
+
+    def _notify_consumers(self, group: str) -> None:
+        for ref in self.clients.consumer_refs(group):
+            self.channel.push(ref, RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                                   flag=FLAG_ONEWAY, ext_fields={"consumerGroup": group}))
 
     def scan_clients(self) -> None:
         changes = self.clients.expire()

@@ -309,6 +309,10 @@ class ClientTable:
         info = self.consumers.get(group)
         return [] if info is None else info.member_ids()
 
+    def consumer_count(self, group: str) -> int:
+        info = self.consumers.get(group)
+        return 0 if info is None else len(info.channels)
+
     def consumer_refs(self, group: str) -> list[ClientRef]:
         return [ch.ref for ch in self.consumer_channels(group)]
 
