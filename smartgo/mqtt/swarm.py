@@ -14,14 +14,25 @@ The parent drives the workers over pipes: small control messages, and the bulky 
 trips, command arrivals) as raw arrays (send_bytes), never pickled. Failures are counted by reason:
 `refused`, `reset`, `closed by the broker`, `CONNACK <code>`, `SUBACK <code>`, `timeout (no CONNACK)`, ...;
 a connection lost after it was set up counts as `lost: <reason>`.
+
+Devices may be spread over the nodes of a cluster (`ports`: device i on ports[i mod K]). With `reconnect`,
+a device whose connection the broker closes connects again at once (same client id and clean flag, as a
+real device after a broker restart); a failed attempt (refused, reset, CONNACK 3 "server unavailable",
+no CONNACK in time, ...) is tried again after a backoff that doubles from `retry_min` up to `retry_max` s,
+randomized by +-50 % so that the devices spread out. A device whose CONNACK
+says session present goes back to idle without subscribing again (its subscription is the session's);
+`reconnected` counts those CONNACKs, `resumed` the ones with session present, and `reconnects()` the closes
+and retries by reason.
 """
 
 from __future__ import annotations
 
 import errno
+import heapq
 import math
 import multiprocessing
 import os
+import random
 import resource
 import select
 import socket
@@ -45,8 +56,10 @@ IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 #: connection states, a bytearray indexed by file descriptor
 FREE, CONNECTING, CONNACK_WAIT, SUBACK_WAIT, IDLE = range(5)
 #: shared counters of a worker, in its Array("q")
-COUNTERS = ("tcp", "connacked", "subscribed", "failed", "lost", "open", "pongs", "commands")
+COUNTERS = ("tcp", "connacked", "subscribed", "failed", "lost", "open", "pongs", "commands",
+            "dropped", "reconnected", "resumed", "retries", "back_ns")
 _C = {name: i for i, name in enumerate(COUNTERS)}
+_LATEST = ("back_ns",)      # CLOCK_MONOTONIC ns of the last reconnect: the latest over the workers, not a sum
 TICK = 0.25                 # seconds between a worker's timeout, keep-alive and counter rounds
 ARRIVAL_FIELDS = 4          # device, send time ns (from the payload), arrival time ns, 1 if the topic was its own
 
@@ -60,7 +73,7 @@ class SwarmConfig:
     host: str
     port: int
     keep_alive: int = 300
-    clean: bool = True
+    clean: bool = True              # False: a persistent session (3.1.1 clean session 0)
     sub_qos: int = 1
     per_worker: int = 18_000        # connections a worker process holds at most (descriptor limit 20,000)
     per_source: int = 25_000        # devices per source address: 127.0.0.<first_source + id // per_source>
@@ -70,6 +83,10 @@ class SwarmConfig:
     connect_timeout: float = 30.0   # from connect() to SUBACK
     id_prefix: str = "d"
     topic: str = "devices/{}/cmd"
+    ports: tuple[int, ...] = ()     # the nodes' MQTT ports: device i connects to ports[i % len]; () = port
+    reconnect: bool = False         # a device connects again when the broker closes its connection
+    retry_min: float = 0.1          # seconds before a failed reconnect is tried again, doubling with each
+    retry_max: float = 3.0          # failure up to retry_max; each randomized by +-50 %
 
     def __post_init__(self) -> None:
         if self.first_port and self.first_port + self.per_source > 65536:
@@ -79,6 +96,10 @@ class SwarmConfig:
         """The device's source address and port."""
         addr = socket.inet_ntoa(_ADDR.pack(0x7F000000 + self.first_source + device // self.per_source))
         return addr, self.first_port + device % self.per_source if self.first_port else 0
+
+    def target(self, device: int) -> tuple[str, int]:
+        """The broker address the device connects to."""
+        return self.host, self.ports[device % len(self.ports)] if self.ports else self.port
 
 
 def _bind(sock: socket.socket, source: tuple[str, int]) -> None:
@@ -119,10 +140,14 @@ class _Worker:
         self.state = bytearray(hard)
         self.device = array("q", bytes(8 * hard))
         self.kpend = bytearray(hard)                  # keep-alive PINGREQs unanswered
+        self.again = bytearray(hard)                  # 1: the connection being set up is a reconnect
         self.last_sent = array("d", bytes(8 * hard))  # monotonic s of the last packet written
         self.pending: dict[int, float] = {}           # fd -> set-up deadline
         self.tails: dict[int, bytes] = {}             # fd -> a packet's first bytes (rare: packets are tiny)
         self.todo: list[range] = []                   # devices still to open
+        self.retry: list[tuple[float, int]] = []      # heap of (monotonic s due, device): reconnects to make
+        self.attempts: dict[int, int] = {}            # device -> reconnects failed in a row
+        self.storm: Counter[str] = Counter()          # connections closed and reconnects retried, by reason
         self.batch = 0                                # connections of the open request not yet done
         self.batch_failures: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
@@ -146,7 +171,7 @@ class _Worker:
         next_tick = 0.0
         while self.running:
             self.launch()
-            busy = self.todo or self.pending or self.ping_active
+            busy = self.todo or self.pending or self.ping_active or self.retry
             for fd, _ in self.ep.poll(0.02 if busy else TICK, 4096):
                 if fd == pipe_fd:
                     self.control(self.pipe.recv())
@@ -187,6 +212,8 @@ class _Worker:
             self.arrivals = array("q")
         elif op == "failures":
             self.pipe.send(dict(self.failures))
+        elif op == "reconnects":
+            self.pipe.send(dict(self.storm))
         elif op == "sources":
             self.pipe.send(dict(Counter(sock.getsockname()[0] for fd, sock in enumerate(self.socks)
                                         if sock is not None and self.state[fd] == IDLE)))
@@ -197,35 +224,56 @@ class _Worker:
 
     # -- setting connections up
     def launch(self) -> None:
+        """Start set-ups up to the window: reconnects that are due first, then new devices."""
+        now = time.monotonic()
+        while len(self.pending) < self.cfg.window:
+            if self.retry and self.retry[0][0] <= now:
+                self.open(heapq.heappop(self.retry)[1], True)
+            elif self.todo:
+                devices = self.todo[0]
+                self.todo[0] = devices[1:]
+                if not self.todo[0]:
+                    self.todo.pop(0)
+                self.open(devices[0], False)
+            else:
+                return
+
+    def open(self, device: int, again: bool) -> None:
         cfg = self.cfg
-        while self.todo and len(self.pending) < cfg.window:
-            devices = self.todo[0]
-            device = devices[0]
-            self.todo[0] = devices[1:]
-            if not self.todo[0]:
-                self.todo.pop(0)
-            try:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            except OSError as exc:
-                self.setup_failed(_reason(exc.errno or 0))
-                continue
-            sock.setblocking(False)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                _bind(sock, cfg.source(device))
-                err = sock.connect_ex((cfg.host, cfg.port))
-            except OSError as exc:
-                err = exc.errno or 0
-            if err not in (0, errno.EINPROGRESS):
-                sock.close()
-                self.setup_failed(_reason(err))
-                continue
-            fd = sock.fileno()
-            self.socks[fd] = sock
-            self.device[fd] = device
-            self.state[fd] = CONNECTING
-            self.pending[fd] = time.monotonic() + cfg.connect_timeout
-            self.ep.register(fd, select.EPOLLOUT)
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        except OSError as exc:
+            self.not_set_up(device, again, _reason(exc.errno or 0))
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            _bind(sock, cfg.source(device))
+            err = sock.connect_ex(cfg.target(device))
+        except OSError as exc:
+            err = exc.errno or 0
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            self.not_set_up(device, again, _reason(err))
+            return
+        fd = sock.fileno()
+        self.socks[fd] = sock
+        self.device[fd] = device
+        self.state[fd] = CONNECTING
+        self.again[fd] = again
+        self.pending[fd] = time.monotonic() + cfg.connect_timeout
+        self.ep.register(fd, select.EPOLLOUT)
+
+    def not_set_up(self, device: int, again: bool, reason: str) -> None:
+        """A set-up failed: a reconnect is tried again after a random backoff, a new device counts as failed."""
+        if not again:
+            self.setup_failed(reason)
+            return
+        self.counters[_C["retries"]] += 1
+        self.storm[f"retry: {reason}"] += 1
+        failed = self.attempts[device] = self.attempts.get(device, 0) + 1
+        backoff = min(self.cfg.retry_max, self.cfg.retry_min * 2 ** min(failed - 1, 30))
+        heapq.heappush(self.retry, (time.monotonic() + backoff * random.uniform(0.5, 1.5), device))
 
     def connected(self, fd: int) -> None:
         sock = self.socks[fd]
@@ -320,6 +368,9 @@ class _Worker:
                 self.drop(fd, f"CONNACK {code}")
                 return False
             self.counters[_C["connacked"]] += 1
+            if self.again[fd]:
+                self.resumed(fd, data[at] & 1)
+                return True
             self.state[fd] = SUBACK_WAIT
             self.write(fd, subscribe_packet(1, self.cfg.topic.format(self.device[fd]), self.cfg.sub_qos))
             return self.state[fd] == SUBACK_WAIT
@@ -337,6 +388,20 @@ class _Worker:
             return True
         self.drop(fd, f"unexpected packet {first:#x}")
         return False
+
+    def resumed(self, fd: int, present: int) -> None:
+        """A reconnect's CONNACK: idle again at once, subscribed or not as the session says (a device
+        whose session was lost stays without its subscription: it counts, and gets no commands)."""
+        self.again[fd] = 0
+        self.state[fd] = IDLE
+        del self.pending[fd]
+        self.attempts.pop(self.device[fd], None)
+        self.counters[_C["reconnected"]] += 1
+        self.counters[_C["resumed"]] += present
+        self.counters[_C["open"]] += 1
+        self.counters[_C["back_ns"]] = time.monotonic_ns()
+        if not present:
+            self.storm["session lost"] += 1
 
     def command(self, fd: int, first: int, data: bytes, at: int, end: int) -> bool:
         now = time.monotonic_ns()
@@ -395,15 +460,22 @@ class _Worker:
         self.kpend[fd] = 0
         self.tails.pop(fd, None)
         self.pings.pop(fd, None)
-        if state == IDLE:
-            self.counters[_C["lost"]] += 1
-            self.counters[_C["open"]] -= 1
-            self.failures[f"lost: {reason}"] += 1
-        else:
+        again, self.again[fd] = self.again[fd], 0
+        if state != IDLE:
             del self.pending[fd]
-            self.setup_failed(reason)
+            self.not_set_up(self.device[fd], bool(again), reason)
+            return
+        self.counters[_C["open"]] -= 1
+        if self.cfg.reconnect:
+            self.counters[_C["dropped"]] += 1
+            self.storm[f"dropped: {reason}"] += 1
+            heapq.heappush(self.retry, (time.monotonic(), self.device[fd]))     # at once, as a device does
+        else:
+            self.counters[_C["lost"]] += 1
+            self.failures[f"lost: {reason}"] += 1
 
     def close_all(self) -> None:
+        self.retry.clear()
         for fd, sock in enumerate(self.socks):
             if sock is None:
                 continue
@@ -511,8 +583,9 @@ class Swarm:
             raise SwarmError(f"worker {h.proc.pid} died (exit code {h.proc.exitcode})") from None
 
     def counts(self) -> dict[str, int]:
-        """The workers' counters summed: tcp, connacked, subscribed, failed, lost, open, pongs, commands."""
-        return {name: sum(h.counters[i] for h in self.workers) for i, name in enumerate(COUNTERS)}
+        """The workers' counters summed (COUNTERS; back_ns: the latest)."""
+        return {name: (max if name in _LATEST else sum)([0, *(h.counters[i] for h in self.workers)])
+                for i, name in enumerate(COUNTERS)}
 
     def grow(self, n: int, progress: Callable[[dict[str, int], float], None] | None = None,
              interval: float = 0.5) -> Grown:
@@ -601,6 +674,11 @@ class Swarm:
     def failures(self) -> dict[str, int]:
         """Every failure so far, by reason (set-up failures and `lost: ...` connections)."""
         return self._summed("failures")
+
+    def reconnects(self) -> dict[str, int]:
+        """Connections the broker closed (`dropped: <reason>`), reconnects tried again (`retry: <reason>`)
+        and reconnects whose session was gone (`session lost`), so far."""
+        return self._summed("reconnects")
 
     def sources(self) -> dict[str, int]:
         """The open connections by source address, as the kernel has them bound (getsockname)."""

@@ -37,3 +37,31 @@ def test_bench_connections_quick(tmp_path: Path) -> None:
     assert r["smartgo"]["mqtt_actors"] == 1
     assert "rocketmq_command" not in r["mosquitto"]["steps"][0]
     assert list(tmp_path.iterdir()) == [], "the benchmark left files behind"
+
+
+@pytest.mark.timeout(150)
+def test_bench_connections_two_nodes_and_the_storm(tmp_path: Path) -> None:
+    """--nodes 2: the devices are spread over two nodes behind one registry, the nodes' counts add up and
+    commands published on node 0 arrive on node 1 too; --storm: node 0 restarts and every persistent-
+    session device is back with its session, no actor restarted, its commands arrive."""
+    r = run_benchmark("bench_connections.py", "--brokers", "smartgo", "--nodes", "2", "--storm", timeout=140,
+                      tmpdir=tmp_path)
+    b = r["smartgo"]
+    assert b["nodes"] == 2 and b["stopped"] is None and b["failures"] == {}, b
+    for s in b["steps"]:
+        assert [n["connections"] for n in s["nodes"]] == [s["step"] // 2] * 2 and s["held_total"] == s["step"], s
+        assert all(n["pss_mib"] > 0 for n in s["nodes"])
+        for kind in ("command", "rocketmq_command"):
+            away = s[kind]["other_nodes"]
+            assert s[kind]["sent"] == s[kind]["arrived"] and s[kind]["wrong"] == 0, s[kind]
+            assert away["sent"] == away["arrived"] > s[kind]["sent"] // 2 and away["p99_ms"] > 0, s[kind]
+    storm = b["storm"]
+    assert storm["devices"] == storm["back"] == 500 and storm["failures"] == {}, storm
+    assert storm["reconnected"] >= 500 and storm["resumed"] == storm["reconnected"] and storm["sessions_lost"] == 0
+    assert storm["reconnects"]["dropped: closed by the broker"] >= 500 and "session lost" not in storm["reconnects"]
+    assert storm["stop_exit_code"] == 0 and 0 < storm["healthy_seconds"] <= storm["back_seconds"], storm
+    assert storm["reconnect_rate"] > 0 and storm["pss_mib_before"] > 0 and storm["pss_mib_peak"] > 0
+    assert storm["actors_restarted"] == [] and storm["supervisor_restarts"] == 0 and storm["lost"] == 0
+    assert storm["command"]["sent"] == storm["command"]["arrived"] == 40 and storm["command"]["wrong"] == 0
+    assert storm["rocketmq_command"]["sent"] == storm["rocketmq_command"]["arrived"] == 20
+    assert list(tmp_path.iterdir()) == [], "the benchmark left files behind"
