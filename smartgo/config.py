@@ -311,7 +311,8 @@ class NodeConfig:
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     log_max_bytes: int = setting(10 * 1024 * 1024, "size (bytes) at which <store-dir>/logs/node.log rotates")
     log_backups: int = setting(5, "rotated log files kept (node.log.1 ...)")
-    board_max_actors: int = setting(64, "actor slots on the board")
+    board_max_actors: int = setting(64, "actor slots on the board, at least; a node starting more actors "
+                                        "(--mqtt-connections, --remoting-connections) makes one for each")
     board_queue_capacity: int = setting(65536, "entries of the board's per-queue table (topic, queue id; 160 bytes "
                                                "each, three quarters usable); a node whose store has more queues "
                                                "starts with room for twice as many")

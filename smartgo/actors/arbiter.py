@@ -590,11 +590,9 @@ class Arbiter:
         for sub in ("rings", "bells"):
             shutil.rmtree(run / sub, ignore_errors=True)
         layout = BoardLayout(fields=(*NODE_FIELDS, *self.role.board_fields(self.config)),
-                             max_actors=self.config.board_max_actors,
+                             max_actors=max(self.config.board_max_actors, len(self.specs)),
                              queue_capacity=self._queue_capacity(),
                              meta={"role": self.config.role, "store_dir": str(self.config.store_path)})
-        if len(self.specs) > layout.max_actors:
-            raise StartupError(f"{len(self.specs)} actors but board_max_actors = {layout.max_actors}")
         if self.board is not None:
             self.board.close()
         self.board = Board.create(self.config.board_path, layout)

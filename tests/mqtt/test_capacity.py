@@ -104,3 +104,16 @@ def test_full_actors_answer_server_busy_and_keep_serving(node: tuple[Node, int])
     finally:
         for sock in accepted:
             sock.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_node_of_more_actors_than_board_max_actors_gets_a_slot_for_each(tmp_path: Path) -> None:
+    """A million devices need 56 MQTT actors: with the broker's ten that is past the board's 64
+    slots, so board_max_actors is a floor, not a ceiling."""
+    node = start_broker(tmp_path / "node", {"board_max_actors": 4, "mqtt_actors": 2, "mqtt_port": free_port(),
+                                            "mqtt_ws_port": 0})
+    try:
+        actors = [a["name"] for a in node.health()["actors"]]
+        assert len(actors) > 4 and {"mqtt-0", "mqtt-1", "net-0", "broker"} <= set(actors)
+    finally:
+        node.reap()
