@@ -387,7 +387,7 @@ class MqttActor(Actor):
             d = delivery_from_message(msg.topic, msg.properties, msg.body)
             out = Outgoing(d, p.qos, p.retain, p.identifiers, p.released, p.src, p.offset)
             if p.pid:
-                session.inflight[p.pid] = out
+                session.fly(p.pid, out)
                 session.next_id = p.pid % 0xFFFF + 1
             else:
                 session.keep(out)

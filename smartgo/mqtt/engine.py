@@ -743,7 +743,7 @@ class Engine:
         pid = None
         if out.qos:
             pid = session.allocate_id()
-            session.inflight[pid] = out
+            session.fly(pid, out)
         packet = c.Publish(d.topic, d.payload, out.qos, out.retain, dup, pid, _publish_properties(conn, out))
         if out.qos == 2:
             # its packet id in the session's record first: a redelivery after a crash reuses it
@@ -760,7 +760,7 @@ class Engine:
             if len(data) > conn.max_packet:                # MQTT 5.0 3.1.2.11.4: discard as if sent
                 self.stats.oversize += 1
                 if pid is not None:
-                    session.inflight.pop(pid, None)
+                    session.land(pid)
                 return
             conn.write(data)
         else:
@@ -771,7 +771,7 @@ class Engine:
         session = conn.session
         if session is None:
             return
-        if session.inflight.pop(pid, None) is not None:
+        if session.land(pid) is not None:
             self._pump(conn, session)
             self.store.session_changed(session)
 
@@ -784,7 +784,7 @@ class Engine:
             conn.send(c.PubRel(p.packet_id, c.PACKET_ID_NOT_FOUND if conn.version == 5 else 0, {}))
             return
         if p.reason >= 0x80:                               # the client refused it: done with it
-            del session.inflight[p.packet_id]
+            session.land(p.packet_id)
             self._pump(conn, session)
             return
         out.released = True

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from smartgo.mqtt.bridge import Delivery
@@ -46,10 +48,11 @@ class Outgoing:
         return len(self.delivery.payload) + len(self.delivery.topic)
 
 
-#: What an idle session holds instead of an empty deque (624 bytes) and set (216): a node keeps
-#: a million of them, nearly all with nothing queued and nothing in flight.
+#: What an idle session holds instead of an empty deque (624 bytes), set (216) and dict (64): a
+#: node keeps a million of them, nearly all with nothing queued and nothing in flight.
 NOTHING: tuple[()] = ()
 NO_IDS: frozenset[int] = frozenset()
+NO_FLIGHT: Mapping[int, Outgoing] = MappingProxyType({})
 
 
 @dataclass(slots=True, eq=False)
@@ -59,7 +62,8 @@ class Session:
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     queue: deque[Outgoing] | tuple[()] = NOTHING     # a deque while anything is queued
     queued_bytes: int = 0
-    inflight: dict[int, Outgoing] = field(default_factory=dict)      # outbound, by packet id
+    #: outbound, by packet id (fly/land); the shared NO_FLIGHT while empty
+    inflight: dict[int, Outgoing] | Mapping[int, Outgoing] = field(default_factory=lambda: NO_FLIGHT)
     inbound: set[int] | frozenset[int] = NO_IDS      # QoS 2 received, PUBREL awaited
     next_id: int = 1
     connection: Any = None              # the engine's Connection while connected
@@ -103,6 +107,23 @@ class Session:
         self.queued_bytes -= out.size
         if not queue:
             self.queue = NOTHING
+        return out
+
+    def fly(self, pid: int, out: Outgoing) -> None:
+        """out is sent (or about to be) under pid: in flight until acknowledged."""
+        inflight = self.inflight
+        if not isinstance(inflight, dict):
+            inflight = self.inflight = {}
+        inflight[pid] = out
+
+    def land(self, pid: int) -> Outgoing | None:
+        """pid acknowledged (or given up): its message, None if it was not in flight."""
+        inflight = self.inflight
+        if not isinstance(inflight, dict):
+            return None
+        out = inflight.pop(pid, None)
+        if not inflight:
+            self.inflight = NO_FLIGHT
         return out
 
     def received(self, pid: int) -> None:

@@ -1,6 +1,6 @@
 """What an idle session holds: a node keeps a million, so the empty queue, the empty set of QoS 2
-packet ids awaiting PUBREL and equal subscription options are one shared object each, not a deque,
-a set and an options object per session - also once a session has queued, delivered and received
+packet ids awaiting PUBREL, the empty table of messages in flight and equal subscription options are
+one shared object each, not a deque, a set, a dict and an options object per session - also once a session has queued, delivered and received
 messages and is idle again."""
 
 from __future__ import annotations
@@ -60,4 +60,5 @@ def test_idle_sessions_share_their_empty_queue_and_inbound_set():
     never_busy = engine.sessions.setdefault("d3", Session("d3"))
     assert one.queue is two.queue is never_busy.queue
     assert one.inbound is two.inbound is never_busy.inbound
+    assert one.inflight is two.inflight is never_busy.inflight
     assert one.subscriptions["devices/d1/cmd"].options is two.subscriptions["devices/d2/cmd"].options
