@@ -87,6 +87,7 @@ class SwarmConfig:
     reconnect: bool = False         # a device connects again when the broker closes its connection
     retry_min: float = 0.1          # seconds before a failed reconnect is tried again, doubling with each
     retry_max: float = 3.0          # failure up to retry_max; each randomized by +-50 %
+    reconnect_window: int = 1000    # reconnects being set up at once in a worker (devices storm a restarted node)
 
     def __post_init__(self) -> None:
         if self.first_port and self.first_port + self.per_source > 65536:
@@ -224,12 +225,13 @@ class _Worker:
 
     # -- setting connections up
     def launch(self) -> None:
-        """Start set-ups up to the window: reconnects that are due first, then new devices."""
+        """Start set-ups up to the windows: reconnects that are due first, then new devices."""
         now = time.monotonic()
-        while len(self.pending) < self.cfg.window:
-            if self.retry and self.retry[0][0] <= now:
+        while True:
+            setting_up = len(self.pending)
+            if self.retry and self.retry[0][0] <= now and setting_up < self.cfg.reconnect_window:
                 self.open(heapq.heappop(self.retry)[1], True)
-            elif self.todo:
+            elif self.todo and setting_up < self.cfg.window:
                 devices = self.todo[0]
                 self.todo[0] = devices[1:]
                 if not self.todo[0]:
@@ -248,7 +250,9 @@ class _Worker:
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            _bind(sock, cfg.source(device))
+            addr, port = cfg.source(device)
+            # a reconnect: the kernel's pick of port, the last connection's may still be in TIME_WAIT at the broker
+            _bind(sock, (addr, 0 if again else port))
             err = sock.connect_ex(cfg.target(device))
         except OSError as exc:
             err = exc.errno or 0

@@ -162,7 +162,7 @@ def test_devices_resume_their_sessions_after_a_node_restart(tmp_path: Path) -> N
     try:
         wait_for_port(port, timeout=30)
         cfg = SwarmConfig(LOOPBACK, port, clean=False, reconnect=True, per_worker=PER_WORKER,
-                          per_source=PER_SOURCE, window=500)
+                          per_source=PER_SOURCE, reconnect_window=500)
         with Swarm(cfg) as swarm:
             grown = swarm.grow(devices)
             assert grown.failures == {} and grown.subscribed == devices, grown
