@@ -26,6 +26,7 @@ from smartgo.client.producer import AsyncProducer
 from smartgo.client.pull import pull, pull_sys_flag
 from smartgo.client.rebalance import queue_offset
 from smartgo.net.codes import RequestCode
+from smartgo.net.errors import RemotingError
 from smartgo.client.subscription import build_subscription
 from smartgo.config import NodeConfig
 from smartgo.mqtt import codec as c
@@ -232,7 +233,7 @@ class MqttActor(Actor):
         self.publisher = Publisher(self.producer, self.topic_map, cfg.broker_name, self._spawn_send, self.journal,
                                    self._find_session)
         self.publisher.fed = self.positions
-        self.engine = Engine(self.limits, self.publisher, self.auth)
+        self.engine = Engine(self.limits, self.publisher, self.auth, progress=self.progress_cell())
         self.siblings = mqtt_names(cfg)                              # by index, this actor's too
         self.directory = SessionDirectory(self.ctx.run_path, len(self.siblings), self.index)
         self.engine.held, self.engine.let_go = self.directory.hold, self.directory.release
@@ -314,7 +315,7 @@ class MqttActor(Actor):
                 try:
                     await admin.create_topic(topic, queues, broker_addr=addr)
                     break
-                except ClientError as exc:
+                except (ClientError, RemotingError) as exc:        # a timeout too: a busy broker is no reason to die
                     if attempt == 49:
                         raise
                     log.info("%s: creating topic %s: %s; again", self.name, topic, exc)

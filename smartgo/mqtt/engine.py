@@ -161,6 +161,7 @@ class Connection(asyncio.Protocol):
 
     def _handle(self, packets: list) -> None:
         engine = self.engine
+        engine.progress[0] += 1
         for i, packet in enumerate(packets):
             if self.closed:
                 return
@@ -224,6 +225,9 @@ class Engine:
     #: a client's session is in sessions now / is no more (the node's directory.SessionDirectory)
     held: Callable[[str], None] = _nothing
     let_go: Callable[[str], None] = _nothing
+    #: units of work done, one a read or an accept: the actor's board cell, so that the supervisor's
+    #: watchdog sees an actor deep in a connect storm as busy, not hung
+    progress: Any = field(default_factory=lambda: [0])
 
     def hold_write(self, conn: Connection) -> bool:
         """Hold conn's output until the end of this turn (False outside an event loop: write now)."""
@@ -242,6 +246,7 @@ class Engine:
 
     # ---- connections ---------------------------------------------------------------------------
     def opened(self, conn: Connection) -> None:
+        self.progress[0] += 1
         self.connections += 1
         self.stats.connections = self.connections
         conn.last_seen = self.now()
