@@ -89,6 +89,7 @@ class _Worker(base._Worker):
         super().__init__(cfg.net, pipe, counters)
         self.client = cfg
         self.sent_ns = array("q", bytes(8 * self.slots))   # the heartbeat in flight (0: none)
+        self.opaques = array("q", bytes(8 * self.slots))   # and its opaque, which its response echoes
         self.top = 0                                        # highest descriptor in use + 1: the walk's span
         self.due = 0.0                                      # descriptors the walk is behind by
         self.walked = time.monotonic()
@@ -134,6 +135,7 @@ class _Worker(base._Worker):
         client = self.device[fd]
         head, tail = self.halves[self.client.group(client)]
         self.opaque += 1
+        self.opaques[fd] = self.opaque
         body = b"".join((head, self.client.client_id(client).encode(), tail))
         self.sent_ns[fd] = time.monotonic_ns()
         self.counters[_C["beats"]] += 1
@@ -195,8 +197,8 @@ class _Worker(base._Worker):
     def answered(self, fd: int, resp: RemotingCommand) -> bool:
         """A response to the heartbeat in flight; False when it ended the connection."""
         sent = self.sent_ns[fd]
-        if not sent:
-            self.drop(fd, f"unexpected response (opaque {resp.opaque})")
+        if not sent or resp.opaque != self.opaques[fd]:
+            self.drop(fd, "a response to no heartbeat in flight (opaque)")
             return False
         self.sent_ns[fd] = 0
         if resp.code != ResponseCode.SUCCESS:

@@ -95,12 +95,13 @@ def test_refused_connections_are_counted() -> None:
 
 
 class _Peer(threading.Thread):
-    """A listener that reads each connection's first frame and then answers it with `code`, or, when
-    `code` is None, closes the connection."""
+    """A listener that reads each connection's first frame and then answers it with `code` (its opaque
+    plus `skew`), or, when `code` is None, closes the connection."""
 
-    def __init__(self, code: int | None) -> None:
+    def __init__(self, code: int | None, skew: int = 0) -> None:
         super().__init__(daemon=True)
         self.code = code
+        self.skew = skew
         self.server = socket.create_server((LOOPBACK, 0))
         self.port = self.server.getsockname()[1]
         self.requests: list[RemotingCommand] = []
@@ -118,7 +119,9 @@ class _Peer(threading.Thread):
                     got = decoder.feed(data)
                 self.requests += got
                 if self.code is not None and got:
-                    conn.sendall(encode_frame(got[0].make_response(self.code, "not today")))
+                    response = got[0].make_response(self.code, "not today")
+                    response.opaque += self.skew
+                    conn.sendall(encode_frame(response))
                     conn.recv(1)                        # until the client closes
 
     def __enter__(self) -> _Peer:
@@ -155,3 +158,10 @@ def test_a_connection_the_peer_closes_is_counted() -> None:
     with _Peer(None) as peer, ClientSwarm(_config(peer.port)) as swarm:
         opened = swarm.grow(20)
     assert opened.subscribed == 0 and opened.failures == {"closed by the broker": 20}, opened
+
+
+@pytest.mark.timeout(60)
+def test_a_response_to_another_request_is_counted() -> None:
+    with _Peer(ResponseCode.SUCCESS, skew=1) as peer, ClientSwarm(_config(peer.port)) as swarm:
+        opened = swarm.grow(5)
+    assert opened.subscribed == 0 and opened.failures == {"a response to no heartbeat in flight (opaque)": 5}, opened
