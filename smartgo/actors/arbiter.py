@@ -46,8 +46,9 @@ from smartgo.actors.helpers import Helpers, become_subreaper, exited, pidfd
 from smartgo.actors.logs import emit_forwarded, remove_handlers, setup_node_logging
 from smartgo.actors.role import Role, node_actors
 from smartgo.actors.spec import PERMANENT, TEMPORARY, ActorSpec, SpecError, start_layers
-from smartgo.actors.watchdog import Verdict, Watchdog
+from smartgo.actors.watchdog import Verdict, Watchdog, crowded
 from smartgo.config import NodeConfig
+from smartgo.cpus import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -227,8 +228,13 @@ class Arbiter:
         if self.node_restarts:
             self._configure()
         board = self._create_board()
-        self.children = [Child(spec, i, spec.heartbeat_deadline or self.config.heartbeat_deadline)
+        cpus = usable_cpus()
+        self.children = [Child(spec, i, crowded(spec.heartbeat_deadline or self.config.heartbeat_deadline,
+                                                len(self.specs), cpus))
                          for i, spec in enumerate(self.specs)]
+        if crowded(1.0, len(self.specs), cpus) > 1.0:
+            log.info("%d actors on %d CPUs: heartbeat deadlines stretched x%.1f", len(self.specs), cpus,
+                     crowded(1.0, len(self.specs), cpus))
         for c in self.children:
             board.name_slot(c.slot, c.name)
             self._publish(c)

@@ -13,6 +13,10 @@ the supervisor samples that counter at every turn. So, for a heartbeat past its 
 
 The net actors bound their synchronous stretches (smartgo.net.budget), so busy is the exception
 (a starved CPU, a pathological request); the warning names it for the operator.
+
+A node of more actors than its CPUs can turn in time (56 MQTT actors for a million devices, on two
+CPUs) stretches every deadline in proportion (`crowded`): each actor's loop gets a smaller share of
+a CPU, so a turn takes longer for the same work, and a fixed 5 s kills working actors in a storm.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from smartgo.actors.board import SlotView
 
 PROGRESS_WINDOW = 1.0     # s: progress seen this recently means busy (never more than the deadline)
+ACTORS_PER_CPU = 8        # actors a CPU turns within the configured deadlines; more stretch them
 
 
 class Verdict(enum.Enum):
@@ -30,6 +35,12 @@ class Verdict(enum.Enum):
     BUSY = "busy"           # late, but making progress: warn
     OVERDUE = "overdue"     # busy past heartbeat_busy_limit: kill
     HUNG = "hung"           # late and no progress: kill
+
+
+def crowded(deadline: float, actors: int, cpus: int) -> float:
+    """The deadline for a node of `actors` on `cpus`: stretched by actors / (ACTORS_PER_CPU x cpus)
+    when that is over 1."""
+    return deadline * max(1.0, actors / (ACTORS_PER_CPU * max(1, cpus)))
 
 
 def judge(age: float, deadline: float, quiet: float, busy_limit: float) -> Verdict:

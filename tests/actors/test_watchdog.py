@@ -6,7 +6,7 @@ import psutil
 import pytest
 
 from smartgo.actors.board import SlotView
-from smartgo.actors.watchdog import Verdict, Watchdog, judge
+from smartgo.actors.watchdog import Verdict, Watchdog, crowded, judge
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,3 +70,13 @@ def test_a_busy_actor_is_killed_past_the_busy_limit(start_node):
         psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     node.logged(f"actor busy (pid {pid}) heartbeat", "while busy (progress",
                 "its loop has not turned for longer than heartbeat_busy_limit (1.5s); killing it")
+
+
+def test_a_crowded_node_stretches_its_deadlines_in_proportion():
+    """A million devices need 56 MQTT actors besides the broker's ten: on two CPUs each loop gets a
+    thirty-third of a CPU, and a fixed 5 s deadline killed actors that were working."""
+    assert crowded(5.0, 12, 2) == 5.0                  # a default node: as configured
+    assert crowded(5.0, 16, 2) == 5.0
+    assert crowded(5.0, 66, 2) == pytest.approx(5.0 * 66 / 16)
+    assert crowded(5.0, 66, 16) == 5.0                 # the same node on 16 CPUs
+    assert crowded(5.0, 3, 0) == 5.0
