@@ -104,7 +104,8 @@ class _Worker(base._Worker):
             super().control(msg)
             return
         in_flight = sum(1 for fd in range(self.top) if self.state[fd] == IDLE and self.sent_ns[fd])
-        self.pipe.send({"failures": dict(self.failures), "pushed": dict(self.pushed), "in_flight": in_flight})
+        self.pipe.send({"failures": dict(self.failures), "pushed": dict(self.pushed), "in_flight": in_flight,
+                        "counts": {name: self.counters[i] for name, i in _C.items()}})   # as of the round trips
         self.pipe.send_bytes(self.rtts.tobytes())
         self.rtts = array("d")
 
@@ -301,13 +302,14 @@ class ClientSwarm(base.Swarm):
         pushed: Counter[int] = Counter()
         failures: Counter[str] = Counter()
         in_flight = 0
+        now: Counter[str] = Counter()
         for h in self.workers:
             r = self._recv(h, 30)
             rtts += array("d", h.pipe.recv_bytes()).tolist()
             pushed.update(r["pushed"])
             failures.update(r["failures"])
             in_flight += r["in_flight"]
-        now = self.counts()
+            now.update(r["counts"])
         grew = {name: now[name] - self.last[name] for name in COUNTERS}
         self.last = {name: now[name] for name in COUNTERS}
         return Beats(grew["beats"], grew["answered"], grew["refused"], grew["late"], in_flight, dict(pushed),
