@@ -75,6 +75,8 @@ DRAIN_TIMEOUT = 5.0        # s a stopping net actor waits for the answers of the
 SETTLE_TIMEOUT = 1.0       # ... and of the requests it forwarded to the broker actor (which may be gone)
 PUSH_TIMEOUT = 3.0
 FORWARD_TIMEOUT = 3.0      # s a forwarded request waits for the broker actor
+REPLAY_SLICE = 256 << 10   # bytes of heartbeats replayed to a restarted broker actor a turn (its ring: 4 MiB)
+REPLAY_PAUSE = 0.05        # s between slices
 STATE_WAIT = 5.0           # s a starting net actor waits for the broker actor's group table
 
 
@@ -250,14 +252,28 @@ class NetActor(Actor):
         return await self._forward(conn, request)
 
     def _replay_heartbeats(self) -> None:
-        """A restarted broker actor knows no client: give it every live connection's last heartbeat."""
+        """A restarted broker actor knows no client: give it every live connection's last heartbeat,
+        a slice a turn (100,000 of them would overflow the request ring). Each client's next heartbeat
+        goes to it in full too, so one whose replay was dropped is back within an interval."""
+        live = []
         for conn_id, request in list(self.heartbeats.items()):
             conn = self.server.connections.get(conn_id) if self.server else None
             if conn is None or conn.closed:
                 del self.heartbeats[conn_id]
-                continue
-            if request is not None:
-                self.link.forward_nowait(ClientRef(self.name, conn_id, conn.remote_address), request)
+            elif request is not None:
+                self.heartbeats[conn_id] = None
+                live.append((ClientRef(self.name, conn_id, conn.remote_address), request))
+        if live:
+            self.spawn(self._replay(live), "heartbeat replay")
+
+    async def _replay(self, live: list[tuple[ClientRef, RemotingCommand]]) -> None:
+        sent = 0
+        for ref, request in live:
+            self.link.forward_nowait(ref, request)
+            sent += len(request.body_bytes())
+            if sent >= REPLAY_SLICE:
+                sent = 0
+                await asyncio.sleep(REPLAY_PAUSE)
 
     def _want_state(self) -> None:
         self.link.event("want_state")
