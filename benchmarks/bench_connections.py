@@ -470,6 +470,7 @@ def storm(nodes: Fleet, devices: int, first_source: int, quiet_pct: float, args:
         report = target.node.health() or {"node": {}}
         out["actors_restarted"] = sorted(name for pid, name in actors.items() if target.actors().get(pid) != name)
         out["supervisor_restarts"] = report["node"].get("restarts")
+        out["actor_restarts"] = {a["name"]: a["restarts"] for a in report.get("actors", []) if a.get("restarts")}
         out.update(command_figures(fleet, swarm, args))
         out["lost"] = swarm.counts()["dropped"] - counts["dropped"]
     out["node_warnings"] = warning_counts(target.node.store)
@@ -591,7 +592,7 @@ def _storm_summary(s: dict) -> str:
     return (f"{s['back']:,} of {s['devices']:,} back {s['back_seconds']} s after the restart "
             f"({s['reconnect_rate']:,.0f}/s; node healthy after {s['healthy_seconds']} s), session present "
             f"{s['resumed']:,} of {s['reconnected']:,} CONNACKs, {s['retries']:,} retries, PSS {s['pss_mib_before']} "
-            f"-> peak {s['pss_mib_peak']} MiB, actors restarted {s['actors_restarted'] or 'none'}, commands "
+            f"-> peak {s['pss_mib_peak']} MiB, actors restarted {s['actor_restarts'] or 'none'}, commands "
             f"{s['command']['arrived']}/{s['command']['sent']} (p99 {s['command']['p99_ms']} ms)")
 
 

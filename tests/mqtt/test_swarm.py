@@ -181,6 +181,7 @@ def test_devices_resume_their_sessions_after_a_node_restart(tmp_path: Path) -> N
             report = node.health()
             assert report is not None and report["node"]["restarts"] == 0
             assert {a["name"]: a["pid"] for a in report["actors"]} == actors, "an actor restarted in the storm"
+            assert all(a["restarts"] == 0 for a in report["actors"]), report["actors"]
             assert swarm.counts()["open"] == devices and swarm.failures() == {}
     finally:
         node.reap()
