@@ -139,7 +139,9 @@ def test_every_client_is_back_after_a_restart_even_when_the_replay_overflows_the
     assert len(bodies[0]) * clients > 5 << 20                # more than the ring holds
     socks = [socket.create_connection(("127.0.0.1", broker.node.port), timeout=30) for _ in range(clients)]
     try:
-        assert _heartbeat_all(socks, bodies) == [ResponseCode.SUCCESS] * clients
+        # 5.8 MB of heartbeats at once: some may get SYSTEM_BUSY and are accepted the next round
+        wait_until(lambda: _heartbeat_all(socks, bodies) == [ResponseCode.SUCCESS] * clients, timeout=60,
+                   message="every client registered")
 
         def members() -> int:
             r = broker.call(group_command(RequestCode.GET_CONSUMER_CONNECTION_LIST, "BigGroup"), timeout=30)
@@ -153,7 +155,7 @@ def test_every_client_is_back_after_a_restart_even_when_the_replay_overflows_the
         def back() -> bool:
             if members() == clients:
                 return True
-            assert _heartbeat_all(socks, bodies) == [ResponseCode.SUCCESS] * clients    # they heartbeat on
+            _heartbeat_all(socks, bodies)       # they heartbeat on (SYSTEM_BUSY while the replay is taken in)
             return False
         wait_until(back, timeout=60, interval=1.0, message="every client registered again")
     finally:
