@@ -114,15 +114,17 @@ def test_an_mqtt_actor_counts_its_work_for_the_watchdog(tmp_path: Path) -> None:
 
     def progress() -> int:
         return next(a["progress"] for a in node.health()["actors"] if a["name"] == "mqtt-0") or 0
-    before = progress()
-    socks = [connect_sent(broker.port, f"busy-{i}") for i in range(20)]
+    socks: list[socket.socket] = []
     try:
+        before = progress()
+        socks = [connect_sent(broker.port, f"busy-{i}") for i in range(20)]
         for sock in socks:
             assert sock.recv(4) == b"\x20\x02\x00\x00"
         wait_until(lambda: progress() >= before + 40, timeout=30, message="mqtt-0's progress counter moving")
     finally:
         for sock in socks:
             sock.close()
+        node.reap()
 
 
 @pytest.mark.timeout(180)
@@ -130,22 +132,22 @@ def test_an_mqtt_actor_restarting_while_the_broker_is_slow_waits_for_it(tmp_path
     """A restarted MQTT actor makes sure of its topics; a broker too busy to answer in time (a net
     actor stopped here) is waited for, not a reason to fail the start and be restarted again."""
     node, broker = mqtt_node(tmp_path / "node")
-    net = node.actor("net-0")["pid"]
-    before = node.actor("mqtt-0")
-    os.kill(net, signal.SIGSTOP)
     try:
-        os.kill(before["pid"], signal.SIGKILL)
-        wait_until(lambda: "creating topic" in node.log_text(), timeout=60, message="the topic asked again")
-    finally:
+        net = node.actor("net-0")["pid"]
+        before = node.actor("mqtt-0")
+        os.kill(net, signal.SIGSTOP)
         try:
-            os.kill(net, signal.SIGCONT)
-        except ProcessLookupError:
-            pass                                           # the watchdog replaced it meanwhile
-    node.wait_healthy(timeout=90, check=lambda r: next(
-        a for a in r["actors"] if a["name"] == "mqtt-0")["restarts"] > before["restarts"])
-    assert "smartgo.actors.mqtt-0: start failed" not in node.log_text()
-    sock = connect_sent(broker.port, "after")
-    try:
-        assert sock.recv(4) == b"\x20\x02\x00\x00"
+            os.kill(before["pid"], signal.SIGKILL)
+            wait_until(lambda: "creating topic" in node.log_text(), timeout=60, message="the topic asked again")
+        finally:
+            try:
+                os.kill(net, signal.SIGCONT)
+            except ProcessLookupError:
+                pass                                       # the watchdog replaced it meanwhile
+        node.wait_healthy(timeout=90, check=lambda r: next(
+            a for a in r["actors"] if a["name"] == "mqtt-0")["restarts"] > before["restarts"])
+        assert "smartgo.actors.mqtt-0: start failed" not in node.log_text()
+        with connect_sent(broker.port, "after") as sock:
+            assert sock.recv(4) == b"\x20\x02\x00\x00"
     finally:
-        sock.close()
+        node.reap()
