@@ -491,8 +491,12 @@ class Arbiter:
             if not c.alive or c.kill_reason:
                 continue
             if c.state == SupState.SPAWNED:
-                if now - c.spawned_at > self.config.start_timeout:
-                    self._kill(c, f"not ready {self.config.start_timeout:g}s after spawn (start_timeout)")
+                # a start that counts progress (an MQTT actor reading 100,000 session records) goes on
+                start_view = self.board.read_slot(c.slot)  # type: ignore[union-attr]  # created before any child
+                working = start_view.current and self.watchdog.quiet(c.slot, start_view, now_ns) < c.deadline
+                if now - c.spawned_at > self.config.start_timeout and not working:
+                    self._kill(c, f"not ready {self.config.start_timeout:g}s after spawn (start_timeout), "
+                                  f"no progress for {c.deadline:g}s")
             elif c.state == SupState.READY:
                 view = self.board.read_slot(c.slot)  # type: ignore[union-attr]  # created before any child
                 if not view.current:

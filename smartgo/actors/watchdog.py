@@ -67,16 +67,21 @@ class Watchdog:
         self.busy_limit = busy_limit
         self._seen: dict[int, _Seen] = {}
 
-    def check(self, slot: int, view: SlotView, deadline: float, now_ns: int) -> tuple[Verdict, str]:
-        """The verdict on a ready actor's slot, and the words for the log (a busy episode is
-        described once, at its start: "" after that)."""
+    def quiet(self, slot: int, view: SlotView, now_ns: int) -> float:
+        """Seconds since the slot's progress counter last moved (from when it was first seen)."""
         seen = self._seen.get(slot)
         if seen is None or seen.pid != view.pid:
             seen = self._seen[slot] = _Seen(view.pid, view.progress, now_ns)
         elif view.progress != seen.progress:
             seen.progress, seen.moved_ns = view.progress, now_ns
+        return (now_ns - seen.moved_ns) / 1e9
+
+    def check(self, slot: int, view: SlotView, deadline: float, now_ns: int) -> tuple[Verdict, str]:
+        """The verdict on a ready actor's slot, and the words for the log (a busy episode is
+        described once, at its start: "" after that)."""
+        quiet = self.quiet(slot, view, now_ns)
+        seen = self._seen[slot]
         age = (now_ns - view.heartbeat_ns) / 1e9
-        quiet = (now_ns - seen.moved_ns) / 1e9
         verdict = judge(age, deadline, quiet, self.busy_limit)
         if verdict is Verdict.OK:
             if seen.busy_since_ns:

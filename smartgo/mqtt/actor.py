@@ -36,7 +36,7 @@ from smartgo.mqtt.bridge import (EMPTY_BODY, MQTT_CLIENT, MQTT_EMPTY, TopicMap, 
                                  publish_properties)
 from smartgo.mqtt.directory import SessionDirectory
 from smartgo.mqtt.engine import Connection, Engine, Limits
-from smartgo.mqtt.session import Outgoing, Session
+from smartgo.mqtt.session import Outgoing, Session, SessionUnavailable
 from smartgo.mqtt.sessions import (CLAIM, ENDED, EPOCH, HANDOFF, HOLDER, LIVE, SESSIONS_QUEUES, SESSIONS_TOPIC,
                                    Pending, Restored, SessionJournal, session_queue,
                                    Source, decode, encode, parse_source, source_of, still_alive)
@@ -80,7 +80,8 @@ class Publisher:
 
     def __init__(self, producer: AsyncProducer, topic_map: TopicMap, broker_name: str,
                  spawn: Callable[[Any], Any], journal: SessionJournal,
-                 find_session: Callable[[str, bool, Callable[[Session | None], None]], None]) -> None:
+                 find_session: Callable[[str, bool, Callable[[Session | SessionUnavailable | None], None]], None]
+                 ) -> None:
         self.producer = producer
         self.session_changed = journal.session_changed
         self.session_ended = journal.session_ended
@@ -250,7 +251,8 @@ class MqttActor(Actor):
         try:
             for mq in own:
                 await reader.seek_to_begin(mq)
-            await read_to_end(reader, own, lambda m: self._scanned(m, records), self.name)
+            await read_to_end(reader, own, lambda m: self._scanned(m, records), self.name,
+                              progress=self.progress_cell())
         finally:
             await reader.close()
         await self._restore(records, group)
@@ -274,7 +276,8 @@ class MqttActor(Actor):
                 at = await self.feed.committed(mq)
                 self.positions[source_of(mq.broker_name, mq.topic, mq.queue_id)] = \
                     (at if at >= 0 else await self.feed.max_offset(mq)) - 1
-        await read_to_end(self.feed, queues, self._fed, self.name, replay=True)   # what the last commit missed
+        await read_to_end(self.feed, queues, self._fed, self.name, replay=True,    # what the last commit missed
+                          progress=self.progress_cell())
         self.engine.replay_done()
         self.spawn(self._run_feed(), "feed")
         self.spawn(self.journal.run(), "checkpoints")
@@ -394,14 +397,18 @@ class MqttActor(Actor):
                 session.keep(out)
 
     # ---- a session held elsewhere ----------------------------------------------------------------
-    def _find_session(self, client_id: str, clean: bool, then: Callable[[Session | None], None]) -> None:
+    def _find_session(self, client_id: str, clean: bool,
+                      then: Callable[[Session | SessionUnavailable | None], None]) -> None:
         async def find() -> None:
-            found = None
+            found: Session | SessionUnavailable | None = None
             try:
                 found = await self._find(client_id, clean)
-            except Exception as exc:       # noqa: BLE001 - any failure: the device is served, its session empty
-                log.warning("%s: looking up the session of %s failed (%s: %s); it starts empty", self.name,
-                            client_id, type(exc).__name__, exc)
+            except SessionUnavailable as exc:
+                found = exc
+            except Exception as exc:       # noqa: BLE001 - any failure: a clean session starts empty, a kept one waits
+                log.warning("%s: looking up the session of %s failed (%s: %s); %s", self.name, client_id,
+                            type(exc).__name__, exc, "it starts empty" if clean else "CONNECT refused, server unavailable")
+                found = None if clean else SessionUnavailable(f"{type(exc).__name__}: {exc}")
             then(found)
         if clean and not self.directory.holders(client_id):
             then(None)                  # no sibling to take it from, no record to read: nothing to wait for
@@ -441,6 +448,8 @@ class MqttActor(Actor):
         record = next((a["record"] for a in answers if a and a.get("found")), None)
         if clean:
             return None
+        if record is None and None in answers:
+            raise SessionUnavailable("a sibling that may hold it does not answer")
         if record is not None:
             return await self._adopt(decode(record))
         newest = await self._newest_state(client_id)
@@ -449,8 +458,20 @@ class MqttActor(Actor):
         holder = newest.properties.get(HOLDER, "")
         if newest.tags == LIVE:
             if holder.startswith(f"{self.node_id}/"):
-                return None               # held on this node: its holder would have answered
+                return await self._from_sibling(client_id, holder, newest)
             newest = await self._handed_over(client_id, holder) or newest
+        return await self._adopt(decode(newest.body))
+
+    async def _from_sibling(self, client_id: str, holder: str, newest: MessageExt) -> Session | None:
+        """Held on this node by `holder` (by its last record): a sibling not in the directory yet (it is
+        restoring after a restart) is asked; if it no longer has the session, the record is what there is."""
+        index = actor_index(holder)
+        if holder != self.holder and index < len(self.siblings):
+            answer = await ask(peer_path(self.ctx.run_path, self.siblings[index]), {"op": "take", "client": client_id})
+            if answer is None:
+                raise SessionUnavailable(f"{holder} does not answer")
+            if answer.get("found"):
+                return await self._adopt(decode(answer["record"]))
         return await self._adopt(decode(newest.body))
 
     async def _newest_state(self, client_id: str, since_ms: int = 0) -> MessageExt | None:
@@ -660,8 +681,10 @@ def actor_index(holder: str) -> int:
 
 async def read_to_end(consumer: AsyncLitePullConsumer, queues: list[MessageQueue],
                       handle: Callable[[MessageExt], None], who: str, replay: bool = False,
-                      limit: float = READ_LIMIT) -> None:
-    """Poll until every queue is read up to the max offset it had when this began."""
+                      limit: float = READ_LIMIT, progress: Any = None) -> None:
+    """Poll until every queue is read up to the max offset it had when this began; give up only
+    after `limit` seconds in which nothing came (100,000 session records take longer than that
+    on a crowded node, and are not to be left half read). Each batch read counts on `progress`."""
     left = {}
     for mq in queues:
         target = await consumer.max_offset(mq)
@@ -673,9 +696,14 @@ async def read_to_end(consumer: AsyncLitePullConsumer, queues: list[MessageQueue
     deadline = time.monotonic() + limit
     while left:
         if time.monotonic() > deadline:
-            log.warning("%s: gave up reading %s to the end after %gs", who, sorted(map(str, left)), limit)
+            log.warning("%s: gave up reading %s to the end: nothing came for %gs", who, sorted(map(str, left)), limit)
             return
-        for msg in await consumer.poll(0.5):
+        batch = await consumer.poll(0.5)
+        if batch:
+            deadline = time.monotonic() + limit
+            if progress is not None:
+                progress[0] += 1
+        for msg in batch:
             handle(msg)
             mq = MessageQueue(msg.topic, msg.broker_name, msg.queue_id)
             if mq in left and msg.queue_offset >= left[mq]:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 from smartgo.mqtt import codec as c
 from smartgo.mqtt.auth import Account, Authenticator
 from smartgo.mqtt.bridge import Delivery, delivery_from_message, publish_properties
-from smartgo.mqtt.session import NEVER, Outgoing, Session, Subscription
+from smartgo.mqtt.session import NEVER, Outgoing, Session, SessionUnavailable, Subscription
 from smartgo.mqtt.stats import MqttStats
 from smartgo.mqtt.topics import (RetainedIndex, SubscriptionIndex, matches, split_share, valid_filter,
                                  valid_topic_name)
@@ -85,7 +85,8 @@ class StoreSide(Protocol):
 
     def forgotten(self, client_id: str) -> None: ...
 
-    def find_session(self, client_id: str, clean: bool, then: Callable[[Session | None], None]) -> None: ...
+    def find_session(self, client_id: str, clean: bool,
+                     then: Callable[[Session | SessionUnavailable | None], None]) -> None: ...
 
 
 @dataclass(slots=True)
@@ -419,9 +420,13 @@ class Engine:
         self._accept(conn, p, props, expiry)
 
     def _found(self, conn: Connection, p: c.Connect, props: dict[str, Any], expiry: int,
-               found: Session | None) -> None:
+               found: Session | SessionUnavailable | None) -> None:
         waiting, conn.waiting = conn.waiting or [], None
         if conn.closed:
+            return
+        if isinstance(found, SessionUnavailable):
+            self._refuse(conn, c.SERVER_UNAVAILABLE, f"the session of {p.client_id} is unavailable now ({found})",
+                         logged=False)
             return
         if found is not None and not p.clean_start and found.client_id not in self.sessions:
             self.restore(found, found.through or {})

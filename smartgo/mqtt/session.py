@@ -48,6 +48,12 @@ class Outgoing:
         return len(self.delivery.payload) + len(self.delivery.topic)
 
 
+class SessionUnavailable(Exception):
+    """The session may be held by an actor that does not answer now (it is restarting): the
+    CONNECT is refused with "server unavailable" and the device comes back, rather than starting
+    over with an empty session."""
+
+
 #: What an idle session holds instead of an empty deque (624 bytes), set (216) and dict (64): a
 #: node keeps a million of them, nearly all with nothing queued and nothing in flight.
 NOTHING: tuple[()] = ()

@@ -56,7 +56,7 @@ def _connect(port: int, client_id: str, clean: bool = False) -> socket.socket:
 def _answer(sock: socket.socket) -> bytes:
     try:
         return sock.recv(4)
-    except BlockingIOError:
+    except (BlockingIOError, ConnectionResetError):
         return b""
 
 
@@ -150,4 +150,46 @@ def test_an_mqtt_actor_restarting_while_the_broker_is_slow_waits_for_it(tmp_path
         with connect_sent(broker.port, "after") as sock:
             assert sock.recv(4) == b"\x20\x02\x00\x00"
     finally:
+        node.reap()
+
+
+@pytest.mark.timeout(180)
+def test_a_kept_session_whose_holder_does_not_answer_is_not_started_over(tmp_path: Path) -> None:
+    """A device coming back to one actor while the sibling holding its session does not answer
+    (restarting after a node restart, here stopped) gets "server unavailable" and comes back later
+    to its session - not CONNACK with an empty one (a reconnect storm lost its sessions that way)."""
+    node, broker = mqtt_node(tmp_path / "node", {"mqtt_actors": 2})
+    devices = [f"kept-{i}" for i in range(24)]
+    first: list[socket.socket] = []
+    again: list[socket.socket] = []
+    stopped = None
+    try:
+        first = [connect_sent(broker.port, d, clean=False) for d in devices]
+        assert {sock.recv(4) for sock in first} == {b"\x20\x02\x00\x00"}       # new sessions, spread over both
+        stopped = node.actor("mqtt-1")["pid"]
+        os.kill(stopped, signal.SIGSTOP)
+        again = [_connect(broker.port, d) for d in devices]                  # the same ids, persistent
+
+        got: list[bytes] = []
+
+        def refused() -> bool:
+            got.extend(answer for answer in map(_answer, again) if answer)
+            return b"\x20\x02\x00\x03" in got                                   # server unavailable
+        wait_until(refused, timeout=60, message="a device refused while its holder is stopped")
+        assert b"\x20\x02\x00\x00" not in got          # never a fresh session for a device whose holder is away
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+
+        def resumed() -> bool:
+            with connect_sent(broker.port, devices[0], clean=False) as sock:
+                return sock.recv(4) == b"\x20\x02\x01\x00"                    # its session present
+        wait_until(resumed, timeout=60, message="a device back to its session")
+    finally:
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass                                       # the watchdog replaced it meanwhile
+        for sock in first + again:
+            sock.close()
         node.reap()
