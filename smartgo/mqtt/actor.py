@@ -406,8 +406,9 @@ class MqttActor(Actor):
             except SessionUnavailable as exc:
                 found = exc
             except Exception as exc:       # noqa: BLE001 - any failure: a clean session starts empty, a kept one waits
+                outcome = "it starts empty" if clean else "CONNECT refused, server unavailable"
                 log.warning("%s: looking up the session of %s failed (%s: %s); %s", self.name, client_id,
-                            type(exc).__name__, exc, "it starts empty" if clean else "CONNECT refused, server unavailable")
+                            type(exc).__name__, exc, outcome)
                 found = None if clean else SessionUnavailable(f"{type(exc).__name__}: {exc}")
             then(found)
         if clean and not self.directory.holders(client_id):
