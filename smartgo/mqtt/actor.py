@@ -57,9 +57,13 @@ BATCH_MESSAGES = 256
 FEED_REBALANCE = 2.0
 #: Seconds each step of a stop may take.
 STOP_STEP = 2.0
-#: Seconds a start spends reading the retained messages, the session records or the feed's replay to
-#: their end before it goes on with what it has (a line in the log): well inside start_timeout (60 s).
+#: Seconds in which nothing comes before a start stops reading the retained messages, the session
+#: records or the feed's replay to their end and goes on with what it has (a line in the log).
 READ_LIMIT = 40.0
+#: Bytes of session records a SEND_BATCH carries at most (a quarter of a CommitLog file when smaller),
+#: counting each record's properties, key and framing as RECORD_OVERHEAD.
+RECORDS_BATCH_BYTES = 256 << 10
+RECORD_OVERHEAD = 200
 #: Seconds a node taking a session over waits for its holder on another node to hand it over.
 HANDOFF_WAIT = 3.0
 BATCH_BYTES = 1 << 20
@@ -628,8 +632,23 @@ class MqttActor(Actor):
                 fed(msg)
 
     async def _write_records(self, msgs: list[Message], queue: int) -> None:
-        result = await self.producer.send_batch(msgs, queue=MessageQueue(SESSIONS_TOPIC, self.config.broker_name,
-                                                                         queue))
+        """Store session records in batches of at most RECORDS_BATCH_BYTES: a checkpoint of 16,000
+        sessions in one batch was refused as larger than a message may be, every round, for good."""
+        mq = MessageQueue(SESSIONS_TOPIC, self.config.broker_name, queue)
+        most = min(RECORDS_BATCH_BYTES, self.config.commitlog_file_size // 4)
+        batch: list[Message] = []
+        size = 0
+        for msg in msgs:
+            batch.append(msg)
+            size += len(msg.body) + RECORD_OVERHEAD
+            if size >= most:
+                await self._write_batch(batch, mq)
+                batch, size = [], 0
+        if batch:
+            await self._write_batch(batch, mq)
+
+    async def _write_batch(self, msgs: list[Message], mq: MessageQueue) -> None:
+        result = await self.producer.send_batch(msgs, queue=mq)
         if result.status is not SendStatus.SEND_OK:
             raise ClientError(f"session records stored with {result.status.name}")
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from smartgo.mqtt import codec as c
 from smartgo.mqtt.directory import SessionDirectory, slot_of
 from tests.mqtt.test_cluster import mqtt_node
-from tests.support.waits import wait_until
+from tests.support.waits import wait_for_port, wait_until
 from tests.support.wire import closed_by_peer, connect_sent
 
 
@@ -191,5 +192,42 @@ def test_a_kept_session_whose_holder_does_not_answer_is_not_started_over(tmp_pat
             except ProcessLookupError:
                 pass                                       # the watchdog replaced it meanwhile
         for sock in first + again:
+            sock.close()
+        node.reap()
+
+
+@pytest.mark.timeout(180)
+def test_a_checkpoint_of_many_sessions_is_stored_in_batches_that_fit(tmp_path: Path) -> None:
+    """The session records of a checkpoint go in batches a CommitLog file holds: 1,000 persistent
+    devices subscribing at once on 32 KiB CommitLog files (16,000 on the default 1 GiB ones in a
+    restart storm) were refused as one batch too large, every round, and never stored - so a
+    restarted actor had none of their sessions."""
+    node, broker = mqtt_node(tmp_path / "node", {"commitlog_file_size": 32768})
+    socks: list[socket.socket] = []
+    try:
+        for i in range(1000):
+            sock = connect_sent(broker.port, f"many-{i:04d}-{'x' * 40}", clean=False)
+            sock.sendall(c.encode(c.Subscribe(1, [(f"devices/{i}/cmd/{'y' * 40}", c.SubOptions(1))]), 4))
+            socks.append(sock)
+        for sock in socks:
+            got = b""
+            while len(got) < 9:                             # CONNACK (4) and SUBACK (5)
+                got += sock.recv(9 - len(got))
+            assert got[:4] == b"\x20\x02\x00\x00" and got[4] == 0x90
+        for sock in socks:
+            sock.close()
+        socks = []
+        with pytest.raises(AssertionError, match="timed out"):    # checkpoints go on at 0.1 s: none refused
+            wait_until(lambda: "not stored" in node.log_text(), timeout=5, interval=0.5, message="a refusal")
+        before = node.actor("mqtt-0")
+        os.kill(before["pid"], signal.SIGKILL)
+        node.wait_healthy(timeout=90, check=lambda r: next(
+            a for a in r["actors"] if a["name"] == "mqtt-0")["restarts"] > before["restarts"])
+        wait_for_port(broker.port, timeout=30)
+        with connect_sent(broker.port, f"many-0999-{'x' * 40}", clean=False) as sock:
+            assert sock.recv(4) == b"\x20\x02\x01\x00"         # its session, from the stored records
+        assert "not stored" not in node.log_text()
+    finally:
+        for sock in socks:
             sock.close()
         node.reap()
