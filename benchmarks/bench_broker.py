@@ -49,7 +49,7 @@ from tests.support.nodes import Node  # noqa: E402
 from tests.support.broker import (batch_command, message_properties, pull_command, send_command,  # noqa: E402
                                     start_broker, uniq_key)
 from smartgo.net.client import RemotingClient  # noqa: E402
-from smartgo.net.codes import FLAG_SMARTGO, ResponseCode, SerializeType, code_name  # noqa: E402
+from smartgo.net.codes import FLAG_SMARTGO, LanguageCode, ResponseCode, SerializeType, code_name  # noqa: E402
 from smartgo.net.busy_poll import poller_for  # noqa: E402
 from smartgo.net.frame import FrameDecoder, encode_command  # noqa: E402
 
@@ -218,6 +218,90 @@ async def sync_worker(a: dict, ready, go) -> dict:
     return stats
 
 
+#: Opaques of the Java-wire requests: ten digits each, so a frame's opaque is patched in place.
+JAVA_OPAQUES = 1_000_000_000
+
+
+def java_frames(count: int) -> list[tuple[bytes, bytes]]:
+    """SEND_MESSAGE_V2 as RocketMQ 4.9's Java client writes it (JSON header, language JAVA, version
+    399, no SmartGo flag, header fields a-m with k and m, properties ending in a separator), split
+    around the opaque's digits: (before, after)."""
+    frames = []
+    for q in range(count):
+        cmd = send_command(TOPIC, BODY, queue_id=q % QUEUES, uniq=uniq_key())
+        cmd.ext_fields.update({"i": f"UNIQ_KEY\x01{uniq_key()}\x02WAIT\x01true\x02", "k": "false", "m": "false"})
+        cmd.serialize_type, cmd.language, cmd.version = SerializeType.JSON, LanguageCode.JAVA, 399
+        cmd.opaque = JAVA_OPAQUES
+        before, digits, after = b"".join(encode_command(cmd, 0)).partition(b"%d" % JAVA_OPAQUES)
+        assert digits, "the opaque is where a Java client writes it"
+        frames.append((before, after))
+    return frames
+
+
+class _JavaWire(asyncio.Protocol):
+    """RocketMQ's benchmark Producer as the broker sees it: the threads of one DefaultMQProducer share
+    one connection, each with one send in flight, answers matched by opaque (RemotingClient would
+    negotiate SmartGo's msgpack headers instead)."""
+
+    def __init__(self, frames: list[tuple[bytes, bytes]], run: dict) -> None:
+        self.frames = frames
+        self.run = run
+        self.decoder = FrameDecoder()
+        self.sent: dict[int, float] = {}           # opaque -> send time
+        self.opaque = JAVA_OPAQUES
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        run = self.run
+        for r in self.decoder.feed(data):
+            t0 = self.sent.pop(r.opaque, None)
+            t1 = time.perf_counter()
+            if t0 is None or r.code != ResponseCode.SUCCESS:
+                run["errors"] += 1
+            elif t1 < run["end"]:
+                run["msgs"] += 1
+                run["latencies"].append(t1 - t0)
+            self.send_next()
+
+    def send_next(self) -> None:
+        if time.perf_counter() >= self.run["end"]:
+            if not self.sent:
+                self.transport.close()
+            return
+        self.opaque += 1
+        before, after = self.frames[self.opaque % len(self.frames)]
+        self.sent[self.opaque] = time.perf_counter()
+        self.transport.write(b"%s%d%s" % (before, self.opaque, after))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.run["done"].done():
+            self.run["done"].set_result(None)
+
+
+async def java_sync_worker(a: dict, ready, go) -> dict:
+    """`producers` senders on one connection, JSON headers as the Java client writes them (--java-wire)."""
+    loop = asyncio.get_running_loop()
+    host, port = a["addr"].rsplit(":", 1)
+    run = {"msgs": 0, "errors": 0, "latencies": [], "end": 0.0, "done": loop.create_future()}
+    _, conn = await loop.create_connection(lambda: _JavaWire(java_frames(64), run), host, int(port))
+    await _wait(ready, go)
+    start = time.perf_counter()
+    run["end"] = start + a["seconds"]
+    for _ in range(a["producers"]):
+        conn.send_next()
+    try:
+        await asyncio.wait_for(asyncio.shield(run["done"]), a["seconds"] + 10)
+    except asyncio.TimeoutError:                    # sends never answered (or answered under another opaque)
+        run["errors"] += len(conn.sent)
+        conn.transport.close()
+    latencies = sorted(run["latencies"])
+    return {"msgs": run["msgs"], "errors": run["errors"], "seconds": time.perf_counter() - start, "connections": 1,
+            "latencies": latencies[::max(1, len(latencies) // 20000)]}
+
+
 async def raw_sync_worker(a: dict, ready, go) -> dict:
     """The sync scenario with _SyncProducer connections (--raw-producers)."""
     loop = asyncio.get_running_loop()
@@ -296,8 +380,8 @@ async def wake_worker(a: dict, ready, go) -> dict:
     return {"latencies": latencies, "msgs": len(latencies), "errors": 0, "seconds": 0}
 
 
-WORKERS = {"batch": batch_worker, "sync": sync_worker, "raw_sync": raw_sync_worker, "pull": pull_worker,
-           "wake": wake_worker}
+WORKERS = {"batch": batch_worker, "sync": sync_worker, "raw_sync": raw_sync_worker, "java_sync": java_sync_worker,
+           "pull": pull_worker, "wake": wake_worker}
 
 
 def run_workers(jobs: list[tuple[str, dict]], node: Node | None = None, target=None) -> tuple[list[dict], dict]:
@@ -551,10 +635,16 @@ def main() -> None:
     ap.add_argument("--sync-connections", type=int, default=16,
                     help="connections the 16 sync producers share (16: one each; 1: one for all, as the threads of "
                          "RocketMQ's benchmark Producer share one DefaultMQProducer); RemotingClient producers only")
+    ap.add_argument("--java-wire", action="store_true",
+                    help="sync scenarios: the 16 producers on one connection with the Java client's JSON headers, "
+                         "as RocketMQ's benchmark Producer puts them on the wire (issue 46)")
     args = ap.parse_args()
     if args.raw_producers and args.sync_connections != 16:
         ap.error("--raw-producers runs one connection per producer: leave --sync-connections at 16")
-    load = SyncLoad("raw_sync" if args.raw_producers else "sync", args.sync_processes, args.sync_connections)
+    if args.java_wire and (args.raw_producers or args.sync_processes != 1):
+        ap.error("--java-wire is one process and one connection: no --raw-producers or --sync-processes")
+    worker = "java_sync" if args.java_wire else "raw_sync" if args.raw_producers else "sync"
+    load = SyncLoad(worker, args.sync_processes, 1 if args.java_wire else args.sync_connections)
     quick = args.quick
     runs = 1 if quick else args.runs
     seconds = 1.5 if quick else args.seconds
@@ -567,6 +657,7 @@ def main() -> None:
     if args.profile:
         os.environ["SMARTGO_PROFILE_DIR"] = str(Path(args.profile).resolve())
     results: dict = {"quick": quick, "accel": accel.in_use(), "raw_producers": args.raw_producers,
+                     "java_wire": args.java_wire,
                      "sync_processes": args.sync_processes,
                      "sync_connections": args.sync_connections,
                      "loadavg_before": [round(x, 2) for x in os.getloadavg()]}

@@ -29,3 +29,13 @@ def test_bench_broker_raw_producers_quick(tmp_path):
     assert r["raw_producers"] is True and "batch" not in r
     assert r["sync"]["errors"] == 0 and r["sync"]["msgs_s"] > 0 and r["sync"]["connections"] == 16
     assert 0 < r["sync"]["p50_ms"] <= r["sync"]["p99_ms"]
+
+
+@pytest.mark.timeout(120)
+def test_bench_broker_java_wire_quick(tmp_path):
+    """16 sends in flight on one connection, JSON headers as the Java client writes them: every answer
+    matches its request's opaque (a mismatched or missing one counts as an error)."""
+    r = run_benchmark("bench_broker.py", "--only", "sync", "--java-wire", timeout=110, tmpdir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    assert r["java_wire"] is True and r["sync"]["connections"] == 1
+    assert r["sync"]["errors"] == 0 and r["sync"]["msgs_s"] > 0 and 0 < r["sync"]["p50_ms"] <= r["sync"]["p99_ms"]
