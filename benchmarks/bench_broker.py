@@ -124,7 +124,34 @@ async def batch_worker(a: dict, ready, go) -> dict:
     return stats
 
 
-class _SyncProducer(asyncio.Protocol):
+class _RawSender(asyncio.Protocol):
+    """A raw load-generator connection: answers decoded with the broker's FrameDecoder and counted
+    into the worker's `run` (msgs, errors, latencies until run["end"]); the last one closed ends it."""
+
+    def __init__(self, run: dict) -> None:
+        self.run = run
+        self.decoder = FrameDecoder()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def answered(self, ok: bool, t0: float) -> None:
+        run = self.run
+        t1 = time.perf_counter()
+        if not ok:
+            run["errors"] += 1
+        elif t1 < run["end"]:
+            run["msgs"] += 1
+            run["latencies"].append(t1 - t0)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.run["open"] -= 1
+        if self.run["open"] == 0 and not self.run["done"].done():
+            self.run["done"].set_result(None)
+
+
+class _SyncProducer(_RawSender):
     """One synchronous producer on a raw connection: send, wait for the answer, send the next.
 
     Its requests are encoded once with the sans-IO codec (one request in flight, so a fixed opaque
@@ -135,26 +162,15 @@ class _SyncProducer(asyncio.Protocol):
     """
 
     def __init__(self, frames: list[bytes], run: dict) -> None:
+        super().__init__(run)
         self.frames = frames
-        self.run = run
         self.kick = run["kick"]
-        self.decoder = FrameDecoder()
         self.n = 0
         self.t0 = 0.0
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        run = self.run
         for r in self.decoder.feed(data):
-            t1 = time.perf_counter()
-            if r.code != ResponseCode.SUCCESS:
-                run["errors"] += 1
-            elif t1 < run["end"]:
-                run["msgs"] += 1
-                run["latencies"].append(t1 - self.t0)
+            self.answered(r.code == ResponseCode.SUCCESS, self.t0)
             self.send_next()
 
     def send_next(self) -> None:
@@ -166,11 +182,6 @@ class _SyncProducer(asyncio.Protocol):
         self.transport.write(self.frames[self.n % len(self.frames)])
         if self.kick is not None:
             self.kick()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.run["open"] -= 1
-        if self.run["open"] == 0 and not self.run["done"].done():
-            self.run["done"].set_result(None)
 
 
 async def sync_worker(a: dict, ready, go) -> dict:
@@ -238,32 +249,21 @@ def java_frames(count: int) -> list[tuple[bytes, bytes]]:
     return frames
 
 
-class _JavaWire(asyncio.Protocol):
+class _JavaWire(_RawSender):
     """RocketMQ's benchmark Producer as the broker sees it: the threads of one DefaultMQProducer share
     one connection, each with one send in flight, answers matched by opaque (RemotingClient would
     negotiate SmartGo's msgpack headers instead)."""
 
     def __init__(self, frames: list[tuple[bytes, bytes]], run: dict) -> None:
+        super().__init__(run)
         self.frames = frames
-        self.run = run
-        self.decoder = FrameDecoder()
         self.sent: dict[int, float] = {}           # opaque -> send time
         self.opaque = JAVA_OPAQUES
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        run = self.run
         for r in self.decoder.feed(data):
             t0 = self.sent.pop(r.opaque, None)
-            t1 = time.perf_counter()
-            if t0 is None or r.code != ResponseCode.SUCCESS:
-                run["errors"] += 1
-            elif t1 < run["end"]:
-                run["msgs"] += 1
-                run["latencies"].append(t1 - t0)
+            self.answered(t0 is not None and r.code == ResponseCode.SUCCESS, t0 or 0.0)
             self.send_next()
 
     def send_next(self) -> None:
@@ -276,16 +276,12 @@ class _JavaWire(asyncio.Protocol):
         self.sent[self.opaque] = time.perf_counter()
         self.transport.write(b"%s%d%s" % (before, self.opaque, after))
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.run["done"].done():
-            self.run["done"].set_result(None)
-
 
 async def java_sync_worker(a: dict, ready, go) -> dict:
     """`producers` senders on one connection, JSON headers as the Java client writes them (--java-wire)."""
     loop = asyncio.get_running_loop()
     host, port = a["addr"].rsplit(":", 1)
-    run = {"msgs": 0, "errors": 0, "latencies": [], "end": 0.0, "done": loop.create_future()}
+    run = {"msgs": 0, "errors": 0, "latencies": [], "end": 0.0, "open": 1, "done": loop.create_future()}
     _, conn = await loop.create_connection(lambda: _JavaWire(java_frames(64), run), host, int(port))
     await _wait(ready, go)
     start = time.perf_counter()
