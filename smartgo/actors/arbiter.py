@@ -229,12 +229,11 @@ class Arbiter:
             self._configure()
         board = self._create_board()
         cpus = usable_cpus()
-        self.children = [Child(spec, i, crowded(spec.heartbeat_deadline or self.config.heartbeat_deadline,
-                                                len(self.specs), cpus))
+        stretch = crowded(1.0, len(self.specs), cpus)
+        self.children = [Child(spec, i, stretch * (spec.heartbeat_deadline or self.config.heartbeat_deadline))
                          for i, spec in enumerate(self.specs)]
-        if crowded(1.0, len(self.specs), cpus) > 1.0:
-            log.info("%d actors on %d CPUs: heartbeat deadlines stretched x%.1f", len(self.specs), cpus,
-                     crowded(1.0, len(self.specs), cpus))
+        if stretch > 1.0:
+            log.info("%d actors on %d CPUs: heartbeat deadlines stretched x%.1f", len(self.specs), cpus, stretch)
         for c in self.children:
             board.name_slot(c.slot, c.name)
             self._publish(c)

@@ -209,11 +209,11 @@ class ClientTable:
         a presumed member (a client that stops before it heartbeat a restarted broker)."""
         key = (ref.net, ref.conn)
         if producer_group:
-            self._drop_producer(producer_group, lambda k, ch: k == key, key)
+            self._drop_producer(producer_group, only=key)
         info = self.consumers.get(consumer_group or "")
         if info is None:
             return Changes()
-        changes = self._drop_consumers(lambda k, ch: k == key, [info.name], key)
+        changes = self._drop_consumers([info.name], only=key)
         if client_id in info.presumed:
             info.presumed.discard(client_id)
             self._left(info, changes)
@@ -223,8 +223,8 @@ class ClientTable:
         key = (net, conn)
         consumers, producers = self._groups_of.get(key, ((), ()))
         for group in producers:
-            self._drop_producer(group, lambda k, ch: k == key, key)
-        return self._drop_consumers(lambda k, ch: k == key, list(consumers), key)
+            self._drop_producer(group, only=key)
+        return self._drop_consumers(list(consumers), only=key)
 
     def net_gone(self, net: str) -> Changes:
         """A net actor died or restarted: its connections are gone with it."""
@@ -238,11 +238,11 @@ class ClientTable:
     def _drop_everywhere(self, gone: Callable[[ChannelKey, ClientChannel], bool]) -> Changes:
         for group in list(self.producers):
             self._drop_producer(group, gone)
-        return self._drop_consumers(gone, list(self.consumers))
+        return self._drop_consumers(list(self.consumers), gone)
 
-    def _drop_producer(self, group: str, gone: Callable[[ChannelKey, ClientChannel], bool],
+    def _drop_producer(self, group: str, gone: Callable[[ChannelKey, ClientChannel], bool] = lambda k, ch: True,
                        only: ChannelKey | None = None) -> None:
-        """Drop the group's channels that are `gone`: only `only`'s, when given (no scan)."""
+        """Drop the group's channels that are `gone`, of `only`'s alone when given (no scan)."""
         channels = self.producers.get(group, {})
         for k in [k for k in _candidates(channels, only) if gone(k, channels[k])]:
             ch = channels.pop(k)
@@ -252,7 +252,8 @@ class ClientTable:
         if not channels:
             self.producers.pop(group, None)
 
-    def _drop_consumers(self, gone: Callable[[ChannelKey, ClientChannel], bool], groups: list[str],
+    def _drop_consumers(self, groups: list[str],
+                        gone: Callable[[ChannelKey, ClientChannel], bool] = lambda k, ch: True,
                         only: ChannelKey | None = None) -> Changes:
         changes = Changes()
         for group in groups:
