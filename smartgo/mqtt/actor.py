@@ -13,8 +13,8 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 from smartgo.actors.actor import Actor, ActorContext
 from smartgo.client.config import ClientConfig
@@ -60,14 +60,15 @@ STOP_STEP = 2.0
 #: Seconds in which nothing comes before a start stops reading the retained messages, the session
 #: records or the feed's replay to their end and goes on with what it has (a line in the log).
 READ_LIMIT = 40.0
-#: Bytes of session records a SEND_BATCH carries at most (a quarter of a CommitLog file when smaller),
-#: counting each record's properties, key and framing as RECORD_OVERHEAD.
+#: Bytes of session records a SEND_BATCH carries at most (a quarter of a CommitLog file when smaller).
 RECORDS_BATCH_BYTES = 256 << 10
-RECORD_OVERHEAD = 200
+#: What a message adds to its body in a batch (properties, key, framing), counting batch sizes.
+MESSAGE_OVERHEAD = 200
 #: Seconds a node taking a session over waits for its holder on another node to hand it over.
 HANDOFF_WAIT = 3.0
 BATCH_BYTES = 1 << 20
 Done = Callable[[int], None]
+T = TypeVar("T")
 
 
 def client_config(cfg: NodeConfig, name: str) -> ClientConfig:
@@ -149,14 +150,8 @@ class Publisher:
         self.scheduled = False
         pending, self.pending = self.pending, {}
         for (topic, key), items in pending.items():
-            start = 0
-            while start < len(items):
-                end, size = start, 0
-                while end < len(items) and end - start < BATCH_MESSAGES and size < BATCH_BYTES:
-                    size += len(items[end][0].body) + 200
-                    end += 1
-                self.spawn(self._send(topic, key, items[start:end]))
-                start = end
+            for batch in batched(items, lambda item: len(item[0].body), BATCH_BYTES):
+                self.spawn(self._send(topic, key, batch))
 
     async def _queue(self, topic: str, key: int) -> MessageQueue:
         queues = self.queues.get(topic)
@@ -576,9 +571,8 @@ class MqttActor(Actor):
                 msgs.append(Message(RETAINED_TOPIC, d.payload, props.pop("TAGS", None), props.pop("KEYS", None),
                                     props))
             self.retained_at[topic] = int(time.time() * 1000)     # not again at once; the feed dates it
-        for start in range(0, len(msgs), BATCH_MESSAGES):
-            await self.producer.send_batch(msgs[start:start + BATCH_MESSAGES],
-                                           queue=MessageQueue(RETAINED_TOPIC, self.config.broker_name, 0))
+        for batch in batched(msgs, lambda msg: len(msg.body), BATCH_BYTES):
+            await self.producer.send_batch(batch, queue=MessageQueue(RETAINED_TOPIC, self.config.broker_name, 0))
         if again or msgs:
             log.info("%s: %d session records and %d retained messages stored again (older than %gh)", self.name,
                      again, len(msgs), self.refresh_after / 3600)
@@ -635,22 +629,11 @@ class MqttActor(Actor):
         """Store session records in batches of at most RECORDS_BATCH_BYTES: a checkpoint of 16,000
         sessions in one batch was refused as larger than a message may be, every round, for good."""
         mq = MessageQueue(SESSIONS_TOPIC, self.config.broker_name, queue)
-        most = min(RECORDS_BATCH_BYTES, self.config.commitlog_file_size // 4)
-        batch: list[Message] = []
-        size = 0
-        for msg in msgs:
-            batch.append(msg)
-            size += len(msg.body) + RECORD_OVERHEAD
-            if size >= most:
-                await self._write_batch(batch, mq)
-                batch, size = [], 0
-        if batch:
-            await self._write_batch(batch, mq)
-
-    async def _write_batch(self, msgs: list[Message], mq: MessageQueue) -> None:
-        result = await self.producer.send_batch(msgs, queue=mq)
-        if result.status is not SendStatus.SEND_OK:
-            raise ClientError(f"session records stored with {result.status.name}")
+        for batch in batched(msgs, lambda msg: len(msg.body), min(RECORDS_BATCH_BYTES,
+                                                                  self.config.commitlog_file_size // 4)):
+            result = await self.producer.send_batch(batch, queue=mq)
+            if result.status is not SendStatus.SEND_OK:
+                raise ClientError(f"session records stored with {result.status.name}")
 
     async def _commit_feed(self, position: dict[Source, int]) -> None:
         offsets = {}
@@ -691,6 +674,19 @@ async def _bounded(step: Awaitable[object], what: str) -> None:
         await asyncio.wait_for(step, STOP_STEP)
     except asyncio.TimeoutError:
         log.warning("mqtt: %s took over %gs; going on", what, STOP_STEP)
+
+
+def batched(items: list[T], body_size: Callable[[T], int], most_bytes: int) -> Iterator[list[T]]:
+    """items in consecutive SEND_BATCH-sized slices: at most BATCH_MESSAGES each, closed by the item
+    that brings its bodies and MESSAGE_OVERHEAD each to most_bytes."""
+    start = 0
+    while start < len(items):
+        end, size = start, 0
+        while end < len(items) and end - start < BATCH_MESSAGES and size < most_bytes:
+            size += body_size(items[end]) + MESSAGE_OVERHEAD
+            end += 1
+        yield items[start:end]
+        start = end
 
 
 def actor_index(holder: str) -> int:
