@@ -77,6 +77,8 @@ class NodeConfig:
     net_actors: int = setting(0, "number of net actors (connection/codec processes) of a broker; 0 = one for "
                                  "every two CPUs the node may use (its affinity and cgroup quota), at least 1: "
                                  "1 is the best on 2 cores (docs/BENCHMARKS.md)")
+    commit_in_net: bool = setting(True, "with one net actor, run the commit stage (the CommitLog writer) inside it "
+                                        "instead of in an actor of its own: no process hop for a send")
     remoting_connections: int = setting(0, "RocketMQ client connections the node is sized for: as many net actors "
                                            "start as hold them, each taking its open-files limit less a twentieth "
                                            "and its mapped ConsumeQueue files; 0 = --net-actors alone", metavar="N")

@@ -28,8 +28,21 @@ def net_capacity(config: NodeConfig, open_files: int) -> int:
 
 
 def commit_producers(config: NodeConfig) -> list[str]:
-    """Actors that hand records to the commit actor (send.<name> / done.<name> rings)."""
+    """Actors whose records the commit stage appends: the net actors and the schedule actor."""
     return [*net_names(config), SCHEDULE]
+
+
+def commit_in_net(config: NodeConfig) -> bool:
+    """Does the commit stage run inside the only net actor (smartgo.broker.commit_stage)?"""
+    return config.commit_in_net and not is_slave(config) and len(net_names(config)) == 1
+
+
+def ring_producers(config: NodeConfig) -> list[str]:
+    """Producers that reach the commit stage through send.<name> / done.<name> rings: all of them,
+    but the net actor hosting the stage."""
+    if commit_in_net(config):
+        return [SCHEDULE]
+    return commit_producers(config)
 
 
 def delay_levels(config: NodeConfig) -> tuple[int, ...]:
@@ -83,8 +96,11 @@ def is_slave(config: NodeConfig) -> bool:
 
 
 def commitlog_writer(config: NodeConfig) -> str:
-    """The actor that appends to the CommitLog: commit on a master, ha (replication) on a slave."""
-    return "ha" if is_slave(config) else "commit"
+    """The actor that appends to the CommitLog: on a master commit, or the only net actor hosting
+    the commit stage; ha (replication) on a slave."""
+    if is_slave(config):
+        return "ha"
+    return net_names(config)[0] if commit_in_net(config) else "commit"
 
 
 def registry_addrs(config: NodeConfig) -> list[str]:

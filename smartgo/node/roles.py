@@ -17,8 +17,8 @@ from smartgo.actors.role import Role
 from smartgo.actors.spec import ActorSpec
 from smartgo.broker.ha import failover
 from smartgo.broker.recovery import queue_demand
-from smartgo.broker.settings import (SCHEDULE, commit_producers, commitlog_writer, delay_levels, intent_fields,
-                                    is_slave, net_names, vip_port)
+from smartgo.broker.settings import (SCHEDULE, commit_in_net, commit_producers, commitlog_writer, delay_levels,
+                                    intent_fields, is_slave, net_names, ring_producers, vip_port)
 from smartgo.broker.stats.stats import minute_sample_ms, window_seconds
 from smartgo.config import ConfigError, NodeConfig
 from smartgo.mqtt.listeners import check_ports_free, mqtt_names, mqtt_ports
@@ -69,16 +69,18 @@ def _broker_fields(config: NodeConfig) -> Sequence[FieldSpec]:
     nets = commit_producers(config)
     writer = commitlog_writer(config)            # a slave's CommitLog is written by replication
     own = tuple(replace(f, writer=writer) if f.writer == "commit" else f for f in BROKER_FIELDS)
-    return (*own, *(FieldSpec(name, "commit", doc) for name, doc in intent_fields(nets)),
+    return (*own, *(FieldSpec(name, writer, doc) for name, doc in intent_fields(ring_producers(config))),
             *(FieldSpec(f"{net}.flush_wait", net, "lowest end offset a sync-flush send of this net actor waits "
                                                   "for; 0 = none") for net in nets))
 
 
 def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
     """The broker data path (docs/ARCHITECTURE.md, section broker). Start order: flush, then
-    dispatch, then commit and hold, then the net actors; stop order is the reverse, so net actors
-    drain before commit stops, commit stops before dispatch's last round, and flush goes last.
-    A slave has no commit and no schedule actor: its ha actor writes the CommitLog."""
+    dispatch, then commit and hold, then the net actors, then schedule; stop order is the reverse,
+    so schedule and the net actors drain before the commit stage stops, and it stops before
+    dispatch's last round; flush goes last. With one net actor the commit stage runs inside it
+    (commit_in_net): no commit actor, and schedule follows the net actor. A slave has no commit
+    and no schedule actor: its ha actor writes the CommitLog."""
     nets = net_names(config)
     producers = commit_producers(config)        # the net actors and the schedule actor
     delay_levels(config)                        # a malformed table or timer setting is a settings error (exit 2)
@@ -102,18 +104,18 @@ def _broker_actors(config: NodeConfig) -> Sequence[ActorSpec]:
         ActorSpec("dispatch", f"{pkg}.dispatch_actor:DispatchActor", after=("flush",)),
         ActorSpec("ha", f"{pkg}.ha_actor:HAActor", kwargs={"nets": nets}, after=("dispatch",)),
     ]
-    if not slave:
-        specs += [
-            ActorSpec("commit", f"{pkg}.commit_actor:CommitActor", kwargs={"nets": producers}, after=("ha",)),
-            ActorSpec(SCHEDULE, f"{pkg}.schedule_actor:ScheduleActor", after=("commit",)),
-        ]
+    if not slave and not commit_in_net(config):
+        specs.append(ActorSpec("commit", f"{pkg}.commit_actor:CommitActor", kwargs={"nets": producers},
+                               after=("ha",)))
     specs += [
         ActorSpec("hold", f"{pkg}.hold_actor:HoldActor", kwargs={"nets": nets}, after=("dispatch",)),
         ActorSpec("cleanup", f"{pkg}.cleanup_actor:CleanupActor"),
         ActorSpec("broker", f"{pkg}.broker_actor:BrokerActor", kwargs={"nets": nets}, after=broker_after),
     ]
-    specs += [ActorSpec(net, f"{pkg}.net_actor:NetActor", after=(writer, "hold", "broker", "cleanup"))
-              for net in nets]
+    net_after = tuple(dict.fromkeys((writer if writer not in nets else "ha", "hold", "broker", "cleanup")))
+    specs += [ActorSpec(net, f"{pkg}.net_actor:NetActor", after=net_after) for net in nets]
+    if not slave:                   # after the CommitLog writer (a net actor hosting the commit stage, or commit)
+        specs.append(ActorSpec(SCHEDULE, f"{pkg}.schedule_actor:ScheduleActor", after=(writer,)))
     if mqtt_ports(config):          # a slave's too: its devices' publishes go to its master
         check_ports_free(config)
         specs += [ActorSpec(name, "smartgo.mqtt.actor:MqttActor", after=tuple(nets)) for name in mqtt_names(config)]

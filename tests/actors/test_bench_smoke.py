@@ -20,7 +20,7 @@ def test_bench_ring_quick():
 def test_bench_restart_quick(tmp_path):
     r = run_benchmark("bench_restart.py", timeout=100, tmpdir=tmp_path)
     assert list(tmp_path.iterdir()) == []                  # the node's store is gone
-    assert set(r["restart"]) == {"commit", "net-0", "forkserver", "tracker", "forkserver+commit"}
+    assert set(r["restart"]) == {"dispatch", "net-0", "forkserver", "tracker", "forkserver+net-0"}
     for kind in r["restart"].values():
         assert 0 < kind["gap_median_s"] <= kind["gap_max_s"] and kind["healthy_median_s"] >= 0 and kind["kills"] == 1
     assert r["worst_gap_s"] == max(k["gap_max_s"] for k in r["restart"].values()) and r["quiet_gap_s"] > 0

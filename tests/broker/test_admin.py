@@ -117,7 +117,7 @@ def test_runtime_info(broker):
     assert int(info["commitLogMaxOffset"]) > int(info["commitLogMinOffset"]) >= 0
     health = json.loads(info["smartgoHealth"])
     assert health["healthy"] is True and info["smartgoHealthy"] == "true"
-    assert {"broker", "commit", "net-0"} <= {a["name"] for a in health["actors"]}
+    assert {"broker", "dispatch", "net-0"} <= {a["name"] for a in health["actors"]}
 
 
 def runtime(broker) -> dict[str, str]:

@@ -164,6 +164,30 @@ def test_kill_9_of_each_actor_under_load_loses_and_duplicates_nothing(start_node
     assert broker.node.health()["node"]["restarts"] == 0
 
 
+@pytest.mark.timeout(150)
+def test_kill_9_of_the_net_actor_hosting_the_commit_stage_loses_and_duplicates_nothing(start_node):
+    """With one net actor the CommitLog writer runs inside it (commit_in_net): there is no commit
+    actor, and a kill -9 of the net actor takes the writer down with every connection. Each
+    restart resumes the log where the last published batch ended; producers reconnect and retry."""
+    broker = start_node({"topics": f"{TOPIC}:{QUEUES}", "net_actors": 1})
+    assert "commit" not in {a["name"] for a in broker.node.health()["actors"]}
+    load = Load(broker.addr)
+    load.start()
+    try:
+        for _ in range(3):
+            load.wait_progress(100)
+            before = broker.node.actor("net-0")["pid"]
+            kill9(before)
+            broker.node.wait_healthy(check=lambda r, p=before: next(
+                a for a in r["actors"] if a["name"] == "net-0")["pid"] not in (0, p))
+        load.wait_progress(30)
+    finally:
+        load.stop()
+    settled(broker)
+    check_exactly_once(load, stored_keys(broker))
+    assert next(a for a in broker.node.health()["actors"] if a["name"] == "net-0")["restarts"] == 3
+
+
 @pytest.mark.timeout(120)
 def test_kill_9_of_the_whole_node_under_sync_flush_keeps_every_acknowledged_message(start_node):
     broker = start_node({"topics": f"{TOPIC}:{QUEUES}", "flush": "sync"})
@@ -187,7 +211,8 @@ def test_sends_wait_for_a_restarting_commit_actor_then_get_system_busy_if_it_sta
     from concurrent.futures import ThreadPoolExecutor
 
     from smartgo.store import StoreLock
-    broker = start_node({"restart_backoff": 1.0, "restart_backoff_max": 1.0, "max_restarts": 50})
+    broker = start_node({"restart_backoff": 1.0, "restart_backoff_max": 1.0, "max_restarts": 50,
+                         "commit_in_net": False})
     assert broker.call(send_command("Patient", b"warm")).code == ResponseCode.SUCCESS
     kill9(broker.node.actor("commit")["pid"])
     lock = wait_until(lambda: _try_lock(StoreLock(broker.node.store)), timeout=5, interval=0.005)
@@ -226,7 +251,7 @@ def test_a_full_ring_queues_sends_briefly_then_refuses_them_and_never_stores_a_r
     overflow queue and get SYSTEM_BUSY after 2 s; once commit runs again the ones in the ring
     are stored and acknowledged. Refused sends are not in the store."""
     from tests.support.broker import batch_command, message_properties
-    broker = start_node({"topics": "Flood:1", "heartbeat_deadline": 30.0})
+    broker = start_node({"topics": "Flood:1", "heartbeat_deadline": 30.0, "commit_in_net": False})
     commit = psutil.Process(broker.node.actor("commit")["pid"])
     keys = [[uniq_key() for _ in range(32)] for _ in range(48)]          # 48 x 256 KiB > the 8 MiB ring
 

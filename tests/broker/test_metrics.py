@@ -263,7 +263,7 @@ def test_a_node_reports_its_traffic_lag_clients_and_actors(broker):
         assert metric_value(samples, "smartgo_commitlog_max_offset") >= 8 * 100
         assert 0 < metric_value(samples, "rocketmq_storage_message_reserve_time") < 600_000
         assert metric_value(samples, "smartgo_node_healthy") == 1
-        for actor in ("net-0", "commit", "dispatch", "flush", "hold", "cleanup", "broker"):
+        for actor in ("net-0", "dispatch", "flush", "hold", "cleanup", "broker", "schedule"):
             assert metric_value(samples, "smartgo_actor_up", actor=actor) == 1, actor
             assert metric_value(samples, "smartgo_actor_restarts_total", actor=actor) == 0, actor
             assert metric_value(samples, "smartgo_process_resident_memory_bytes", actor=actor) > 1 << 20, actor

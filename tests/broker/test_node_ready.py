@@ -49,8 +49,7 @@ def test_a_master_says_once_that_it_is_ready_naming_every_port_and_again_after_a
         log = node.log_text()           # each actor is ready once it listens: the ha actor too
         assert log.index(f"replication service on 127.0.0.1:{node.ha_port}") < log.index("ha ready (pid")
 
-        commit = node.actor("commit")["pid"]
-        os.kill(commit, signal.SIGKILL)
+        os.kill(node.actor("dispatch")["pid"], signal.SIGKILL)
         again = AGAIN.findall(node.logged("node ready again: "))
         assert len(again) == 1 and fields(again[0]) == said
         assert len(READY.findall(node.log_text())) == 1

@@ -61,7 +61,7 @@ from smartgo.broker.transaction.transaction_check import TransactionChecker
 from smartgo.broker.rings import CTL_RING_CAPACITY
 from smartgo.broker.ha.slave_sync import Changed, MasterState, apply_state, run_slave_sync
 from smartgo.broker.ha.ha_client import master_file
-from smartgo.broker.settings import broker_addr, ha_addr, is_slave, registry_addrs, store_config
+from smartgo.broker.settings import broker_addr, commitlog_writer, ha_addr, is_slave, registry_addrs, store_config
 from smartgo.broker.processor.progress_processor import ProgressProcessor
 from smartgo.broker.stats.prometheus import render
 from smartgo.broker.stats.stats import FLUSH_INTERVAL, StatsBook, minute_sample_ms, window_seconds
@@ -364,11 +364,12 @@ class BrokerActor(Actor):
         perm = self.runtime.config.broker_permission
         if self.fenced.get() != self.roles.fenced:
             self.fenced.set(int(self.roles.fenced))
-            commit = Doorbell(bell_path(self.ctx.run_path, "commit"))    # it refuses writes from its next turn
+            # the CommitLog writer (commit, or the net actor hosting the commit stage) refuses writes from its next turn
+            writer = Doorbell(bell_path(self.ctx.run_path, commitlog_writer(self.config)))
             try:
-                commit.ring()
+                writer.ring()
             finally:
-                commit.close()
+                writer.close()
         self.read_only.set(0 if perm & PermName.WRITE and not self.roles.fenced else 1)
         self.unreadable.set(0 if perm & PermName.READ else 1)
 

@@ -13,6 +13,10 @@ One pump task drains the three inbound rings and answers sends whose sync flush 
 sleeps on this actor's doorbell, which the commit, hold and broker actors ring through the
 rings and the flush actor rings through the board word `<me>.flush_wait`.
 
+The only net actor of a node hosts the commit stage itself (commit_in_net; smartgo.broker.
+commit_stage): its sends are appended in its own loop, with no send/done ring, and the pump also
+drains the schedule actor's send ring into the stage and watches the failover fence.
+
 Requests and woken pulls run within a per-turn time budget (smartgo.net.budget): the loop turns
 about every 20 ms however many pulls the consumers of 1,024 queues keep in flight or wake at
 once, and each counts on the actor's board slot, the progress the supervisor's watchdog reads.
@@ -41,6 +45,7 @@ from smartgo.broker.ha.master_forward import MasterForward
 from smartgo.broker.processor.message_filter import CheckClientConfigProcessor, Filters
 from smartgo.broker.processor.admin_processor import CALL_CLIENT_TIMEOUT
 from smartgo.broker.actors.broker_actor import FORWARDED_CODES, RELAYED_CODES
+from smartgo.broker.commit_stage import CommitStage
 from smartgo.broker.channel import INVOKE_MARGIN, BrokerLink, ChannelError, ClientRef, InvokeError, unpack_command
 from smartgo.broker.processor.end_transaction_processor import EndTransactionProcessor
 from smartgo.broker.net_view import NetView
@@ -53,7 +58,7 @@ from smartgo.broker.processor.reply_processor import ReplyProcessor
 from smartgo.broker.processor.resume_half_processor import ResumeHalfProcessor
 from smartgo.broker.processor.send_back_processor import SendBackProcessor
 from smartgo.broker.processor.send_processor import SendProcessor
-from smartgo.broker.settings import net_capacity, store_config, vip_port
+from smartgo.broker.settings import commit_in_net, net_capacity, ring_producers, store_config, vip_port
 from smartgo.broker.stats.stats import FLUSH_INTERVAL, NetStats
 from smartgo.broker.managers.subscriptions import GroupsView
 from smartgo.common.bodies import BodyError
@@ -100,6 +105,7 @@ class NetActor(Actor):
         self.wake_ring = self.ring(f"wake.{me}", CONSUMER, SMALL_RING_CAPACITY)
         self.ctl_ring = self.ring(f"ctl.{me}", PRODUCER, CTL_RING_CAPACITY)
         self.ctlr_ring = self.ring(f"ctlr.{me}", CONSUMER, CTL_RING_CAPACITY)
+        self.stage = CommitStage(self, ring_producers(cfg)) if commit_in_net(cfg) else None
         self.link = BrokerLink(self.ctl_ring, self.push, self.invoke)
         self.link.events.update({"group": self._on_group, "groups": self._on_groups, "config": self._on_config,
                                  "acl": self._on_acl})
@@ -174,10 +180,12 @@ class NetActor(Actor):
     # ---- inbound rings --------------------------------------------------------------------------------
     async def _run_pump(self) -> None:
         done, wake, ctlr = self.done_ring, self.wake_ring, self.ctlr_ring
-        rings = (done, wake, ctlr)
+        stage = self.stage
+        rings = (done, wake, ctlr, *(stage.inputs if stage is not None else ()))
         sends = self.sends
+        ready = sends.flush_ready if stage is None else lambda: sends.flush_ready() or stage.fence_moved()
         while True:
-            busy = False
+            busy = stage is not None and stage.turn()
             records = done.read()
             if records:
                 busy = True
@@ -199,7 +207,7 @@ class NetActor(Actor):
             if busy:
                 await asyncio.sleep(0)       # replies go out; sockets are read before the next drain
             else:
-                await wait_any(rings, self.bell, 0.5, sends.flush_ready)
+                await wait_any(rings, self.bell, 0.5, ready)
 
     # ---- the broker channel ---------------------------------------------------------------------------
     async def _forward(self, conn: Connection, request: RemotingCommand,
@@ -384,4 +392,6 @@ class NetActor(Actor):
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         self.reader.close()
+        if self.stage is not None:
+            self.stage.close()
         profiling.dump(self._profile, self.name)

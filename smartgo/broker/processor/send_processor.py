@@ -432,7 +432,12 @@ class SendProcessor:
 
     # ---- to the commit actor ---------------------------------------------------------------------------------
     def _hand_over(self, out: list[bytes]) -> None:
-        """Everything queued during one loop iteration: one ring batch, one doorbell at most."""
+        """Everything queued during one loop iteration: one ring batch, one doorbell at most; or,
+        when this net actor hosts the commit stage, one append, answered at once."""
+        stage = self.net.stage
+        if stage is not None:
+            self.on_completions([memoryview(stage.append_local(out))])
+            return
         done = 0 if self._overflow else self.ring.try_write(out)
         self._handed_over(done)
         if done < len(out):
@@ -456,7 +461,7 @@ class SendProcessor:
 
     def watch_commit(self) -> bool:
         """Is the commit actor up? (Notes since when it is not; a slave has none.)"""
-        if self.slave or self.net.board.actor_running("commit"):
+        if self.slave or self.net.stage is not None or self.net.board.actor_running("commit"):
             self.commit_down_since = 0.0
             return True
         if not self.commit_down_since:
