@@ -1,0 +1,47 @@
+"""The backlog benchmark's --quick run: every scenario's figures, and a second run on the same
+--store that reuses the fill instead of filling again (then removes the store: --clean)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.waits import run_benchmark
+
+SCENARIOS = {"write_rate", "write_p99", "rss", "restart", "kill", "syncflush", "catchup_consumer",
+             "catchup_producer", "query", "cleanup"}
+
+
+@pytest.mark.timeout(600)
+def test_bench_backlog_quick_then_reused(tmp_path):
+    store = tmp_path / "backlog"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = run_benchmark("bench_backlog.py", "--store", str(store), timeout=280, tmpdir=tmp)
+    assert (r["quick"], r["reused_store"], r["kept_store"], r["unclean_stops"]) == (True, False, str(store), 0)
+    assert r["fill"]["refilled"] and r["fill"]["added"] >= r["messages"] == 200_000 and r["fill"]["errors"] == 0
+    w = r["write"]
+    assert len(w["tenths"]) == 10 and all(t["msgs_s"] > 0 and t["p99_ms"] > 0 for t in w["tenths"])
+    assert w["first_10pct"]["msgs"] >= 20_000 and w["last_10pct"]["msgs_s"] > 0 and w["empty_p99_ms"] > 0
+    assert w["rate_ratio"] > 0 and w["p99_ratio"] > 0
+    assert 100 < r["rss"]["max_mb"] < 4000 and {"fill", "catchup", "cleanup"} <= set(r["rss"]["by_phase_mb"])
+    assert all(a["rss"] >= a["anon"] > 0 for a in r["rss"]["per_actor_mb"].values())
+    assert 0 < r["restart"]["served_s"] < 120 and 0 < r["restart"]["cold_served_s"] < 300
+    assert 0 < r["kill"]["served_s"] < 120
+    assert r["syncflush"]["acked"] >= 500 and r["syncflush"]["lost"] == 0 and r["syncflush"]["served_s"] > 0
+    c = r["catchup"]
+    assert c["consumer"]["msgs"] > 0 and c["consumer"]["errors"] == 0 and c["producer"]["msgs_s"] > 0
+    assert c["producer"]["p99_ms"] > 0 and c["producer_empty_store"]["p99_ms"] > 0 and "cache_dropped" in c
+    q = r["query"]
+    assert q["queries"] >= 5 and q["by_key"]["found"] == q["by_time"]["in_range"] == q["queries"]
+    assert 0 < q["by_key"]["p50_ms"] <= q["by_key"]["max_ms"] and q["by_time"]["max_ms"] > 0
+    cl = r["cleanup"]
+    assert cl["at_75pct"]["deleted_mb"] > 0 and cl["at_85pct"]["deleted_mb"] > 0 and cl["max_send_gap_ms"] > 0
+    assert cl["at_90pct"]["refused_sends"] > 0 and cl["at_90pct"]["accepted_again_s"] > 0
+    assert set(r["pass"]) == SCENARIOS
+    again = run_benchmark("bench_backlog.py", "--store", str(store), "--only", "write,query", "--clean",
+                          timeout=200, tmpdir=tmp)
+    assert again["reused_store"] and again["fill"] == {"refilled": False, "messages_before": again["fill"][
+        "messages_before"], "added": 0} and again["fill"]["messages_before"] >= 200_000
+    assert again["write"]["tenths"] == w["tenths"]                  # the first run's figures, kept in fill.json
+    assert again["query"]["by_key"]["found"] == again["query"]["queries"] > 0
+    assert again["kept_store"] is None and not store.exists() and not any(tmp.iterdir())
