@@ -32,7 +32,8 @@ Scenarios after the fill, in this order (--only picks some; the fill always runs
             whether it worked), one consumer group pulls the 16 x 8 queues from their oldest
             message, 2 processes, while a producer sends at 50,000 msgs/s for 30 s: consumer
             msgs/s >= 300,000; producer p99 <= 2 x its p99 at that rate on an empty node (a fresh
-            node with the same settings, measured just before)
+            node with the same settings, measured for 10 s just before, after 5 s unmeasured: a new
+            node's first second creates its files)
   query     page cache dropped, ~20 markers spread over the store: QUERY_MESSAGE by key
             (UNIQ_KEY) and SEARCH_OFFSET_BY_TIMESTAMP at the marker's time: p50/p99/max <= 100 ms
   cleanup   the disk watermarks, simulated: the node reads its disk usage from a file
@@ -350,13 +351,18 @@ def drop_page_cache() -> dict:
 
 # ---- the fill -------------------------------------------------------------------------------------------------
 
-def _run_fill(args: dict, shared: tuple, reports) -> None:
+def run_async(main):
+    """asyncio.run(main) on uvloop when there is one (a load generator process's loop)."""
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(fill_worker(args, *shared, reports))
+    return asyncio.run(main)
+
+
+def _run_fill(args: dict, shared: tuple, reports) -> None:
+    run_async(fill_worker(args, *shared, reports))
 
 
 async def fill_worker(a: dict, counter, issued, ready, go, reports) -> None:
@@ -610,12 +616,7 @@ def write_figures(record: dict, target: int) -> dict:
 # ---- load generators of the scenarios (bench_broker.run_workers runs them) -----------------------------------
 
 def _run_job(kind: str, args: dict, ready, go, out) -> None:
-    try:
-        import uvloop
-        uvloop.install()
-    except ImportError:
-        pass
-    out.put({**asyncio.run(JOBS[kind](args, ready, go)), "kind": kind})
+    out.put({**run_async(JOBS[kind](args, ready, go)), "kind": kind})
 
 
 async def paced_producer(a: dict, ready, go) -> dict:
@@ -815,6 +816,7 @@ def scenario_catchup(runner: Runner, seconds: float, baseline_s: float, warmup: 
     runner.phase = "catchup"
     with tempfile.TemporaryDirectory(dir=runner.backlog.root, prefix="empty-") as tmp, \
             broker_node(Path(tmp), runner.backlog.record["settings"]) as (_, addr):
+        run_workers([paced(addr, baseline_s / 2, 0.0)], target=_run_job)      # a new node's first files: not measured
         empty, _ = run_workers([paced(addr, baseline_s, warmup)], target=_run_job)
     dropped = drop_page_cache()
     results, _ = run_workers([paced(runner.addr, seconds, warmup), *consumer_jobs(runner, seconds)], runner.node,
