@@ -436,6 +436,7 @@ class SendProcessor:
         when this net actor hosts the commit stage, one append, answered at once."""
         stage = self.net.stage
         if stage is not None:
+            self._handed_over(len(out))     # as if in a ring: the flush round the append rings for wakes us
             self.on_completions([memoryview(stage.append_local(out))])
             return
         done = 0 if self._overflow else self.ring.try_write(out)
@@ -469,8 +470,9 @@ class SendProcessor:
         return False
 
     def _handed_over(self, count: int) -> None:
-        """Sync flush: the commit actor leaves landed completions to the flush actor's doorbell,
-        so while sends are in the ring `<me>.flush_wait` asks for a ring after every flush round."""
+        """Sync flush: the commit stage leaves landed completions to the flush actor's doorbell,
+        so while sends are in the ring (or in a local append) `<me>.flush_wait` asks for a ring after
+        every flush round: published before the append, it cannot miss the round the append rings for."""
         if self.sync_flush and count:
             self._in_ring += count
             self._publish_flush_wait()
