@@ -631,6 +631,9 @@ def main() -> None:
     ap.add_argument("--sync-connections", type=int, default=16,
                     help="connections the 16 sync producers share (16: one each; 1: one for all, as the threads of "
                          "RocketMQ's benchmark Producer share one DefaultMQProducer); RemotingClient producers only")
+    ap.add_argument("--commit-actor", action="store_true",
+                    help="run the commit stage in its own actor (commit_in_net = false), as a node with several "
+                         "net actors does; by default a node with one net actor runs it inside the net actor")
     ap.add_argument("--java-wire", action="store_true",
                     help="sync scenarios: the 16 producers on one connection with the Java client's JSON headers, "
                          "as RocketMQ's benchmark Producer puts them on the wire (issue 46)")
@@ -650,10 +653,12 @@ def main() -> None:
     extra: dict = {"net_actors": args.net_actors} if args.net_actors else {}
     if args.busy_poll_us:
         extra["net_busy_poll_us"] = args.busy_poll_us
+    if args.commit_actor:
+        extra["commit_in_net"] = False
     if args.profile:
         os.environ["SMARTGO_PROFILE_DIR"] = str(Path(args.profile).resolve())
     results: dict = {"quick": quick, "accel": accel.in_use(), "raw_producers": args.raw_producers,
-                     "java_wire": args.java_wire,
+                     "java_wire": args.java_wire, "commit_actor": args.commit_actor,
                      "sync_processes": args.sync_processes,
                      "sync_connections": args.sync_connections,
                      "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
