@@ -211,6 +211,10 @@ class NodeConfig:
     disk_full_ratio: int = setting(90, "disk usage, percent, at which sends are refused (disk-full flag)")
     cleanup_interval: float = setting(10.0, "seconds between cleanup passes")
     cleanup_max_files: int = setting(10, "CommitLog files deleted at most per cleanup pass")
+    trust_clean_stop: bool = setting(True, "after a clean stop, recovery checks the store from the end that "
+                                           "stop recorded instead of walking the last three CommitLog and "
+                                           "ConsumeQueue files (a clean restart costs the same with any "
+                                           "backlog; the background scrub checks the rest)")
     scrub_rate_mb: float = setting(8.0, "MiB/s at which the cleanup actor checks flushed CommitLog data for rot "
                                         "(body CRCs, lengths) in the background; damage is logged and repaired at "
                                         "the next start; 0 = off", metavar="MIB")

@@ -151,4 +151,5 @@ def store_config(config: NodeConfig) -> StoreConfig:
         disk_max_used_space_ratio=config.disk_max_used_ratio,
         access_message_in_memory_max_ratio=config.access_message_in_memory_max_ratio,
         store_host=(config.broker_ip, config.listen_port),
+        trust_clean_stop=config.trust_clean_stop,
     )

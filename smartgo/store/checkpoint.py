@@ -1,6 +1,6 @@
 """The checkpoint file: one 4 KiB page {physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp}
-as RocketMQ 4.x lays it out, plus SmartGo's own flushed CommitLog offset at byte 64 (RocketMQ
-ignores the rest of the page; 5.x uses bytes 24-39).
+as RocketMQ 4.x lays it out, plus SmartGo's own flushed CommitLog offset at byte 64 and its end at
+a clean stop at byte 72 (RocketMQ ignores the rest of the page; 5.x uses bytes 24-39).
 
 Each field has one writer (the flush actor after a CommitLog or ConsumeQueue flush; the
 index writer after an index flush); every process maps the same page. Abnormal recovery
@@ -41,6 +41,10 @@ class Checkpoint:
     logics_timestamp = property(lambda self: self._get(8), lambda self, v: self._set(8, v))
     index_timestamp = property(lambda self: self._get(16), lambda self, v: self._set(16, v))
     physic_offset = property(lambda self: self._get(64), lambda self, v: self._set(64, v))
+    # The CommitLog's end at a clean stop (everything written flushed, ConsumeQueues and index too),
+    # set just before the abort marker goes; 0 once a recovery has used it. Normal recovery then
+    # checks the store from there instead of the last three files (smartgo.store.recovery).
+    clean_end = property(lambda self: self._get(72), lambda self, v: self._set(72, v))
 
     def min_timestamp(self, index_safe: bool = False) -> int:
         """StoreCheckpoint.getMinTimestamp (min(physic, logics) - 3 s, >= 0), or with
@@ -51,6 +55,11 @@ class Checkpoint:
 
     def flush(self) -> None:
         self._file.flush(0, CHECKPOINT_SIZE)
+
+    def mark_clean(self, end: int) -> None:
+        """A clean stop with everything up to `end` flushed (call before the abort marker goes)."""
+        self.clean_end = end
+        self.flush()
 
     def close(self) -> None:
         self._file.close()

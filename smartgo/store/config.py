@@ -33,6 +33,7 @@ class StoreConfig:
     index_entry_count: int = 20_000_000
     message_index_enable: bool = True
     message_index_safe: bool = False
+    trust_clean_stop: bool = True  # a clean stop's recorded end spares the start-up checks (recovery)
     max_message_size: int = DEFAULT_MAX_BODY
     flush_disk_type: str = "ASYNC_FLUSH"  # or SYNC_FLUSH
     sync_flush_timeout_ms: int = 5000

@@ -118,6 +118,7 @@ class MessageStore:
         """Clean stop: dispatch the rest, flush everything, remove the abort marker."""
         self._dispatch()
         self.flush()
+        self.checkpoint.mark_clean(self.flushed)
         self._close()
         mark_clean_shutdown(self.config.store_path)
         self._lock.release()

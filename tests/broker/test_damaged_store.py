@@ -32,7 +32,9 @@ def pull_bodies(broker) -> list[bytes]:
 
 @pytest.mark.timeout(90)
 def test_a_damaged_record_loses_only_its_message_after_a_restart(start_node):
-    broker = start_node({"topics": f"{TOPIC}:1", "commitlog_file_size": 1 << 16})
+    # trust_clean_stop off: the start after a clean stop walks the last files (the default leaves
+    # damage made while stopped to the background scrub, as the last test here shows for old data)
+    broker = start_node({"topics": f"{TOPIC}:1", "commitlog_file_size": 1 << 16, "trust_clean_stop": False})
     sent = []
     for i in range(60):
         r = broker.call(send_command(TOPIC, b"message %d " % i + b"x" * 200))

@@ -192,3 +192,35 @@ def test_pulls_of_records_outside_the_memory_window_get_the_disk_limits(start_no
     assert r.ext_fields["nextBeginOffset"] == "8" and r.ext_fields["maxOffset"] == "20"
     query = broker.call(group_command(RequestCode.QUERY_CONSUMER_OFFSET, "ColdGroup", topic="Cold", queueId=0))
     assert query.code == ResponseCode.QUERY_NOT_FOUND
+
+
+def test_a_clean_stop_records_its_end_and_the_restart_checks_from_there(start_node):
+    """The flush actor's clean stop writes the CommitLog's end into the checkpoint; the next start
+    walks from there instead of the last three files (its log says so), consumes it, and serves
+    every message and the next offset."""
+    from smartgo.store.checkpoint import Checkpoint
+    broker = start_node({"topics": "Clean:2", "commitlog_file_size": 1 << 14})
+    for i in range(200):
+        assert broker.call(send_command("Clean", b"m%d " % i + b"x" * 300, queue_id=i % 2)).code == ResponseCode.SUCCESS
+    written = broker.board("commitlog.written")
+    assert written > 3 << 14                                   # more files than a full check walks
+    assert broker.node.stop() == 0
+    checkpoint = Checkpoint(broker.node.store / "checkpoint")
+    try:
+        assert checkpoint.clean_end == written == checkpoint.physic_offset
+    finally:
+        checkpoint.close()
+    broker.node = restart_broker(broker.node)
+    broker.node.logged(f"commitlog valid from {written} to {written} (normal, from the clean stop's end")
+    for q in (0, 1):
+        bodies, offset = [], 0
+        while (r := broker.call(pull_command("Clean", q, offset))).code == ResponseCode.SUCCESS:
+            bodies += [m.body.split(b" ")[0] for m in decode_records(r.body_bytes(), check_crc=True)]
+            offset = int(r.ext_fields["nextBeginOffset"])
+        assert bodies == [b"m%d" % i for i in range(q, 200, 2)]
+    assert broker.call(send_command("Clean", b"after", queue_id=0)).ext_fields["queueOffset"] == "100"
+    checkpoint = Checkpoint(broker.node.store / "checkpoint")
+    try:
+        assert checkpoint.clean_end == 0                       # used: a crash from here is checked in full
+    finally:
+        checkpoint.close()

@@ -26,6 +26,14 @@ from .test_recovery import QUEUES, commitlog_file, put_many, served_records
 LATER = Clock(1_800_000_000_000)
 
 
+@pytest.fixture
+def config(tmp_path):
+    """Recovery that walks the last files after a clean stop too (trust_clean_stop off): what these
+    tests damage while the store is stopped is what that walk finds. With the default the
+    background scrub finds it (test_after_a_clean_stop_damage_is_the_scrubs_to_find)."""
+    return small_config(tmp_path / "store", trust_clean_stop=False)
+
+
 def stored(config, n, **kw):
     """n messages, then a clean shutdown (everything flushed)."""
     with MessageStore(config, clock=Clock()) as s:
@@ -146,7 +154,7 @@ def test_damage_at_a_file_end(config, what):
 
 def test_a_lost_page_loses_only_the_records_on_it(config):
     """A flushed 4 KiB-aligned run of zeros (a write the disk lost) spanning several records."""
-    config = small_config(config.store_path, commitlog_file_size=16384)
+    config = small_config(config.store_path, commitlog_file_size=16384, trust_clean_stop=False)
     originals = stored(config, 80)
     phys = middle_record(originals, config)
     start, stop = phys + 10, phys + 900
@@ -341,3 +349,27 @@ def test_the_scrub_cursor_walks_in_budgets_and_lists_damage_once(config):
     found = (config.root / DAMAGED_DIR / FOUND).read_text().splitlines()
     assert [json.loads(line)["begin"] for line in found] == [phys]
     assert cursor.step(0, bound, 1000) == 0                     # the pass is over until start_pass
+
+
+def test_after_a_clean_stop_damage_is_the_scrubs_to_find(tmp_path):
+    """With the default (trust_clean_stop) a start after a clean stop checks from the end that stop
+    recorded, so damage made meanwhile in the last files is not looked for then: the background
+    scrub lists it, and the next start repairs it, as for damage in older files."""
+    config = small_config(tmp_path / "store")
+    originals = stored(config, 60)
+    phys = middle_record(originals, config)
+    xor_byte(config, phys + POS_BODY + 1)
+    s = MessageStore(config, clock=LATER)
+    s.open()
+    try:
+        assert s.recovered.damaged == [] and s.recovered.checked_from == s.written
+        cursor = ScrubCursor(config.root, CommitLogReader(config.commitlog_dir, config.commitlog_file_size))
+        cursor.start_pass(0)
+        while cursor.step(0, s.written, 1 << 20):
+            pass
+        assert [begin for begin, _ in cursor.damaged] == [phys]
+    finally:
+        s.shutdown()
+    with MessageStore(config, clock=LATER) as s2:
+        assert [d.begin for d in s2.recovered.damaged] == [phys]
+        assert_lost_only(s2, originals, {phys})

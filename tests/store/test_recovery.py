@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -97,6 +98,48 @@ def test_normal_recovery_cuts_a_torn_tail(config):
         assert r.physical_offset == end and r.queue_offset == 4
 
 
+def test_a_clean_restart_checks_from_the_clean_end_with_the_same_result(config):
+    """A clean stop records its end in the checkpoint: the next normal recovery walks from there
+    (not from the third-last file) and checks each ConsumeQueue from its last entry, and recovers
+    what the full check does. The end is used once: the recovery after it checks the usual way."""
+    with MessageStore(config, clock=Clock()) as s:
+        originals = put_many(s, 60, body_len=300)
+        end = s.written
+    files = segment_starts(config.commitlog_dir)
+    assert len(files) >= 4
+    fast = recover(config)
+    assert not fast.abnormal and fast.written == end and fast.checked_from == end
+    full = recover(config)
+    assert full.checked_from == files[-3] and full.written == end
+    assert (fast.queue_offsets, fast.last_store_timestamp) == (full.queue_offsets, full.last_store_timestamp)
+    assert fast.last_store_timestamp > 0 and fast.queue_offsets == {q: 20 for q in QUEUES}
+    with MessageStore(config, clock=Clock(1_800_000_000_000)) as s:
+        assert served(s) == originals
+
+
+def test_a_clean_end_is_not_trusted_after_a_crash(config):
+    """Once a store runs again its clean end is gone: a crash then gets abnormal recovery, and
+    a clean end left behind by hand (the abort marker removed) is ignored unless it is the flushed
+    offset."""
+    from smartgo.store.checkpoint import Checkpoint
+    with MessageStore(config, clock=Clock()) as s:
+        put_many(s, 30)
+    s = MessageStore(config, clock=Clock(1_800_000_000_000))
+    s.open()
+    assert Checkpoint(config.checkpoint_path).clean_end == 0
+    put_many(s, 30, start=30)
+    s.flush()
+    s.abandon()
+    state = recover(config)
+    assert state.abnormal and state.checked_from < state.written
+    cp = Checkpoint(config.checkpoint_path)
+    cp.clean_end = cp.physic_offset - 1             # not what was flushed: not a clean stop's end
+    cp.close()
+    (Path(config.store_path) / "abort").unlink()
+    state = recover(config)
+    assert not state.abnormal and state.checked_from == segment_starts(config.commitlog_dir)[-3]
+
+
 def test_abnormal_recovery_rebuilds_lost_queues_and_index(config):
     originals, _, _ = crashed(config, 40)
     shutil.rmtree(config.consume_queue_dir)
@@ -141,7 +184,8 @@ def test_commitlog_cut_truncates_consume_queues(config):
         assert [m.body for m in s2.query_by_key("TopicA", "afterkey").messages()] == [b"after"]
 
 
-def test_damaged_consume_queue_entry_is_rebuilt(config):
+def test_damaged_consume_queue_entry_is_rebuilt(tmp_path):
+    config = small_config(tmp_path / "store", trust_clean_stop=False)   # damage made while stopped cleanly
     with MessageStore(config, clock=Clock()) as s:
         originals = put_many(s, 30)
     path = queue_dir(config.consume_queue_dir, "TopicA", 1) / segment_name(0)

@@ -156,6 +156,7 @@ class FlushActor(Actor):
                  and b.get("commit.intent") == 0
                  and b.get("commitlog.dispatched") == b.get("commitlog.written") == self.commitlog.flushed)
         if clean:
+            self.checkpoint.mark_clean(self.commitlog.flushed)
             mark_clean_shutdown(self.store.store_path)
             self.log.info("clean shutdown: everything written is flushed (abort file removed)")
         else:
