@@ -50,6 +50,7 @@ class RecoveredState:
     damaged: list[Damage] = field(default_factory=list)  # flushed ranges that failed the checks, now fillers
     seconds: float = 0.0
     checked_from: int = 0  # where the CommitLog walk began (a clean stop's end, or the third-last file)
+    entries_checked: int = 0  # ConsumeQueue entries checked against their records
 
 
 def _abnormal_start(cl: CommitLogReader, starts: list[int], checkpoint: Checkpoint, index_safe: bool) -> int:
@@ -122,11 +123,13 @@ def recover(config: StoreConfig, cut_at: int | None = None) -> RecoveredState:
             hole_out(queues, damage)
         damaged_ends = []
         misplaced: set[tuple[int, int]] = set()
+        checks = [0]                        # queue entries checked against their records
         durable: dict[QueueKey, int] = {}   # cut queues: the offsets whose entries pointed at flushed data
         for cq in queues.queues.values():
             before = cq.max_offset
             reach = cq.offsets_below(flushed)
-            if _recover_queue(cq, cl, cl_min, end, flushed, misplaced, tail=bool(clean)):
+            if _recover_queue(cq, cl, cl_min, end, flushed, misplaced, walk_from if abnormal or clean else None,
+                              checks):
                 log.warning("consume queue %s: entries from %d cut (had %d)", cq.key, cq.max_offset, before)
                 damaged_ends.append(cq.max_phys_end)
                 durable[cq.key] = reach
@@ -158,7 +161,7 @@ def recover(config: StoreConfig, cut_at: int | None = None) -> RecoveredState:
                 index.close()
             queues.close()
         state = RecoveredState(abnormal, cl_min, end, offsets, last_ts, stopped, redispatched, damages,
-                               checked_from=walk_from)
+                               checked_from=walk_from, entries_checked=checks[0])
         if checkpoint.clean_end:
             checkpoint.mark_clean(0)                    # used once: the node runs (and writes) from here
     finally:
@@ -236,7 +239,7 @@ def _redispatch(dispatcher: Dispatcher, start: int, end: int, config: StoreConfi
 
 
 def _recover_queue(cq: ConsumeQueueWriter, cl: CommitLogReader, cl_min: int, end: int, flushed: int,
-                   misplaced: set[tuple[int, int]], tail: bool = False) -> bool:
+                   misplaced: set[tuple[int, int]], checked_from: int | None, checks: list[int]) -> bool:
     """Run the queue's recovery with an entry test against the CommitLog; True if entries
     were cut for a reason other than reaching the end of the data. An entry pointing at a
     flushed record of its size whose queue id or offset disagree keeps its offset as a hole,
@@ -249,6 +252,7 @@ def _recover_queue(cq: ConsumeQueueWriter, cl: CommitLogReader, cl_min: int, end
 
     def valid(queue_offset: int, phys: int, size: int) -> bool | None:
         nonlocal seg_start, seg_mm, seg_size
+        checks[0] += 1
         start = phys - phys % fs
         if start != seg_start:
             if phys < cl_min:
@@ -269,4 +273,4 @@ def _recover_queue(cq: ConsumeQueueWriter, cl: CommitLogReader, cl_min: int, end
             return None
         return False
 
-    return cq.recover(valid, end, tail)
+    return cq.recover(valid, end, checked_from)

@@ -162,6 +162,21 @@ def test_abnormal_recovery_starts_from_the_checkpoint_file(config):
         assert served(s2) == originals
 
 
+def test_abnormal_recovery_checks_queue_entries_only_from_the_walk_start(config):
+    """Entries whose records are older than where the CommitLog walk starts were flushed before the
+    checkpoint (as those records were): only the entries from the walk's start are checked against
+    their records, not each queue's last three files (seconds a queue at a large backlog)."""
+    config = small_config(config.store_path, consume_queue_file_size=100)   # 5 entries a file
+    originals, written, _ = crashed(config, 60, Clock(step=10_000), body_len=300)
+    assert all(len(segment_starts(queue_dir(config.consume_queue_dir, *q))) == 4 for q in QUEUES)
+    state = recover(config)
+    assert state.abnormal and state.written == written and 0 < state.checked_from < written
+    after = sum(1 for phys in originals if phys >= state.checked_from)
+    assert after <= state.entries_checked <= after + len(QUEUES) < 3 * 5 * len(QUEUES)
+    with MessageStore(config, clock=Clock(1_800_000_000_000)) as s:
+        assert served(s) == originals
+
+
 def test_commitlog_cut_truncates_consume_queues(config):
     """Flushed CommitLog data gone (a file cut short, the later ones deleted): the queues lose
     their entries for it, but keep its offsets as holes (consumers may have read them), so
