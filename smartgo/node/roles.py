@@ -43,6 +43,8 @@ BROKER_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("dispatch.sleeping", "dispatch", "1 while dispatch sleeps until commit rings it"),
     FieldSpec("flush.sleeping", "flush", "1 while flush sleeps until commit rings it (sync flush)"),
     FieldSpec("hold.watching", "hold", "1 while pulls are parked (dispatch then sends arrival notices)"),
+    FieldSpec("hold.woken_ms", "hold", "monotonic ms when a parked pull was last woken by an arrival (dispatch "
+                                       "keeps its rounds close together while consumers follow the head)"),
     FieldSpec("flag.disk_full", "cleanup", "1 while the disk is over the refuse-writes watermark"),
     FieldSpec("disk.used_permille", "cleanup", "disk usage of the store's file system, per mille"),
     FieldSpec("cleanup.commitlog_asked", "broker", "DELETE_EXPIRED_COMMITLOG requests: cleanup deletes expired "

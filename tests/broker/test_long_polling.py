@@ -69,3 +69,24 @@ def test_a_parked_pull_ignores_other_queues_and_many_wait_at_once(broker):
     for f in futs:
         r = f.result(timeout=5)
         assert [m.body for m in decode_records(r.body_bytes())] == [b"here"]
+
+
+def test_only_a_pull_woken_by_an_arrival_says_consumers_follow_the_head(broker):
+    """hold.woken_ms, which keeps dispatch's rounds 1 ms apart (else 10 ms, for bigger rounds),
+    moves when a parked pull is woken by a message, not for sends nobody waits for nor for a pull
+    that reaches its deadline."""
+    from smartgo.broker.rings import monotonic_ms
+    topic = "LongPollPace"
+    before = broker.board("hold.woken_ms")
+    for i in range(20):
+        assert broker.call(send_command(topic, b"nobody waits %d" % i)).code == 0
+    dispatched(broker, topic, 0, 20)
+    fut, _ = parked_pull(broker, topic, 0, 20, 600)
+    assert fut.result(timeout=10).code == ResponseCode.PULL_NOT_FOUND
+    assert broker.board("hold.woken_ms") == before
+    fut, _ = parked_pull(broker, topic, 0, 20, 10_000)
+    wait_until(lambda: broker.board("hold.watching") == 1, message="the pull parked")
+    assert broker.call(send_command(topic, b"awaited")).code == 0
+    assert fut.result(timeout=5).code == ResponseCode.SUCCESS
+    wait_until(lambda: broker.board("hold.woken_ms") > before, message="hold.woken_ms stamped")
+    assert 0 <= monotonic_ms() - broker.board("hold.woken_ms") < 5_000

@@ -13,6 +13,9 @@ its token back through wake.<net> and runs the pull again - when:
 - the safety re-check (every hold_check_interval, 5 s) finds the queue moved, in case an
   arrival notice was lost (dispatch or this actor restarted).
 
+A turn that woke a pull for an arrival stamps the board word `hold.woken_ms`: while consumers
+follow the head, dispatch keeps its rounds 1 ms apart; otherwise it lets records gather longer.
+
 State lives only here; a restarted hold actor starts empty and the net actors park their
 pulls again when they see it come up (and answer any pull past its deadline themselves).
 """
@@ -47,6 +50,7 @@ class HoldActor(Actor):
         self.by_queue: dict[tuple[str, int], dict[tuple[int, int], Parked]] = {}
         self._deadlines: list[tuple[int, int, int]] = []                        # heap (deadline, net, token)
         self._wakes: dict[int, list[bytes]] = {}
+        self._arrived_wake = False                                              # this turn woke a pull on arrival
 
     async def start(self) -> None:
         self.parks = [self.ring(f"park.{net}", CONSUMER, SMALL_RING_CAPACITY) for net in self.nets]
@@ -55,6 +59,7 @@ class HoldActor(Actor):
         self.table = self.board.queues
         self.watching = self.board.scalar("hold.watching", writer=self.name)
         self.watching.set(0)
+        self.woken_ms = self.board.scalar("hold.woken_ms", writer=self.name)
         self.spawn(self._run(), "loop")
 
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -144,6 +149,8 @@ class HoldActor(Actor):
         self._wake(p, reason)
 
     def _wake(self, p: Parked, reason: int) -> None:
+        if reason == WAKE_ARRIVED:
+            self._arrived_wake = True
         self._wakes.setdefault(p.net, []).append(WAKE.pack(p.token, reason))
 
     def send_wakes(self) -> None:
@@ -152,3 +159,6 @@ class HoldActor(Actor):
         for net, parts in self._wakes.items():
             self.wake_rings[net].try_write([b"".join(parts)])
         self._wakes.clear()
+        if self._arrived_wake:                                  # consumers follow the head: dispatch keeps pace
+            self._arrived_wake = False
+            self.woken_ms.set(monotonic_ms())
