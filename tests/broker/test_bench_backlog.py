@@ -23,6 +23,7 @@ def test_bench_backlog_quick_then_reused(tmp_path):
     assert len(w["tenths"]) == 10 and all(t["msgs_s"] > 0 and t["p99_ms"] > 0 for t in w["tenths"])
     assert w["first_10pct"]["msgs"] >= 20_000 and w["last_10pct"]["msgs_s"] > 0 and w["empty_p99_ms"] > 0
     assert w["rate_ratio"] > 0 and w["p99_ratio"] > 0
+    assert 0 < sum(t["rollovers"] for t in w["tenths"]) <= r["commitlog_files"]  # each new file once
     assert 100 < r["rss"]["max_mb"] < 4000 and {"fill", "catchup", "cleanup"} <= set(r["rss"]["by_phase_mb"])
     assert all(a["rss"] >= a["anon"] > 0 for a in r["rss"]["per_actor_mb"].values())
     assert 0 < r["restart"]["served_s"] < 120 and 0 < r["coldrestart"]["served_s"] < 300
