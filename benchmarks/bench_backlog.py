@@ -203,6 +203,9 @@ class Runner:
     def __init__(self, backlog: Backlog) -> None:
         self.backlog = backlog
         self.port, self.registry_port, self.ha_port = free_ports(3)
+        # the nodes' TMPDIR: short, as the fork server's socket path in it must fit AF_UNIX's 108 bytes
+        # (a folder beside a store under pytest's basetemp did not, nor does a test's TMPDIR there)
+        self.tmp = Path(tempfile.mkdtemp(prefix="sgbl-", dir="/tmp" if os.path.isdir("/tmp") else None))
         self.node: Node | None = None
         self.phase = "start"
         self.rss: dict[str, float] = {}
@@ -223,8 +226,7 @@ class Runner:
                                         "embedded_registry_port": self.registry_port, "ha_port": self.ha_port}))
         cmd = [sys.executable, str(SUPERVISOR), "--role", "master", "--store-dir", str(b.node_dir), "--config",
                str(b.config), "--listen-host", "127.0.0.1", "--listen-port", str(self.port)]
-        tmp = b.root / "tmp"            # what a killed node leaves there (multiprocessing's pymp-*) goes with --clean
-        tmp.mkdir(exist_ok=True)
+        tmp = self.tmp                  # what a killed node leaves there (multiprocessing's pymp-*) goes at close
         t0 = time.perf_counter()
         with open(b.root / "node.stderr", "ab") as f:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT,
@@ -281,6 +283,7 @@ class Runner:
         self._sampling = False
         if self.node is not None:
             self.node.reap()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def rss_split(pid: int) -> dict[str, float]:

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from tests.support.waits import run_benchmark
@@ -11,11 +15,19 @@ SCENARIOS = {"write_rate", "write_p99", "rss", "restart", "kill", "syncflush", "
              "catchup_producer", "query", "cleanup"}
 
 
+@pytest.fixture
+def short_tmp():
+    """The benchmark's TMPDIR, short: its nodes' fork server puts a socket there, whose path must
+    fit AF_UNIX's 108 bytes (a folder under pytest's basetemp in CI does not)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bbl-", dir="/tmp"))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 @pytest.mark.timeout(600)
-def test_bench_backlog_quick_then_reused(tmp_path):
+def test_bench_backlog_quick_then_reused(tmp_path, short_tmp):
     store = tmp_path / "backlog"
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp
     r = run_benchmark("bench_backlog.py", "--store", str(store), timeout=280, tmpdir=tmp)
     assert (r["quick"], r["reused_store"], r["kept_store"], r["unclean_stops"]) == (True, False, str(store), 0)
     assert r["fill"]["refilled"] and r["fill"]["added"] >= r["messages"] == 200_000 and r["fill"]["errors"] == 0
