@@ -243,9 +243,11 @@ def java_frames(count: int) -> list[tuple[bytes, bytes]]:
         cmd.ext_fields.update({"i": f"UNIQ_KEY\x01{uniq_key()}\x02WAIT\x01true\x02", "k": "false", "m": "false"})
         cmd.serialize_type, cmd.language, cmd.version = SerializeType.JSON, LanguageCode.JAVA, 399
         cmd.opaque = JAVA_OPAQUES
-        before, digits, after = b"".join(encode_command(cmd, 0)).partition(b"%d" % JAVA_OPAQUES)
-        assert digits, "the opaque is where a Java client writes it"
-        frames.append((before, after))
+        # split at the opaque field itself: the digits alone also turn up in a UNIQ_KEY whose hex prefix
+        # ends in 1 before its zero-padded counter, and every request then kept one opaque
+        head, field, after = b"".join(encode_command(cmd, 0)).partition(b'"opaque":%d' % JAVA_OPAQUES)
+        assert field, "the opaque is where a Java client writes it"
+        frames.append((head + b'"opaque":', after))
     return frames
 
 

@@ -39,3 +39,18 @@ def test_bench_broker_java_wire_quick(tmp_path):
     assert list(tmp_path.iterdir()) == []
     assert r["java_wire"] is True and r["sync"]["connections"] == 1
     assert r["sync"]["errors"] == 0 and r["sync"]["msgs_s"] > 0 and 0 < r["sync"]["p50_ms"] <= r["sync"]["p99_ms"]
+
+
+def test_java_wire_frames_patch_the_opaque_even_when_a_key_holds_its_digits(monkeypatch):
+    """A UNIQ_KEY like ...1000000000003202 (a hex prefix ending in 1, a zero-padded counter) holds the
+    opaque's ten digits: the frame must still be split at the opaque field, or every request of the
+    run carries one opaque and every answer is an error."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_broker
+    monkeypatch.setattr(bench_broker, "uniq_key", lambda: "5CC5EC8658FA27910000000000003202")
+    for before, after in bench_broker.java_frames(4):
+        frame = b"%s%d%s" % (before, 1_000_000_123, after)
+        assert before.endswith(b'"opaque":') and b'"opaque":1000000123,' in frame
+        assert b"UNIQ_KEY\\u00015CC5EC8658FA27910000000000003202" in frame
