@@ -125,7 +125,8 @@ def test_two_broker_groups_deliver_across_and_a_session_moves_between_nodes(tmp_
     assert on_b.connect().session_present                  # the session came from node A's store
     got = [m.payload for m in on_b.messages.until(b"away-2")]
     assert {b"away-0", b"away-1", b"away-2"} <= set(got), got
-    assert holders(b, device) == {"mqtt-0"}
+    # the actors' log lines reach the node's log through the supervisor: wait for the line
+    wait_until(lambda: holders(b, device) == {"mqtt-0"}, timeout=10, message="node B's mqtt-0 took the session")
     for c in (on_b, listener, publisher):
         c.disconnect()
 
