@@ -192,13 +192,13 @@ class CommitStage:
             self._blocks(recs, i, owners, blocks)
         for i, _ in batch:
             self.cursors[i].set(self.inputs[i].cursor)
-        results = self._append(blocks, fenced)
+        results, landed = self._append(blocks, fenced)
         # Under sync flush a landed batch is answered after the flush round anyway, and the flush
         # actor rings the producers then: the completions need no doorbell of their own.
-        self._complete(owners, results, wake=self.flush_bell is None or not self._landed)
+        self._complete(owners, results, wake=self.flush_bell is None or not landed)
         for i, _ in batch:
             self.inputs[i].release()
-        self._finish_turn()
+        self._finish_turn(landed)
         return True
 
     def append_local(self, records: Sequence[bytes | memoryview]) -> bytes:
@@ -207,9 +207,9 @@ class CommitStage:
         owners: list[tuple[int, int]] = []
         blocks: list[Block] = []
         self._blocks(records, LOCAL, owners, blocks)
-        results = self._append(blocks, self.fence.get())
+        results, landed = self._append(blocks, self.fence.get())
         done = self._completions(owners, results)[LOCAL]
-        self._finish_turn()
+        self._finish_turn(landed)
         return b"".join(done)
 
     def _blocks(self, recs: Sequence[bytes | memoryview], owner: int, owners: list[tuple[int, int]],
@@ -227,8 +227,9 @@ class CommitStage:
             blocks.append(Block(mv[head + tlen:], (topic, queue_id) if queue_id >= 0 else None, count))
             owners.append((owner, req_id))
 
-    def _append(self, blocks: list[Block], fenced: int) -> list:
-        """Intent, append, publish: one result per block (AppendResult, an error, or FENCED)."""
+    def _append(self, blocks: list[Block], fenced: int) -> tuple[list, bool]:
+        """Intent, append, publish: one result per block (AppendResult, an error, or FENCED), and
+        whether anything landed."""
         writer = self.writer
         before = writer.wrote_position
         self.intent_start.set(before)
@@ -241,16 +242,15 @@ class CommitStage:
             results = [DiskFullError("commitlog", sum(len(b.data) for b in blocks))] * len(blocks)
         else:
             results = writer.append(blocks)
-        after = writer.wrote_position
-        self._landed = after != before
-        if self._landed:
+        landed = writer.wrote_position != before
+        if landed:
             self.store_ts.set(writer.last_store_timestamp)
-            self.written.set(after)                             # the batch landed
-        return results
+            self.written.set(writer.wrote_position)             # the batch landed
+        return results, landed
 
-    def _finish_turn(self) -> None:
+    def _finish_turn(self, landed: bool) -> None:
         self.intent.set(0)
-        if self._landed:
+        if landed:
             self.dispatch_bell.ring()
             self.ha_bell.ring()
             if self.flush_bell is not None:

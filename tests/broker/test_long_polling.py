@@ -61,9 +61,10 @@ def test_a_parked_pull_ignores_other_queues_and_many_wait_at_once(broker):
         assert broker.call(send_command(topic, b"seed", queue_id=q)).code == 0
         dispatched(broker, topic, q, 1)
     futs = [parked_pull(broker, topic, 0, 1, 8000)[0] for _ in range(3)]
+    sentinel = parked_pull(broker, topic, 1, 1, 8000)[0]       # answered once the hold actor saw queue 1 move
     wait_until(lambda: broker.board("hold.watching") == 1, message="the pulls parked")
     assert broker.call(send_command(topic, b"elsewhere", queue_id=1)).code == 0
-    time.sleep(0.3)
+    assert [m.body for m in decode_records(sentinel.result(timeout=5).body_bytes())] == [b"elsewhere"]
     assert not any(f.done() for f in futs)                     # queue 1's arrival does not wake queue 0
     assert broker.call(send_command(topic, b"here", queue_id=0)).code == 0
     for f in futs:
