@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from tests.support.nodes import ROOT
-from tests.support.broker import (ClientStub, group_command, heartbeat_body, pull_command, send_command,
-                                    update_offset_command)
+from tests.support.broker import (ClientStub, group_command, heartbeat_body, offset_command, pull_command,
+                                  send_command, update_offset_command)
 from smartgo.client import Admin
 from smartgo.net.codes import RequestCode, ResponseCode
 from smartgo.net.command import RemotingCommand
@@ -119,7 +119,10 @@ def test_pulls_use_the_registered_subscription(broker, stubs):
     group, topic = uid("G"), uid("T")
     for tag in ("TagA", "TagB", "TagA"):
         assert broker.call(send_command(topic, tag.encode(), tags=tag)).code == 0
-    wait_until(lambda: broker.call(pull_command(topic, 0, 0)).code == 0, message="dispatched")
+    # all three dispatched (a round may take only the first: dispatch paces rounds 10 ms apart
+    # while no consumer follows the head)
+    wait_until(lambda: broker.call(offset_command(RequestCode.GET_MAX_OFFSET, topic, 0)).ext_fields["offset"] == "3",
+               message="dispatched")
     r = broker.call(pull_command(topic, 0, 0, subscription=None, group=group))
     assert r.code == ResponseCode.SUBSCRIPTION_NOT_EXIST and "group info not exist" in r.remark
     c = stubs()
