@@ -1,8 +1,11 @@
-"""The disk usage file the tests set (disk_usage_file): a rewrite in progress is not a reading."""
+"""The disk usage the watermarks read: statvfs as df counts it, or the file the tests set (disk_usage_file)."""
 
 from __future__ import annotations
 
-from smartgo.broker.actors.cleanup_actor import file_usage
+import subprocess
+from pathlib import Path
+
+from smartgo.broker.actors.cleanup_actor import file_usage, statvfs_usage
 
 
 def test_an_emptied_file_keeps_the_last_reading_and_garbage_or_no_file_reads_zero(tmp_path):
@@ -18,3 +21,18 @@ def test_an_emptied_file_keeps_the_last_reading_and_garbage_or_no_file_reads_zer
     assert read("") == 0.0
     path.unlink()
     assert read("") == 0.0
+
+
+def _df_percent(path: Path) -> int:
+    out = subprocess.run(["df", "--output=pcent", str(path)], check=True, capture_output=True, text=True).stdout
+    return int(out.splitlines()[-1].strip().rstrip("%"))
+
+
+def test_statvfs_usage_reads_what_df_says(tmp_path):
+    """The watermarks (75/85/90 %) compare against df's Use%: the root-reserved blocks are not room."""
+    for path in (tmp_path, Path(__file__).parent):
+        before = _df_percent(path)
+        usage = statvfs_usage(str(path)) * 100
+        after = _df_percent(path)
+        # df rounds up; others write meanwhile, so allow the readings on either side of ours
+        assert min(before, after) - 1 <= usage <= max(before, after), (path, before, usage, after)

@@ -43,11 +43,13 @@ from smartgo.store.mapped_file import segment_starts
 
 
 def statvfs_usage(path: str) -> float:
-    """Used fraction of the file system holding path (what a non-root writer can use)."""
+    """Used fraction of the file system holding path, as df's Use% (and psutil's percent) count it:
+    used / (used + available to a non-root writer). The blocks reserved for root count as neither:
+    against f_blocks a file system reserving much read 69 % where df said 27 %."""
     st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    avail = st.f_bavail * st.f_frsize
-    return 0.0 if total == 0 else 1.0 - avail / total
+    used = st.f_blocks - st.f_bfree
+    room = used + st.f_bavail
+    return 0.0 if room <= 0 else used / room
 
 
 def file_usage(path: str) -> Callable[[str], float]:
