@@ -11,6 +11,7 @@ import logging
 import mmap
 import os
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,14 @@ from smartgo.store.config import CQ_UNIT, MAPPED_QUEUE_FILES, round_up_to_unit
 from smartgo.store.errors import OffsetGoneError
 from smartgo.store.lazy_numpy import np
 from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, MappingLimit, first_hole, keep_warm
+
+#: A queue whose last warmed stretch lasted longer than this is slow: it warms just the pages it stores
+#: into. Zeros written far ahead of a slow queue are written back and evicted before its entries
+#: reach them, and the store then waits for a disk read (one a page crossing of each of 10,000 queues).
+WARM_FAST_S = 10.0
+#: Written pages behind the writer go from this process's RSS once this many have gathered (they
+#: stay in the page cache): a busy queue's current 6 MB file would otherwise stay resident in dispatch.
+RELEASE_STEP = 128 << 10
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +102,8 @@ class ConsumeQueueWriter:
         self.max_phys_end = 0  # commitLogOffset + size of the last entry
         self._start = 0         # the file being written (mapped again after `limit` unmapped it)
         self._warm_end = 0      # bytes before this (in that file) are written already
+        self._ahead = 0         # how far ahead it warms: WARM_AHEAD while the queue is fast, else 0
+        self._warmed_at = 0.0   # monotonic time of the last warm
         self._cut = False       # recovery cut entries: it goes on where it was cut, never mid-file
         self._find_end()
 
@@ -126,6 +137,8 @@ class ConsumeQueueWriter:
         mf, rel = self._at(queue_offset * CQ_UNIT)
         self._ready(mf, rel, CQ_UNIT)
         ENTRY.pack_into(mf.mm, rel, phys, size, tags_code)
+        if rel - mf.released >= RELEASE_STEP:
+            mf.release(rel)
         self.max_offset = queue_offset + 1
         self.max_phys_end = phys + size
         return True
@@ -146,17 +159,22 @@ class ConsumeQueueWriter:
             mf.mm[rel:rel + take] = mv[done:done + take]
             done += take
             pos += take
+            if rel + take - mf.released >= RELEASE_STEP:
+                mf.release(rel + take)
         phys, size, _ = ENTRY.unpack_from(mv, len(mv) - CQ_UNIT)
         self.max_offset = pos // CQ_UNIT
         self.max_phys_end = phys + size
         return True
 
     def _ready(self, mf: MappedFile, rel: int, length: int) -> None:
-        """Before storing [rel, rel + length): those bytes, and about WARM_AHEAD beyond, are
-        written with zeros (the file is sparse, and mapped stores into unwritten extents are
-        slow: zero_fill, keep_warm)."""
-        if rel + length + WARM_AHEAD // 2 > self._warm_end:
-            self._warm_end = keep_warm(mf, rel, self._warm_end, rel + length)
+        """Before storing [rel, rel + length): those bytes, and about WARM_AHEAD beyond while
+        the queue is fast (WARM_FAST_S), are written with zeros (the file is sparse, and mapped
+        stores into unwritten extents are slow: zero_fill, keep_warm)."""
+        if rel + length + self._ahead // 2 > self._warm_end:
+            now = time.monotonic()
+            self._ahead = WARM_AHEAD if now - self._warmed_at < WARM_FAST_S else 0
+            self._warmed_at = now
+            self._warm_end = keep_warm(mf, rel, self._warm_end, rel + length, self._ahead)
 
     def _at(self, pos: int) -> tuple[MappedFile, int]:
         """The file holding byte pos (mapped, created if new) and pos within it."""

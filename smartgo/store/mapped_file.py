@@ -93,8 +93,8 @@ def zero_fill(path: Path | str, start: int, end: int) -> None:
         raise
 
 
-def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int) -> int:
-    """Make sure the bytes of mf from `end` (its stored size) to `stores_to`, and WARM_AHEAD
+def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int, ahead: int = WARM_AHEAD) -> int:
+    """Make sure the bytes of mf from `end` (its stored size) to `stores_to`, and `ahead`
     beyond, are written with zeros before anything stores into them; bytes before warm_end are
     written already (0: just mapped - then so is the page `end` falls in, which holds entries or
     was cut by truncate). Returns the new warm_end.
@@ -102,7 +102,7 @@ def keep_warm(mf: MappedFile, end: int, warm_end: int, stores_to: int) -> int:
     A sparse file (a ConsumeQueue's) has blocks only where this wrote: a full disk is then a
     DiskFullError here, never a SIGBUS on the store."""
     start = max(warm_end, -(-end // PAGE_SIZE) * PAGE_SIZE)
-    stop = min(-(-(stores_to + WARM_AHEAD) // PAGE_SIZE) * PAGE_SIZE, mf.size)
+    stop = min(-(-(stores_to + ahead) // PAGE_SIZE) * PAGE_SIZE, mf.size)
     if start < stop:
         zero_fill(mf.path, start, stop)
     return max(stop, end)
