@@ -121,8 +121,9 @@ class NodeConfig:
     embedded_registry_port: int = setting(9876, "port of the registry a broker starts inside its node when no "
                                                 "--registry is given (a one-command single node)")
     register_interval: float = setting(30.0, "seconds between full registrations with every registry")
-    topics: str = setting("", "static topics, 'Name:queues[:perm];Other:queues' (created or reset at every start; "
-                              "others come from UPDATE_AND_CREATE_TOPIC and auto-creation)", metavar="LIST")
+    topics: str = setting("", "static topics, 'Name:queues[:perm];Other:queues' with 1..65535 queues each (created "
+                              "or reset at every start; others come from UPDATE_AND_CREATE_TOPIC and auto-creation)",
+                          metavar="LIST")
     auto_create_topic: bool = setting(True, "create unknown topics on first send through TBW102 "
                                               "(autoCreateTopicEnable; changeable at runtime)")
     default_topic_queues: int = setting(8, "queues of the TBW102 template topic (defaultTopicQueueNums)")

@@ -30,6 +30,11 @@ REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"      # "_" + MixAll.REPLY_TOPIC_POSTFIX
 DLQ_QUEUES = 1                           # MixAll.DLQ_NUMS_PER_GROUP
 SNAPSHOT = Path("config") / "topics.json"
 RW = PermName.READ | PermName.WRITE
+# Queues a topic may have (read and write counts alike). RocketMQ sets no bound and the queue id is an int32 in the
+# wire and the store; this one lets a topic of 10,000 queues (issue 47) and more be made, while a typo (1000000)
+# cannot make a million queue directories. A board's queue table holds 49,152 queues unless board_queue_capacity
+# is raised.
+MAX_QUEUES = 65535
 # Topics producers may not send to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
 NOT_ALLOWED_SEND = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
                               "RMQ_SYS_SELF_TEST_TOPIC", OFFSET_MOVED_EVENT})
@@ -97,8 +102,8 @@ def parse_static_topics(spec: str) -> list[TopicConfig]:
             perm = int(parts[2]) if len(parts) > 2 else RW
         except ValueError:
             raise ConfigError(f"topics: {item!r} is not Name:queues[:perm]") from None
-        if not parts[0] or not 0 < queues <= 1024 or len(parts) > 3:
-            raise ConfigError(f"topics: {item!r} is not Name:queues[:perm] with 1..1024 queues")
+        if not parts[0] or not 0 < queues <= MAX_QUEUES or len(parts) > 3:
+            raise ConfigError(f"topics: {item!r} is not Name:queues[:perm] with 1..{MAX_QUEUES} queues")
         out.append(TopicConfig(parts[0], queues, queues, perm))
     return out
 

@@ -28,7 +28,7 @@ from smartgo.broker.managers.clients import ClientChannel
 from smartgo.broker.managers.groups import DEFAULT_GROUPS, parse_group_body
 from smartgo.broker.net_view import store_backlog
 from smartgo.broker.settings import is_slave
-from smartgo.broker.managers.topics import DEFAULT_TOPIC, TopicConfig, default_topics, system_topics
+from smartgo.broker.managers.topics import DEFAULT_TOPIC, MAX_QUEUES, TopicConfig, default_topics, system_topics
 from smartgo.common.properties import parse_properties
 from smartgo.net import fastjson
 from smartgo.net.codes import CURRENT_VERSION, MQVersion, RequestCode, ResponseCode
@@ -40,7 +40,6 @@ from smartgo.store.record import parse_offset_msg_id, topic_field
 if TYPE_CHECKING:
     from smartgo.broker.actors.broker_actor import BrokerActor
 
-MAX_QUEUES = 1024
 REGISTERED_WAIT = 2.0      # an admin change is answered once the registries have it, or after this
 CALL_CLIENT_TIMEOUT = 10.0  # s a relayed request waits for the consumer (Broker2Client.callClient)
 CONSUMER_STATUS_TIMEOUT = 5.0  # s each consumer has to tell its offsets (Broker2Client.getConsumeStatus)
@@ -121,8 +120,10 @@ class AdminProcessor:
                           request.ext_int("perm"), request.ext_str("topicFilterType", "SINGLE_TAG"),
                           request.ext_int("topicSysFlag", 0), request.ext_bool("order", False))
         if not (0 < cfg.read_queues <= MAX_QUEUES and 0 < cfg.write_queues <= MAX_QUEUES):
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be in "
-                                         f"1..{MAX_QUEUES}, got {cfg.read_queues} and {cfg.write_queues}")
+            why = f"readQueueNums and writeQueueNums must be in 1..{MAX_QUEUES}, got {cfg.read_queues} and " \
+                  f"{cfg.write_queues}"
+            self.b.log.error("topic %s refused to %s: %s", topic, client.addr, why)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, why)
         table = self.b.board.queues
         new, room = sum(table.index_of(topic, q) is None for q in range(cfg.queue_limit)), table.limit - table.count
         if new > room:
