@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from smartgo.store.config import CQ_UNIT, MAPPED_QUEUE_FILES, round_up_to_unit
+from smartgo.store.config import CQ_UNIT, MAPPED_QUEUE_FILES, PAGE_SIZE, round_up_to_unit
 from smartgo.store.errors import OffsetGoneError
 from smartgo.store.lazy_numpy import np
 from smartgo.store.mapped_file import WARM_AHEAD, MappedFile, MappedFileQueue, MappingLimit, first_hole, keep_warm
@@ -97,13 +97,15 @@ class ConsumeQueueWriter:
         self.file_size = round_up_to_unit(file_size)
         # Sparse: a topic's queues reserve disk as they fill, not 6 MB each up front (keep_warm).
         self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=True, sparse=True,
-                                     limit=limit)
+                                     limit=limit, on_unmap=self._keep_tail)
         self.max_offset = 0
         self.max_phys_end = 0  # commitLogOffset + size of the last entry
         self._start = 0         # the file being written (mapped again after `limit` unmapped it)
         self._warm_end = 0      # bytes before this (in that file) are written already
         self._ahead = 0         # how far ahead it warms: WARM_AHEAD while the queue is fast, else 0
         self._warmed_at = 0.0   # monotonic time of the last warm
+        self._tail: tuple[int, bytes] | None = None  # (position, bytes) of the written part of the last
+                                                     # page, kept while `limit` has the file unmapped
         self._cut = False       # recovery cut entries: it goes on where it was cut, never mid-file
         self._find_end()
 
@@ -183,7 +185,36 @@ class ConsumeQueueWriter:
             self.files.forget(self._start)
             self._start = start
             self._warm_end = 0
+            self._tail = None
+        elif self._tail is not None and not self.files.is_mapped(start):
+            self._restore_tail(start)
         return self.files.get(pos, create=True), pos - start
+
+    def _keep_tail(self, mf: MappedFile) -> None:
+        """`limit` unmaps the file being written: keep the written part of its last page, which
+        the page cache may evict before this queue's next entries (a queue among thousands)."""
+        end = self.max_offset * CQ_UNIT - mf.start
+        if mf.start == self._start and 0 < end < mf.size and end % PAGE_SIZE:
+            page = end - end % PAGE_SIZE
+            self._tail = (mf.start + page, mf.mm[page:end])
+
+    def _restore_tail(self, start: int) -> None:
+        """Write the last page back whole before storing into it again: a whole-page write needs
+        no read, where a store into an evicted page waits for one (a major fault in dispatch's
+        loop). The bytes are those on disk; the rest of the page is zeros (keep_warm)."""
+        pos, data = self._tail  # type: ignore[misc]  # checked by the caller
+        self._tail = None
+        page = data + bytes(PAGE_SIZE - len(data))
+        try:
+            fd = os.open(self.files.path_of(start), os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return                          # deleted meanwhile (cleanup): get() says so
+        try:
+            os.pwrite(fd, page, pos - start)
+        except OSError as exc:
+            log.warning("consume queue %s: could not write its last page back (%s)", self.key, exc)
+        finally:
+            os.close(fd)
 
     def _fill_holes(self, target: int) -> bool:
         fs = self.file_size
@@ -240,6 +271,7 @@ class ConsumeQueueWriter:
         self._start = 0
         self._warm_end = 0
         self.files.truncate(offset * CQ_UNIT)
+        self._tail = None       # kept by the unmapping above: the cut changes it
         self.max_offset = offset
         self.max_phys_end = 0
         self._find_end()

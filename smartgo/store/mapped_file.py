@@ -14,6 +14,7 @@ import logging
 import mmap
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from smartgo.store.config import PAGE_SIZE
@@ -226,12 +227,13 @@ class MappedFileQueue:
     """The segments of one directory, mapped on demand in this process (within `limit` if given)."""
 
     def __init__(self, directory: Path | str, file_size: int, *, writable: bool, sparse: bool = False,
-                 limit: MappingLimit | None = None):
+                 limit: MappingLimit | None = None, on_unmap: Callable[[MappedFile], None] | None = None):
         self.directory = Path(directory)
         self.file_size = file_size
         self.writable = writable
         self.sparse = sparse        # files get blocks as their writer zero_fills them (keep_warm)
         self.limit = limit
+        self.on_unmap = on_unmap    # called with each file just before this process unmaps it
         self._files: dict[int, MappedFile] = {}
 
     def starts(self) -> list[int]:
@@ -264,11 +266,16 @@ class MappedFileQueue:
             self.limit.touch(mf)
         return mf
 
+    def is_mapped(self, start: int) -> bool:
+        return start in self._files
+
     def forget(self, start: int) -> None:
         mf = self._files.pop(start, None)
         if mf is not None:
             if self.limit is not None:
                 self.limit.discard(mf)
+            if self.on_unmap is not None:
+                self.on_unmap(mf)
             mf.close()
 
     def forget_before(self, offset: int) -> None:

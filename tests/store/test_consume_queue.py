@@ -313,3 +313,33 @@ def test_a_slow_queue_warms_only_the_pages_it_stores_into(tmp_path, monkeypatch)
     reader.close()
     slow.close()
     fast.close()
+
+
+def test_a_queue_mapped_again_stores_without_reading_its_evicted_tail(tmp_path):
+    """Dispatch maps at most mapped_queue_files queue files: 10,000 queues written in turn are
+    each unmapped between their batches, and with the page cache full their partly written
+    last page is evicted meanwhile. A store into it then waited for a disk read in dispatch's
+    loop (~200 major faults a second at 100M messages). The writer keeps that page's bytes
+    when its mapping goes and writes them back whole (no read) before storing again."""
+    import resource
+    from smartgo.store.mapped_file import MappingLimit
+    limit = MappingLimit(16)
+    cqs = [ConsumeQueueWriter(tmp_path, "Wide", q, 6_000_000, limit) for q in range(40)]
+    for cq in cqs:                                    # 30 entries: the last page is partly written
+        cq.put_entries(0, b"".join(ENTRY.pack(100 * k, 100, 0) for k in range(30)))
+    faults_before = 0
+    for cq in cqs[:20]:                               # unmapped by now: drop their pages from the cache
+        fd = os.open(tmp_path / "Wide" / str(cq.key[1]) / segment_name(0), os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+    for cq in cqs[:20]:
+        cq.put_entries(30, b"".join(ENTRY.pack(100 * k, 100, 0) for k in range(30, 40)))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_majflt == faults_before
+    for cq in cqs:
+        cq.close()
+    reader = ConsumeQueueReader(tmp_path, "Wide", 7, 6_000_000)
+    assert [e[0] for e in ENTRY.iter_unpack(reader.entries(0, 100, 40))] == [100 * k for k in range(40)]
+    reader.close()
+
