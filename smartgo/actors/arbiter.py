@@ -12,8 +12,8 @@ than max_node_restarts node restarts inside node_restart_window -> exit status 1
 
 Stop (SIGTERM/SIGINT): no more restarts; actors get SIGTERM layer by layer in reverse start
 order (net actors stop accepting and drain before commit, commit before flush...), each layer
-waited for, all within shutdown_timeout; what is left then is killed. A second signal kills
-everything at once.
+waited for, all within shutdown_timeout; what is left then is killed, unless its progress counter
+still moves (up to a second shutdown_timeout). A second signal kills everything at once.
 """
 
 from __future__ import annotations
@@ -517,11 +517,15 @@ class Arbiter:
 
     # ---- stopping ----------------------------------------------------------------------------------
     def _shutdown(self) -> str | None:
-        """Stop every actor in reverse start order within shutdown_timeout; KILLED on a second signal."""
+        """Stop every actor in reverse start order within shutdown_timeout (more while they count progress);
+        KILLED on a second signal."""
         self._draining = True
         if self._stopping:
             self._set("node.state", NodeState.STOPPING)
         deadline = time.monotonic() + self.config.shutdown_timeout
+        overrun = deadline + self.config.shutdown_timeout
+        told = False
+        at_stop: dict[int, int] = {}        # slot -> its progress counter when told to stop
         for c in self.children:
             if not c.alive and c.state != SupState.FAILED:
                 c.state = SupState.STOPPED
@@ -532,6 +536,7 @@ class Arbiter:
             for c in group:
                 c.state = SupState.STOPPING
                 self._publish(c)
+                at_stop[c.slot] = self.board.read_slot(c.slot).progress  # type: ignore[union-attr]  # made first
                 log.info("stopping %s (pid %d)", c.name, c.pid)
                 try:
                     os.kill(c.pid, signal.SIGTERM)
@@ -539,7 +544,16 @@ class Arbiter:
                     pass
                 if c.end is not None:       # an actor just spawned may not handle SIGTERM yet: the pipe keeps this
                     c.end.send({"op": "stop"})
-            while any(c.alive for c in group) and time.monotonic() < deadline and not self._hard:
+            while any(c.alive for c in group) and not self._hard:
+                moving = self._stop_progressing(group, at_stop)
+                now = time.monotonic()
+                if now >= deadline and (now >= overrun or not moving):
+                    break
+                if now >= deadline and not told:
+                    told = True
+                    log.warning("shutdown_timeout (%gs) passed while %s still count progress: waiting for them as "
+                                "long as it moves, up to %.1fs more", self.config.shutdown_timeout, ", ".join(moving),
+                                overrun - now)
                 self._turn()
             if self._hard:
                 break
@@ -553,6 +567,21 @@ class Arbiter:
                       ", ".join(f"{c.name} (pid {c.pid})" for c in left))
             self._kill_all()
         return None
+
+    def _stop_progressing(self, group: list[Child], at_stop: Mapping[int, int]) -> list[str]:
+        """The actors of a stopping layer whose progress counter moved since they were told to stop, last
+        within their heartbeat deadline (the flush actor counts each queue its stop flushes): slow, not
+        stuck, so past shutdown_timeout they get up to a second shutdown_timeout to finish a clean stop
+        rather than SIGKILL and the abnormal recovery of the next start."""
+        now_ns = monotonic_ns()
+        moving = []
+        for c in group:
+            if c.alive:
+                view = self.board.read_slot(c.slot)  # type: ignore[union-attr]  # created before any child
+                quiet = self.watchdog.quiet(c.slot, view, now_ns)
+                if view.current and view.progress != at_stop.get(c.slot) and quiet < c.deadline:
+                    moving.append(c.name)
+        return moving
 
     def _kill_all(self) -> None:
         self._draining = True

@@ -98,7 +98,7 @@ class MessageStore:
             self.checkpoint = Checkpoint(cfg.checkpoint_path)
             self._cl_flusher = SegmentFlusher(cfg.commitlog_dir, cfg.commitlog_file_size, state.written)
             self._cq_flusher = ConsumeQueueFlusher(cfg.consume_queue_dir, cfg.consume_queue_file_size,
-                                                   state.queue_offsets, cfg.mapped_queue_files)
+                                                   state.queue_offsets)
         except BaseException:
             self._lock.release()
             raise

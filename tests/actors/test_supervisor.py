@@ -148,6 +148,18 @@ def test_a_stop_that_overruns_shutdown_timeout_is_killed(start_node, tmp_path):
     wait_gone(children, 5)
 
 
+def test_a_slow_stop_that_counts_progress_may_overrun_shutdown_timeout(start_node, tmp_path):
+    """A stop still making progress (the flush actor counting the queues it flushes) is waited for past
+    shutdown_timeout, up to a second one: SIGKILL would leave the abort file for the next start."""
+    ev = tmp_path / "ev"
+    node = start_node({"shutdown_timeout": 1.0, "actor": [
+        {"name": "slow", "cls": RECORDER, "kwargs": {"events": str(ev), "stop_delay": 1.6, "stop_counts": True}}]})
+    assert node.stop() == 0
+    assert events(ev) == [("start", "slow"), ("stop", "slow")]
+    log = node.logged("shutdown_timeout (1s) passed while slow still count progress")
+    assert "still running after shutdown_timeout" not in log and "killing" not in log
+
+
 def test_supervisor_killed_9_takes_its_actors_with_it(start_node):
     node = start_node()
     children = node.descendants()

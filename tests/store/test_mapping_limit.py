@@ -9,7 +9,6 @@ import pytest
 
 from smartgo.store import StoreConfig, StoreReader
 from smartgo.store.consume_queue import ENTRY, ConsumeQueueSet
-from smartgo.store.flush import ConsumeQueueFlusher
 from smartgo.store.mapped_file import MappingLimit
 
 QUEUES = 60
@@ -62,16 +61,3 @@ def test_readers_beyond_the_limit_read_everything_and_views_outlive_the_unmappin
     assert open_files() - before <= LIMIT
     assert [e[0] for e in ENTRY.iter_unpack(held)] == [phys(0, i) for i in range(4)]
     held.release()
-
-
-@pytest.mark.timeout(30)
-def test_the_flusher_beyond_the_limit_flushes_every_queue(tmp_path):
-    qs = ConsumeQueueSet(tmp_path, 20 * PER_FILE, mapped_files=LIMIT)
-    for q in range(QUEUES):
-        qs.get("T", q).put(0, phys(q, 0), 100, q)
-    flusher = ConsumeQueueFlusher(tmp_path, 20 * PER_FILE, mapped_files=LIMIT)
-    assert flusher.flush({("T", q): 1 for q in range(QUEUES)}) == QUEUES
-    assert len(flusher.limit) <= LIMIT
-    assert flusher.flush({("T", q): 1 for q in range(QUEUES)}) == 0     # each remembers where it got to
-    flusher.close()
-    qs.close()

@@ -29,15 +29,17 @@ def _append(path: str | Path, line: str) -> None:
 
 class RecorderActor(Actor):
     """Appends 'start|stop <name> <pid> <incarnation>' to a file; start and stop take as long as told.
-    deaf: SIGTERM is ignored, as for an actor that gets it before it has a handler."""
+    deaf: SIGTERM is ignored, as for an actor that gets it before it has a handler. stop_counts: the
+    stop counts progress every 50 ms of its delay (a slow stop, not a stuck one)."""
 
     def __init__(self, ctx: ActorContext, events: str, start_delay: float = 0.0, stop_delay: float = 0.0,
-                 deaf: bool = False) -> None:
+                 deaf: bool = False, stop_counts: bool = False) -> None:
         super().__init__(ctx)
         self.events = events
         self.start_delay = start_delay
         self.stop_delay = stop_delay
         self.deaf = deaf
+        self.stop_counts = stop_counts
 
     def _record(self, what: str) -> None:
         _append(self.events, f"{what} {self.name} {os.getpid()} {self.ctx.incarnation}")
@@ -50,7 +52,14 @@ class RecorderActor(Actor):
         self._record("start")
 
     async def stop(self) -> None:
-        await asyncio.sleep(self.stop_delay)
+        if self.stop_counts:
+            cell = self.progress_cell()
+            until = time.monotonic() + self.stop_delay
+            while time.monotonic() < until:
+                await asyncio.sleep(0.05)
+                cell[0] += 1
+        else:
+            await asyncio.sleep(self.stop_delay)
         self._record("stop")
 
 

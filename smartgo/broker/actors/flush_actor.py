@@ -8,7 +8,9 @@ every net actor whose board word `<net>.flush_wait` (the lowest end offset its w
 need) the round has reached - one wake per net actor per round, whatever the number of sends.
 
 ConsumeQueues and index, every cq_flush_interval (1 s; 2 pages, any byte every 60 s): the
-queues up to the max offsets on the board, the newest index files; then the checkpoint.
+queues up to the max offsets on the board (fdatasync of the files written, many at once, each
+queue counted on the progress counter: a stop flushing thousands is slow, not hung, and the
+supervisor waits for it past shutdown_timeout), the newest index files; then the checkpoint.
 
 Checkpoint order (it only ever covers flushed data): physic = commit's store timestamp read
 *before* the written position that round flushes; logics = dispatch's last store timestamp read
@@ -92,7 +94,7 @@ class FlushActor(Actor):
         start = self.flushed.get() or rec.written - rec.written % cfg.commitlog_file_size
         self.commitlog = SegmentFlusher(cfg.commitlog_dir, cfg.commitlog_file_size, start)
         self.queues = ConsumeQueueFlusher(cfg.consume_queue_dir, cfg.consume_queue_file_size,
-                                          mapped_files=cfg.mapped_queue_files)
+                                          progress=self.progress_cell())
         self.index = IndexFlusher(cfg.index_dir)
         self.checkpoint = Checkpoint(cfg.checkpoint_path)
         self.policy = FlushPolicy(cfg.flush_commitlog_least_pages, cfg.flush_commitlog_thorough_interval_ms)
