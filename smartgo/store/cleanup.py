@@ -56,20 +56,32 @@ def delete_commitlog_before(config: StoreConfig, offset: int) -> list[int]:
 
 def delete_consume_queue_before(config: StoreConfig, commitlog_min: int) -> int:
     """Delete ConsumeQueue head files that only point below the CommitLog minimum."""
-    count = 0
-    for topic, qid in list_queues(config.consume_queue_dir):
-        files = MappedFileQueue(queue_dir(config.consume_queue_dir, topic, qid), config.consume_queue_file_size,
-                                writable=False)
+    return sum(delete_queue_files_before(config, key, commitlog_min)
+               for key in list_queues(config.consume_queue_dir))
+
+
+def delete_queue_files_before(config: StoreConfig, key: QueueKey, commitlog_min: int) -> int:
+    """Delete one queue's files (never its newest) whose last entry points below the CommitLog
+    minimum, oldest first; returns how many. A listing of names, then one pread of the last entry
+    of each older file: no mapping (most queues have only their newest file, so nothing to read)."""
+    directory = queue_dir(config.consume_queue_dir, *key)
+    last_at = config.consume_queue_file_size - CQ_UNIT
+    deleted = 0
+    for start in segment_starts(directory)[:-1]:
+        path = directory / segment_name(start)
         try:
-            for start in files.starts()[:-1]:
-                mf = files.get(start)
-                last_phys = ENTRY.unpack_from(mf.mm, mf.size - CQ_UNIT)[0]
-                if last_phys >= commitlog_min:
-                    break
-                count += len(files.delete_files_before(start + files.file_size))
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            raw = os.pread(fd, CQ_UNIT, last_at)
         finally:
-            files.close()
-    return count
+            os.close(fd)
+        if len(raw) < CQ_UNIT or ENTRY.unpack(raw)[0] >= commitlog_min:     # short: not ours to judge
+            break
+        path.unlink(missing_ok=True)
+        deleted += 1
+    return deleted
 
 
 def delete_dropped_queues(config: StoreConfig, commitlog_min: int, keep: Container[str]) -> list[QueueKey]:

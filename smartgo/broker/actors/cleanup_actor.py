@@ -10,9 +10,9 @@ a pure function of the settings, the clock and the usage, so tests inject both):
 - usage > disk_max_used_ratio (75 %), or the hour is one of delete_when ("04"): delete files
   older than file_reserved_hours (72 h);
 
-at most cleanup_max_files (10) files a pass, never the newest file. Then ConsumeQueue and index
-files that only point below the new CommitLog minimum go too, and commitlog.min is published
-(net actors then refresh their readers).
+at most cleanup_max_files (10) files a pass, never the newest file. Then commitlog.min is published
+(net actors then refresh their readers), and ConsumeQueue and index files that only point below it
+go too, the queues QUEUE_SLICE at a time with the loop turning between (clean_queues).
 
 An operator can ask for a pass now (the broker actor counts the requests on the board, this
 actor serves them within REQUEST_POLL): DELETE_EXPIRED_COMMITLOG deletes the files older than
@@ -35,9 +35,10 @@ from smartgo.actors.actor import Actor, ActorContext
 from smartgo.broker.settings import store_config
 from smartgo.config import NodeConfig
 from smartgo.store import StoreConfig
-from smartgo.store.cleanup import (delete_commitlog_before, delete_consume_queue_before, delete_index_before,
+from smartgo.store.cleanup import (delete_commitlog_before, delete_index_before, delete_queue_files_before,
                                    expired_commitlog_files)
 from smartgo.store.commitlog import CommitLogReader
+from smartgo.store.consume_queue import list_queues
 from smartgo.store.damage import SCRUB_STEP, ScrubCursor
 from smartgo.store.mapped_file import segment_starts
 
@@ -100,22 +101,31 @@ class CleanupPolicy:
 
 
 def clean(store: StoreConfig, decision: Decision, now_ms: int, max_files: int) -> int:
-    """One pass of deletions; returns the CommitLog minimum afterwards."""
+    """One pass of CommitLog deletions; returns the CommitLog minimum afterwards."""
     if decision.delete:
         starts = expired_commitlog_files(store, now_ms, force=decision.force, max_files=max_files)
         if starts:
             delete_commitlog_before(store, starts[-1] + store.commitlog_file_size)
     left = segment_starts(store.commitlog_dir)
-    minimum = left[0] if left else 0
-    if decision.delete and minimum:
-        clean_queues(store, minimum)
-    return minimum
+    return left[0] if left else 0
 
 
-def clean_queues(store: StoreConfig, minimum: int) -> tuple[int, int]:
+QUEUE_SLICE = 0.02          # s of queue cleanup between turns of the actor's loop
+
+
+async def clean_queues(store: StoreConfig, minimum: int, slice_s: float = QUEUE_SLICE) -> tuple[int, int]:
     """ConsumeQueue and index files that only point below the CommitLog minimum; (queue files,
-    index files) deleted."""
-    return delete_consume_queue_before(store, minimum), len(delete_index_before(store, minimum))
+    index files) deleted. The queues go slice_s at a time, the loop (and its heartbeat) turning
+    between slices: in one go a pass over 10,136 queues held the loop 0.3-3.4 s, and once past
+    the heartbeat deadline (the supervisor killed the actor as hung)."""
+    deleted = 0
+    until = time.monotonic() + slice_s
+    for key in list_queues(store.consume_queue_dir):
+        deleted += delete_queue_files_before(store, key, minimum)
+        if time.monotonic() >= until:
+            await asyncio.sleep(0)
+            until = time.monotonic() + slice_s
+    return deleted, len(delete_index_before(store, minimum))
 
 
 REQUEST_POLL = 0.2          # s between looks at the board's request counters
@@ -134,6 +144,7 @@ class CleanupActor(Actor):
         self.policy = CleanupPolicy(cfg, _now_ms, usage)
         self.every(cfg.cleanup_interval, self.run_pass)
         self.every(REQUEST_POLL, self.serve_requests)
+        self.passing = asyncio.Lock()       # a pass yields to the loop between queue slices: one at a time
 
     async def start(self) -> None:
         self.store = store_config(self.config)
@@ -173,7 +184,7 @@ class CleanupActor(Actor):
                           time.monotonic() - began, len(cursor.damaged))
             await asyncio.sleep(max(cfg.scrub_interval - (time.monotonic() - began), 0))
 
-    def run_pass(self) -> None:
+    async def run_pass(self) -> None:
         d = self.policy.decide(str(self.store.store_path))
         self.usage.set(int(d.usage * 1000))
         if bool(self.disk_full.get()) != d.disk_full:
@@ -183,17 +194,19 @@ class CleanupActor(Actor):
             else:
                 self.log.warning("disk %.1f%% full: accepting sends again", d.usage * 100)
             self.disk_full.set(int(d.disk_full))
-        self._clean(d)
+        await self._clean(d)
 
-    def _clean(self, d: Decision) -> bool:
-        """One pass; True when the CommitLog minimum moved."""
-        before = self.minimum.get()
-        minimum = clean(self.store, d, self.policy.clock(), self.config.cleanup_max_files)
-        if minimum == before:
-            return False
-        self.log.info("CommitLog minimum moved from %d to %d", before, minimum)
-        self.minimum.set(minimum)
-        return True
+    async def _clean(self, d: Decision, queues: bool = True) -> bool:
+        """One pass (the queues too unless told); True when the CommitLog minimum moved."""
+        async with self.passing:
+            before = self.minimum.get()
+            minimum = clean(self.store, d, self.policy.clock(), self.config.cleanup_max_files)
+            if minimum != before:
+                self.log.info("CommitLog minimum moved from %d to %d", before, minimum)
+                self.minimum.set(minimum)
+            if queues and d.delete and minimum:
+                await clean_queues(self.store, minimum)
+            return minimum != before
 
     async def serve_requests(self) -> None:
         for asked, done, serve in self.asked:
@@ -206,15 +219,21 @@ class CleanupActor(Actor):
         d = Decision(self.usage.get() / 1000, bool(self.disk_full.get()), True, False)
         before = self.minimum.get()
         for _ in range(MANUAL_PASSES):
-            if not self._clean(d):
+            if not await self._clean(d, queues=False):
                 break
             await asyncio.sleep(0)          # the heartbeat runs between passes
+        await self._clean_queues_below()    # once, after the CommitLog passes
         self.log.info("expired CommitLog files deleted as asked (DELETE_EXPIRED_COMMITLOG): minimum %d -> %d",
                       before, self.minimum.get())
 
+    async def _clean_queues_below(self) -> tuple[int, int, int]:
+        """The queue and index files below the published minimum: (minimum, queue files, index files)."""
+        async with self.passing:
+            minimum = self.minimum.get()
+            return (minimum, *await clean_queues(self.store, minimum)) if minimum else (0, 0, 0)
+
     async def _clean_queues(self) -> None:
         """CLEAN_EXPIRED_CONSUMEQUEUE."""
-        minimum = self.minimum.get()
-        queues, index = clean_queues(self.store, minimum)
+        minimum, queues, index = await self._clean_queues_below()
         self.log.info("CLEAN_EXPIRED_CONSUMEQUEUE: %d ConsumeQueue and %d index files below the CommitLog "
                       "minimum %d deleted", queues, index, minimum)
