@@ -202,8 +202,10 @@ class NodeConfig:
     max_message_size: int = setting(4 * 1024 * 1024, "largest message body accepted (bytes)")
     access_message_in_memory_max_ratio: int = setting(
         40, "percent of RAM behind the newest message that counts as in memory; a pull reading older "
-            "records gets at most 8 messages / 64 KiB instead of 32 / 256 KiB, and a new group's "
-            "first offset is 0 only while message 0 is within it (accessMessageInMemoryMaxRatio)")
+            "records gets at most 64 KiB instead of 256 KiB (32 messages either way: 4.x's 8 only "
+            "multiplied the pulls of a consumer catching up), under slave_read_enable it is sent to the "
+            "slave, and a new group's first offset is 0 only while message 0 is within it "
+            "(accessMessageInMemoryMaxRatio)")
     file_reserved_hours: float = setting(72.0, "hours a CommitLog file is kept (fileReservedTime)")
     delete_when: str = setting("04", "hours of the day when expired files are deleted, 'HH;HH' (deleteWhen)",
                                metavar="HOURS")

@@ -181,15 +181,17 @@ def test_async_flush_acknowledges_before_the_flush(start_node):
 
 def test_pulls_of_records_outside_the_memory_window_get_the_disk_limits(start_node):
     """access_message_in_memory_max_ratio 0: every record counts as in disk (RocketMQ's
-    isTheBatchFull), so a pull of 32 gets 8, and a new group's first offset is not 0."""
+    isTheBatchFull), so a pull of 32 records of 5,000 bytes gets 64 KiB of them (in memory: 256
+    KiB), and a new group's first offset is not 0."""
     broker = start_node({"access_message_in_memory_max_ratio": 0, "topics": "Cold:1"})
-    for i in range(20):
-        assert broker.call(send_command("Cold", b"c%d" % i)).code == ResponseCode.SUCCESS
+    bodies = [(b"c%d-" % i).ljust(5000, b"c") for i in range(20)]
+    for body in bodies:
+        assert broker.call(send_command("Cold", body)).code == ResponseCode.SUCCESS
     wait_until(lambda: broker.board("commitlog.dispatched") == broker.board("commitlog.written"))
     r = broker.call(pull_command("Cold", 0, 0, max_nums=32))
     assert r.code == ResponseCode.SUCCESS
-    assert [m.body for m in decode_records(r.body_bytes())] == [b"c%d" % i for i in range(8)]
-    assert r.ext_fields["nextBeginOffset"] == "8" and r.ext_fields["maxOffset"] == "20"
+    assert [m.body for m in decode_records(r.body_bytes())] == bodies[:12]             # 12 x ~5.1 KB <= 64 KiB
+    assert r.ext_fields["nextBeginOffset"] == "12" and r.ext_fields["maxOffset"] == "20"
     query = broker.call(group_command(RequestCode.QUERY_CONSUMER_OFFSET, "ColdGroup", topic="Cold", queueId=0))
     assert query.code == ResponseCode.QUERY_NOT_FOUND
 

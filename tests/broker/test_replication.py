@@ -429,7 +429,7 @@ def test_slave_read_enable_sends_a_consumer_reading_old_data_to_the_slave(start_
 
     def read_at_slave() -> int:             # the consumer group's messages in the slave's statistics
         return sum(g["get_msgs"] for rec in stats_records(slave.store) for g in rec["groups"] if g["group"] == "GC")
-    # old data at the master comes 8 a pull (4.x's in-disk limit), then the slave serves up to 32
+    # the master answers the first pulls of old data, then the slave serves the rest
     wait_until(lambda: read_at_slave() >= 100, timeout=10, message="the group's reads at the slave")
 
 

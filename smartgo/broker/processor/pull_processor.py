@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 DEADLINE_GRACE_MS = 2000          # after its deadline a parked pull is answered here, hold or no hold
 SLOW_CONSUMER_BROKER = "1"      # whichBrokerWhenConsumeSlowly's default: the first slave
-RELEASE_EVERY = 64 << 20          # bytes served between drops of the reader's pages from RSS
+RELEASE_EVERY = 16 << 20          # bytes served between drops of the reader's pages from RSS (~ as many mapped)
 
 _CODES = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
