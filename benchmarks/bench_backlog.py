@@ -1,12 +1,14 @@
 """A backlog of --messages messages on one node (issue 47): writes as it fills, then memory, restarts,
 kill -9, a cold catch-up, queries and cleanup on the full store.
 
-    python benchmarks/bench_backlog.py [--messages N] [--store DIR] [--clean] [--only S,...] [--quick] [--json]
+    python benchmarks/bench_backlog.py [--messages N] [--store DIR] [--clean] [--only S,...] [--quick]
+        [--slave-read-enable] [--json]
 
 One node (supervisor.py --role master, async flush) on a kept store: 128-byte bodies, each with its own
 UNIQ_KEY (indexed, as a Java producer's are), batches of 32 from FILL_WORKERS load generator processes
 (FILL_DEPTH batches in flight each), 8 batches in 9 to 16 topics x 8 queues in turn and 1 in 9 to the
-next of --wide-queues queues (10,000: topics of 1,000, as a topic has at most 1,024 queues).
+next of the --wide-queues queues of one topic (10,000; a store filled when a topic had at most 1,024 queues
+keeps its topics of 1,000: fill.json says which).
 CommitLog files of 256 MiB (--quick: 8 MiB and a small index), the other files at the node's defaults.
 
 THE STORE IS KEPT between runs in --store (default <tmp>/smartgo-bench-backlog, with --quick
@@ -33,6 +35,17 @@ Scenarios after the fill, in this order (--only picks some; the fill always runs
             msgs/s >= 300,000; producer p99 <= 2 x its p99 at that rate on an empty node (a fresh
             node with the same settings, measured for 10 s just before, after 5 s unmeasured: a new
             node's first second creates its files)
+            With --slave-read-enable, then the master/slave variant (catchup_slave): the node restarts
+            with slave_read_enable, a slave (supervisor --role slave, its own kept store in <store>/slave,
+            registered with the node's embedded registry) replicates the whole CommitLog and dispatches
+            it (replicated_s), the page cache is dropped, and the same producer (on the master) and
+            group run, each queue's next pull going to the broker the last answer suggested
+            (suggestWhichBrokerId, as the client does; consumer.at_slave: what the slave served). A
+            pull reading past the in-memory window is sent to the slave: that window is the default
+            40 % of RAM on a store over twice its size, else the percent of RAM that leaves half the
+            CommitLog outside it (access_message_in_memory_max_ratio in the figures; 0 on --quick).
+            The same targets. Refused (catchup_slave.refused) when the slave's copy would take the
+            disk above 70 %, as with a 100,000,000-message store on a 100 GB disk.
   query     page cache dropped, ~20 markers spread over the store: QUERY_MESSAGE by key
             (UNIQ_KEY) and SEARCH_OFFSET_BY_TIMESTAMP at the marker's time: p50/p99/max <= 100 ms
   cleanup   the disk watermarks, simulated: the node reads its disk usage from a file
@@ -85,12 +98,13 @@ from smartgo.net.client import BlockingRemotingClient, RemotingClient  # noqa: E
 from smartgo.net.codes import RequestCode, ResponseCode  # noqa: E402
 from smartgo.net.command import RemotingCommand  # noqa: E402
 from smartgo.store.mapped_file import segment_starts  # noqa: E402
+from smartgo.store.reads import physical_memory  # noqa: E402
 from smartgo.store.record import decode_records, encode_batch_body, encode_properties, parse_offset_msg_id  # noqa: E402
 
 TOPICS = tuple(f"Backlog{i:02d}" for i in range(16))
 QUEUES = 8
-WIDE = "BacklogWide"                    # topics of WIDE_PER_TOPIC queues: a topic has at most 1,024 queues
-WIDE_PER_TOPIC = 1000
+WIDE = "BacklogWide"                    # one topic of --wide-queues queues
+OLD_WIDE_PER_TOPIC = 1000               # a store filled while a topic had at most 1,024 queues: BacklogWide0, 1, ...
 SYNC_TOPIC, SYNC_QUEUES = "BacklogSync", 4
 PROBE_TOPIC = "Restart"                 # bench_restart.Sender's topic
 BATCH = 32
@@ -108,12 +122,12 @@ SCENARIOS = ("write", "rss", "restart", "kill", "syncflush", "catchup", "query",
 GB = 1 << 30
 
 
-def node_settings(quick: bool, wide_queues: int) -> dict:
+def node_settings(quick: bool, wide: tuple[int, int]) -> dict:
     """The kept node's settings (fill.json keeps them: a resumed run starts the node as it was)."""
-    wide = {}
-    for t, q in wide_lanes(wide_queues):
-        wide[t] = q + 1
-    topics = ";".join([f"{t}:{QUEUES}" for t in TOPICS] + [f"{t}:{n}" for t, n in wide.items()] +
+    queues = {}
+    for t, q in wide_lanes(wide):
+        queues[t] = q + 1
+    topics = ";".join([f"{t}:{QUEUES}" for t in TOPICS] + [f"{t}:{n}" for t, n in queues.items()] +
                       [f"{SYNC_TOPIC}:{SYNC_QUEUES}", f"{PROBE_TOPIC}:4"])
     small = {"index_slot_count": 500_000, "index_entry_count": 2_000_000} if quick else {}
     return {**NO_MQTT, "vip_port": 0, "topics": topics, "commitlog_file_size": (8 if quick else 256) << 20,
@@ -121,20 +135,22 @@ def node_settings(quick: bool, wide_queues: int) -> dict:
             "file_reserved_hours": 0.0001, "delete_when": "", **small}
 
 
-def lane(k: int, wide_queues: int) -> tuple[str, int]:
+def lane(k: int, wide: tuple[int, int]) -> tuple[str, int]:
     """Where the k-th batch goes: 8 in 9 to the 16 x 8 queues in turn, 1 in 9 to the wide topic's next queue."""
     if k % 9 == 8:
-        return wide_lane((k // 9) % wide_queues)
+        return wide_lane((k // 9) % wide[0], wide[1])
     m = k // 9 * 8 + k % 9
     return TOPICS[m // QUEUES % len(TOPICS)], m % QUEUES
 
 
-def wide_lane(j: int) -> tuple[str, int]:
-    return f"{WIDE}{j // WIDE_PER_TOPIC}", j % WIDE_PER_TOPIC
+def wide_lane(j: int, per_topic: int) -> tuple[str, int]:
+    """The j-th wide queue: of the one topic (per_topic 0) or of topics of per_topic queues."""
+    return (f"{WIDE}{j // per_topic}", j % per_topic) if per_topic else (WIDE, j)
 
 
-def wide_lanes(count: int) -> list[tuple[str, int]]:
-    return [wide_lane(j) for j in range(count)]
+def wide_lanes(wide: tuple[int, int]) -> list[tuple[str, int]]:
+    """wide: (queues, queues a topic: 0 for one topic), as fill.json keeps them."""
+    return [wide_lane(j, wide[1]) for j in range(wide[0])]
 
 
 # ---- latency histograms (mergeable across runs: fill.json keeps them) ----------------------------------------
@@ -198,11 +214,14 @@ class Backlog:
 
 class Runner:
     """The node on the kept store: started on the same ports within a run, with its actors' RSS
-    sampled every second whatever it does."""
+    sampled every second whatever it does. A slave (role "slave") registers with the master's
+    embedded registry, at registry_port, which tells it where to replicate from."""
 
-    def __init__(self, backlog: Backlog) -> None:
+    def __init__(self, backlog: Backlog, role: str = "master", registry_port: int = 0) -> None:
         self.backlog = backlog
+        self.role = role
         self.port, self.registry_port, self.ha_port = free_ports(3)
+        self.registry_port = registry_port or self.registry_port
         # the nodes' TMPDIR: short, as the fork server's socket path in it must fit AF_UNIX's 108 bytes
         # (a folder beside a store under pytest's basetemp did not, nor does a test's TMPDIR there)
         self.tmp = Path(tempfile.mkdtemp(prefix="sgbl-", dir="/tmp" if os.path.isdir("/tmp") else None))
@@ -222,9 +241,11 @@ class Runner:
     def launch(self, **overrides: object) -> float:
         """Start the node; seconds from its launch until a send is served."""
         b = self.backlog
+        registry = {"embedded_registry_port": self.registry_port} if self.role == "master" else {
+            "registry": f"127.0.0.1:{self.registry_port}"}
         b.config.write_text(toml_dumps({**b.record["settings"], **overrides, "disk_usage_file": str(b.usage_file),
-                                        "embedded_registry_port": self.registry_port, "ha_port": self.ha_port}))
-        cmd = [sys.executable, str(SUPERVISOR), "--role", "master", "--store-dir", str(b.node_dir), "--config",
+                                        "ha_port": self.ha_port, **registry}))
+        cmd = [sys.executable, str(SUPERVISOR), "--role", self.role, "--store-dir", str(b.node_dir), "--config",
                str(b.config), "--listen-host", "127.0.0.1", "--listen-port", str(self.port)]
         tmp = self.tmp                  # what a killed node leaves there (multiprocessing's pymp-*) goes at close
         t0 = time.perf_counter()
@@ -232,6 +253,9 @@ class Runner:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT,
                                     env={**os.environ, "TMPDIR": str(tmp)})
         self.node = Node(proc, b.node_dir, self.port, b.root / "node.stderr")
+        if self.role != "master":                  # a slave takes no sends
+            self.node.wait_healthy(timeout=300)
+            return time.perf_counter() - t0
         client = BlockingRemotingClient()
         try:
             def served() -> bool:
@@ -382,7 +406,7 @@ async def fill_worker(a: dict, counter, issued, ready, go, reports) -> None:
         template[p - 16:p] = prefix
     ext = {}
     serial = [0]                        # UNIQ_KEY: this process's random prefix + a serial number
-    bucket, wide = a["bucket"], a["wide_queues"]
+    bucket, wide = a["bucket"], tuple(a["wide"])
     delta: dict = {}
     state = {"acked": 0, "inflight": 0, "errors": 0, "rolling_until": 0.0, "rollovers": 0, "markers": [],
              "next_marker": 0}
@@ -484,13 +508,13 @@ def batch_ext(topic: str, queue_id: int) -> dict[str, str]:
                                     str(int(time.time() * 1000)), "0", "", "0", "true"]))
 
 
-def fill(runner: Runner, target: int, wide_queues: int) -> dict:
+def fill(runner: Runner, target: int, wide: tuple[int, int]) -> dict:
     """Top the store up to `target` messages; what it did."""
     b, node = runner.backlog, runner.node
     runner.phase = "fill"
     wait_dispatched(node)
     written = board_written(node)
-    held = written - sum(lo for lo, _ in min_offsets(runner.addr, fill_queues(wide_queues)).values())
+    held = written - sum(lo for lo, _ in min_offsets(runner.addr, fill_queues(wide)).values())
     missing = target - held
     if missing <= 0:
         return {"refilled": False, "messages_before": held, "added": 0}
@@ -506,7 +530,7 @@ def fill(runner: Runner, target: int, wide_queues: int) -> dict:
     batches = b.record.setdefault("batches", 0)
     procs = [ctx.Process(target=_run_fill, daemon=True, args=({
         "addr": runner.addr, "requests": requests, "first_batch": batches, "bucket": b.record["bucket"],
-        "wide_queues": wide_queues, "marker_every": marker_every(b.record),
+        "wide": wide, "marker_every": marker_every(b.record),
         "commitlog_dir": str(b.node_dir / "commitlog"), "depth": FILL_DEPTH, "counts_rollovers": i == 0},
         (counter, issued, readies[i], go), reports)) for i in range(FILL_WORKERS)]
     for p in procs:
@@ -550,8 +574,8 @@ def fill(runner: Runner, target: int, wide_queues: int) -> dict:
             "seconds": round(time.perf_counter() - t0, 1), "errors": errors}
 
 
-def fill_queues(wide_queues: int) -> list[tuple[str, int]]:
-    return [(t, q) for t in TOPICS for q in range(QUEUES)] + wide_lanes(wide_queues)
+def fill_queues(wide: tuple[int, int]) -> list[tuple[str, int]]:
+    return [(t, q) for t in TOPICS for q in range(QUEUES)] + wide_lanes(wide)
 
 
 def merge_report(record: dict, msg: dict, spans: dict[int, list[float]], base: dict[int, float]) -> None:
@@ -673,28 +697,36 @@ async def paced_producer(a: dict, ready, go) -> dict:
 
 async def drain_queues(a: dict, ready, go) -> dict:
     """Pull a["queues"] ([topic, queue, from, upto]) as one consumer group, 32 a request, one request in
-    flight per queue, for a["seconds"] at most: msgs (offsets passed), seconds."""
+    flight per queue, for a["seconds"] at most: msgs (offsets passed), seconds. a["addrs"] are the
+    brokers by brokerId (the master first): each queue's next pull goes where the last answer's
+    suggestWhichBrokerId says, as the client does; msgs and requests per brokerId in "by_broker"."""
     client = RemotingClient()
-    conn = await client.connection(a["addr"])
+    conns = [await client.connection(addr) for addr in a["addrs"]]
     stats = {"msgs": 0, "errors": 0, "requests": 0}
+    by_broker = [{"msgs": 0, "requests": 0} for _ in conns]
     await _wait(ready, go)
     start = time.perf_counter()
 
     async def drain(topic: str, q: int, offset: int, upto: int) -> None:
+        at = 0
         while offset < upto and time.perf_counter() - start < a["seconds"]:
-            r = await conn.invoke(pull_command(topic, q, offset, max_nums=32, group="BacklogCatchup"), 30.0)
+            r = await conns[at].invoke(pull_command(topic, q, offset, max_nums=32, group="BacklogCatchup"), 30.0)
             stats["requests"] += 1
             if r.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_NOT_FOUND):
                 stats["errors"] += 1
                 break
             nxt = int(r.ext_fields["nextBeginOffset"])
             stats["msgs"] += nxt - offset
+            by_broker[at]["msgs"] += nxt - offset
+            by_broker[at]["requests"] += 1
             offset = nxt
+            suggested = int(r.ext_fields.get("suggestWhichBrokerId", 0))
+            at = suggested if suggested < len(conns) else 0
 
     await asyncio.gather(*(drain(*q) for q in a["queues"]))
     stats["seconds"] = time.perf_counter() - start
     await client.close()
-    return stats
+    return {**stats, "by_broker": by_broker}
 
 
 JOBS = {"paced": paced_producer, "drain": drain_queues}
@@ -713,18 +745,23 @@ def paced(addr: str, seconds: float, warmup: float) -> tuple[str, dict]:
     return "paced", {"addr": addr, "rate": CATCHUP_RATE, "seconds": seconds, "warmup": warmup}
 
 
-def consumer_jobs(runner: Runner, seconds: float) -> list[tuple[str, dict]]:
-    """Two pull processes over the 16 x 8 queues, each from its oldest message to its end now."""
+def consumer_jobs(runner: Runner, seconds: float, slave: Runner | None = None) -> list[tuple[str, dict]]:
+    """Two pull processes over the 16 x 8 queues, each from its oldest message to its end now (following
+    the suggestions to the slave when there is one)."""
     spans = min_offsets(runner.addr, [(t, q) for t in TOPICS for q in range(QUEUES)])
     queues = [[t, q, lo, hi] for (t, q), (lo, hi) in spans.items()]
-    return [("drain", {"addr": runner.addr, "seconds": seconds, "queues": queues[i::2]}) for i in range(2)]
+    addrs = [runner.addr] + ([slave.addr] if slave else [])
+    return [("drain", {"addrs": addrs, "seconds": seconds, "queues": queues[i::2]}) for i in range(2)]
 
 
 def consumer_figures(results: list[dict]) -> dict:
     results = [r for r in results if r["kind"] == "drain"]
     msgs = sum(r["msgs"] for r in results)
+    by_broker = [{k: sum(r["by_broker"][i][k] for r in results) for k in ("msgs", "requests")}
+                 for i in range(len(results[0]["by_broker"]))]
     return {"msgs_s": round(msgs / max(r["seconds"] for r in results)), "msgs": msgs,
-            "requests": sum(r["requests"] for r in results), "errors": sum(r["errors"] for r in results)}
+            "requests": sum(r["requests"] for r in results), "errors": sum(r["errors"] for r in results),
+            **({"at_slave": by_broker[1]} if len(by_broker) > 1 else {})}
 
 
 # ---- scenarios ------------------------------------------------------------------------------------------------
@@ -814,18 +851,94 @@ def scenario_syncflush(runner: Runner, messages: int) -> dict:
             "acked_msgs_s": round(n_acked / send_s), "served_s": round(served, 2)}
 
 
-def scenario_catchup(runner: Runner, seconds: float, baseline_s: float, warmup: float) -> dict:
-    runner.phase = "catchup"
+def empty_baseline(runner: Runner, seconds: float, warmup: float) -> dict:
+    """The producer's figures at CATCHUP_RATE on a fresh node with the kept node's settings."""
     with tempfile.TemporaryDirectory(dir=runner.backlog.root, prefix="empty-") as tmp, \
             broker_node(Path(tmp), runner.backlog.record["settings"]) as (_, addr):
-        run_workers([paced(addr, baseline_s / 2, 0.0)], target=_run_job)      # a new node's first files: not measured
-        empty, _ = run_workers([paced(addr, baseline_s, warmup)], target=_run_job)
+        run_workers([paced(addr, seconds / 2, 0.0)], target=_run_job)      # a new node's first files: not measured
+        empty, _ = run_workers([paced(addr, seconds, warmup)], target=_run_job)
+    return producer_figures(empty)
+
+
+def catch_up(runner: Runner, seconds: float, warmup: float, base: dict, slave: Runner | None = None) -> dict:
+    """Page cache dropped, the producer and the group from the oldest message (see the module doc)."""
     dropped = drop_page_cache()
-    results, _ = run_workers([paced(runner.addr, seconds, warmup), *consumer_jobs(runner, seconds)], runner.node,
-                             target=_run_job)
-    producer, base = producer_figures(results), producer_figures(empty)
+    results, _ = run_workers([paced(runner.addr, seconds, warmup), *consumer_jobs(runner, seconds, slave)],
+                             runner.node, target=_run_job)
+    producer = producer_figures(results)
     return {**dropped, "consumer": consumer_figures(results), "producer": producer, "producer_empty_store": base,
             "p99_ratio": round(producer["p99_ms"] / base["p99_ms"], 2) if base["p99_ms"] else None}
+
+
+def scenario_catchup(runner: Runner, seconds: float, baseline_s: float, warmup: float) -> dict:
+    runner.phase = "catchup"
+    return catch_up(runner, seconds, warmup, empty_baseline(runner, baseline_s, warmup))
+
+
+def slave_read_ratio(commitlog_bytes: int) -> int:
+    """access_message_in_memory_max_ratio for the master/slave variant: the default 40 on a store of more
+    than twice that window; on a smaller one the percent of RAM that leaves half the CommitLog outside
+    the window (0 on a tiny one: all of it), so there is cold data for the slave to serve."""
+    return min(40, int(100 * commitlog_bytes / 2 / physical_memory()))
+
+
+def scenario_catchup_slave(runner: Runner, seconds: float, baseline_s: float, warmup: float,
+                           base: dict | None) -> dict:
+    """The catch-up with slave_read_enable and a slave (see the module doc); base: the empty node's
+    producer figures when catchup measured them in this run."""
+    runner.phase = "slaveread"
+    b = runner.backlog
+    slave_store = Backlog(b.root / "slave")
+    slave_store.load(b.record["settings"], 0)
+    slave_store.set_usage(0.1)
+    need = store_bytes(b.node_dir) - (store_bytes(slave_store.node_dir) if slave_store.node_dir.exists() else 0)
+    if (share := disk_share(need)) > DISK_LIMIT:
+        reason = (f"the slave's copy of the store (~{need / GB:.1f} GB more) would take the disk to {share:.0%} "
+                  f"(limit {DISK_LIMIT:.0%}): run the variant on a smaller --store")
+        print(f"slave read variant refused: {reason}", file=sys.stderr)
+        return {"refused": reason}
+    fields = runner.node.health()["fields"]
+    settings = {"slave_read_enable": True,
+                "access_message_in_memory_max_ratio": slave_read_ratio(fields["commitlog.written"] -
+                                                                       fields["commitlog.min"])}
+    base = base or empty_baseline(runner, baseline_s, warmup)
+    runner.stop()
+    runner.launch(**settings)
+    slave = Runner(slave_store, role="slave", registry_port=runner.registry_port)
+    slave.phase = "slaveread"
+    try:
+        t0 = time.perf_counter()
+        slave.launch(**settings)
+        copied = replicate(runner.node, slave.node)
+        replicated_s = time.perf_counter() - t0
+        out = catch_up(runner, seconds, warmup, base, slave)
+        slave.stop()
+    finally:
+        slave.close()
+    runner.stop()
+    runner.launch()
+    return {**out, **settings, "replicated_gb": round(copied / GB, 2), "replicated_s": round(replicated_s, 1),
+            "slave_max_rss_mb": round(max(slave.rss.values(), default=0), 1)}
+
+
+def replicate(master: Node, slave: Node) -> int:
+    """Wait until the slave has replicated and dispatched the master's CommitLog (progress on stderr):
+    the bytes it copied."""
+    target = master.health()["fields"]["commitlog.written"]
+    first = slave.health()["fields"]["commitlog.written"]
+    t0 = last = time.perf_counter()
+
+    def done() -> bool:
+        nonlocal last
+        f = slave.health()["fields"]
+        if time.perf_counter() - last >= 2.0:
+            last = time.perf_counter()
+            rate = (f["commitlog.written"] - first) / (last - t0)
+            print(f"slave replicating {f['commitlog.written'] / GB:.2f}/{target / GB:.2f} GB  {rate / (1 << 20):.0f} "
+                  f"MB/s  dispatched {f['commitlog.dispatched'] / GB:.2f} GB", file=sys.stderr, flush=True)
+        return f["commitlog.dispatched"] >= target
+    wait_until(done, timeout=max(900.0, target / (20 << 20)), interval=0.2, message="the slave to replicate")
+    return target - first
 
 
 def scenario_query(runner: Runner, count: int) -> dict:
@@ -909,6 +1022,11 @@ def default_store(quick: bool) -> Path:
     return Path(tempfile.gettempdir()) / ("smartgo-bench-backlog-quick" if quick else "smartgo-bench-backlog")
 
 
+def producer_passes(catchup: dict) -> bool:
+    return (catchup["producer"]["msgs_s"] >= 0.98 * TARGETS["catchup_producer_msgs_s"]
+            and catchup["p99_ratio"] <= TARGETS["catchup_p99_ratio"])
+
+
 def passes(r: dict) -> dict:
     t = TARGETS
     checks = {
@@ -919,8 +1037,10 @@ def passes(r: dict) -> dict:
         "kill": lambda: r["kill"]["served_s"] <= t["kill_s"],
         "syncflush": lambda: r["syncflush"]["lost"] == t["sync_lost"] and r["syncflush"]["served_s"] <= t["kill_s"],
         "catchup_consumer": lambda: r["catchup"]["consumer"]["msgs_s"] >= t["catchup_msgs_s"],
-        "catchup_producer": lambda: (r["catchup"]["producer"]["msgs_s"] >= 0.98 * t["catchup_producer_msgs_s"]
-                                     and r["catchup"]["p99_ratio"] <= t["catchup_p99_ratio"]),
+        "catchup_producer": lambda: producer_passes(r["catchup"]),
+        "catchup_slave_consumer": lambda: (r["catchup_slave"]["consumer"]["msgs_s"] >= t["catchup_msgs_s"]
+                                           and r["catchup_slave"]["consumer"]["at_slave"]["msgs"] > 0),
+        "catchup_slave_producer": lambda: producer_passes(r["catchup_slave"]),
         "query": lambda: max(r["query"]["by_key"]["max_ms"], r["query"]["by_time"]["max_ms"]) <= t["query_ms"]
         and r["query"]["by_key"]["found"] == r["query"]["queries"],
         "cleanup": lambda: r["cleanup"]["max_send_gap_ms"] <= t["cleanup_stall_ms"],
@@ -944,6 +1064,8 @@ SUMMARY = (("write_rate", "last/first 10 % msgs/s", ("write", "rate_ratio")),
            ("syncflush", "sync flush: acked lost", ("syncflush", "lost")),
            ("catchup_consumer", "cold catch-up msgs/s", ("catchup", "consumer", "msgs_s")),
            ("catchup_producer", "producer p99 / empty's", ("catchup", "p99_ratio")),
+           ("catchup_slave_consumer", "slave read: catch-up msgs/s", ("catchup_slave", "consumer", "msgs_s")),
+           ("catchup_slave_producer", "slave read: p99 / empty's", ("catchup_slave", "p99_ratio")),
            ("query", "query by key max ms", ("query", "by_key", "max_ms")),
            ("query", "query by time max ms", ("query", "by_time", "max_ms")),
            ("cleanup", "longest send gap, ms", ("cleanup", "max_send_gap_ms")))
@@ -970,6 +1092,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help=f"comma-separated scenarios ({','.join(SCENARIOS)})")
     ap.add_argument("--wide-queues", type=int, default=10_000, help="queues of the wide topic (for a new store)")
     ap.add_argument("--quick", action="store_true", help="a small fill (200,000 messages), every scenario short")
+    ap.add_argument("--slave-read-enable", action="store_true", help="catchup also in the master/slave variant "
+                                                                       "(see above)")
     ap.add_argument("--json", action="store_true", help="last line: one JSON object with every figure")
     args = ap.parse_args()
     scenarios = tuple(args.only.split(",")) if args.only else SCENARIOS
@@ -978,14 +1102,15 @@ def main() -> None:
     target = args.messages or (200_000 if args.quick else 100_000_000)
     store = args.store or default_store(args.quick)
     backlog = Backlog(store)
-    reused = backlog.load(node_settings(args.quick, args.wide_queues), max(BATCH, -(-target // 100)),
-                          wide_queues=args.wide_queues)
-    wide = backlog.record["wide_queues"]
+    reused = backlog.load(node_settings(args.quick, (args.wide_queues, 0)), max(BATCH, -(-target // 100)),
+                          wide_queues=args.wide_queues, wide_per_topic=0)
+    wide = backlog.record["wide_queues"], backlog.record.get("wide_per_topic", OLD_WIDE_PER_TOPIC)
     if not reused:
         backlog.set_usage(0.1)
     print(f"store {store} ({'reused' if reused else 'new'}), target {target:,} messages", file=sys.stderr)
     runner = Runner(backlog)
     results: dict = {"store": str(store), "reused_store": reused, "messages": target, "quick": args.quick,
+                     "wide": {"queues": wide[0], "topics": len({t for t, _ in wide_lanes(wide)})},
                      "machine": {"cpus": os.cpu_count(), "mem_gb": round(psutil.virtual_memory().total / GB, 1)}}
     try:
         results["first_start_s"] = round(runner.launch(), 2)
@@ -1007,6 +1132,10 @@ def main() -> None:
                 results["syncflush"] = scenario_syncflush(runner, 500 if quick else SYNC_MESSAGES)
             elif name == "catchup":
                 results["catchup"] = scenario_catchup(runner, 4 if quick else 30, 3 if quick else 10, 1.0)
+                if args.slave_read_enable:
+                    print("scenario catchup, master/slave (--slave-read-enable)", file=sys.stderr, flush=True)
+                    results["catchup_slave"] = scenario_catchup_slave(runner, 4 if quick else 30, 3 if quick else 10,
+                                                                      1.0, results["catchup"]["producer_empty_store"])
             elif name == "query":
                 results["query"] = scenario_query(runner, 10 if quick else 20)
             elif name == "cleanup":
