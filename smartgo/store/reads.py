@@ -19,6 +19,7 @@ from smartgo.store.consume_queue import ENTRY, HOLE_SIZE, ConsumeQueueReader
 from smartgo.store.errors import CorruptRecordError, OffsetGoneError
 from smartgo.store.index_file import IndexReader
 from smartgo.store.mapped_file import MappingLimit
+from smartgo.store.point_reads import PointReads, store_time
 from smartgo.store.record import (
     MESSAGE_MAGIC, SIZE_MAGIC, Buffer, MessageExt, decode_record, parse_offset_msg_id, peek_dispatch_fields, peek_head,
     store_timestamp_at,
@@ -231,12 +232,13 @@ class StoreReader:
         cq = self.queue(topic, queue_id)
         lo = cq.min_offset(self.commitlog_min, max_offset)
         hi = max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._store_time(cq, mid, written) < timestamp:
-                lo = mid + 1
-            else:
-                hi = mid
+        with PointReads(cq.files) as entries, PointReads(self.commitlog.files) as records:  # cold: no read-around
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if store_time(entries, records, mid, written) < timestamp:
+                    lo = mid + 1
+                else:
+                    hi = mid
         return lo
 
     def earliest_message_time(self, topic: str, queue_id: int, max_offset: int, written: int) -> int:
@@ -252,11 +254,14 @@ class StoreReader:
         except (OffsetGoneError, CorruptRecordError):
             return -1
 
-    def view(self, offset: int, written: int) -> memoryview | None:
-        """The record starting at a CommitLog offset, None if there is none (or it is gone)."""
+    def view(self, offset: int, written: int, records: PointReads | None = None) -> memoryview | None:
+        """The record starting at a CommitLog offset, None if there is none (or it is gone);
+        a copy read through records if given, else a view of this process's map."""
         if offset < self.commitlog_min or offset >= written:
             return None
         try:
+            if records is not None:
+                return memoryview(records.record(offset, written))
             return self.commitlog.record_at(offset, written)
         except (OffsetGoneError, CorruptRecordError):
             return None
@@ -268,25 +273,28 @@ class StoreReader:
     def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, written: int) -> QueryResult:
         """Messages of topic carrying key (UNIQ_KEY or a KEYS token) stored in [begin, end],
         newest first. Each index hit is checked against its record, so colliding keys never
-        leak foreign messages, and the time range is exact (the index keeps seconds)."""
+        leak foreign messages, and the time range is exact (the index keeps seconds). The records
+        are read with pread (point_reads): on a cold store a map's fault reads megabytes around each."""
         want_topic = topic.encode()
         want_key = key.encode()
         limit = max_num
-        while True:
-            offsets, last_ts, last_phy = self.index.query(topic, key, limit, begin - 1000, end)
-            found: list[memoryview] = []
-            for phys in dict.fromkeys(offsets):
-                view = self.view(phys, written)
-                if view is None:
-                    continue
-                _, rtopic, _, _, _, ts, _, keys, uniq = peek_dispatch_fields(view, 0)
-                if rtopic == want_topic and begin <= ts <= end and (uniq == want_key or want_key in keys.split(b" ")):
-                    found.append(view)
-                    if len(found) >= max_num:
-                        break
-            if len(found) >= max_num or len(offsets) < limit:
-                return QueryResult(found, last_ts, last_phy)
-            limit *= 4
+        with PointReads(self.commitlog.files) as records:  # hits are scattered over cold files: no read-around
+            while True:
+                offsets, last_ts, last_phy = self.index.query(topic, key, limit, begin - 1000, end)
+                found: list[memoryview] = []
+                for phys in dict.fromkeys(offsets):
+                    view = self.view(phys, written, records)
+                    if view is None:
+                        continue
+                    _, rtopic, _, _, _, ts, _, keys, uniq = peek_dispatch_fields(view, 0)
+                    if rtopic == want_topic and begin <= ts <= end and (
+                            uniq == want_key or want_key in keys.split(b" ")):
+                        found.append(view)
+                        if len(found) >= max_num:
+                            break
+                if len(found) >= max_num or len(offsets) < limit:
+                    return QueryResult(found, last_ts, last_phy)
+                limit *= 4
 
     def close(self) -> None:
         for cq in self._queues.values():
