@@ -5,7 +5,8 @@ smartgo.store.recover() (normal or abnormal, by the abort file) -> the expired q
 topics removed (smartgo.store.cleanup.delete_dropped_queues) -> abort
 file created -> the recovered positions written to <run-dir>/recovered.msgpack, where the
 actors' first incarnations of this node life read them (later incarnations follow the board,
-which only grows from there).
+which only grows from there), and every queue's end to <run-dir>/queue_ends, which dispatch's
+first incarnation takes instead of reading each queue's last file.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from smartgo.broker.settings import store_config
 from smartgo.broker.managers.topics import SYSTEM_TOPICS, default_topics, read_snapshot
 from smartgo.config import NodeConfig
 from smartgo.net.codes import NO_OFFSET
-from smartgo.store import StoreLock, mark_running, recover
+from smartgo.store import StoreLock, mark_running, queue_ends, recover
 from smartgo.store.cleanup import delete_dropped_queues, empty_store
 from smartgo.store.consume_queue import list_queues
 
@@ -54,6 +55,7 @@ def recover_broker(config: NodeConfig) -> None:
         _drop_deleted_topics(config, state.commitlog_min)
         mark_running(cfg.store_path)
     save(config.run_path, Recovered(state.written, state.commitlog_min, state.last_store_timestamp, state.abnormal))
+    queue_ends.save(config.run_path, state.written, state.queue_offsets)   # dispatch's first incarnation takes them
     log.info("broker store ready: written=%d commitlog_min=%d (%s start)", state.written, state.commitlog_min,
              "abnormal" if state.abnormal else "normal")
 

@@ -92,7 +92,9 @@ class ConsumeQueueWriter:
     (what GET_MAX_OFFSET returns and what the dispatch actor publishes)."""
 
     def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int,
-                 limit: MappingLimit | None = None):
+                 limit: MappingLimit | None = None, max_offset: int | None = None):
+        """max_offset: the queue's end when known (smartgo.store.queue_ends), instead of reading
+        it from the last file; max_phys_end is then unknown (0)."""
         self.key: QueueKey = (topic, queue_id)
         self.file_size = round_up_to_unit(file_size)
         # Sparse: a topic's queues reserve disk as they fill, not 6 MB each up front (keep_warm).
@@ -107,7 +109,10 @@ class ConsumeQueueWriter:
         self._tail: tuple[int, bytes] | None = None  # (position, bytes) of the written part of the last
                                                      # page, kept while `limit` has the file unmapped
         self._cut = False       # recovery cut entries: it goes on where it was cut, never mid-file
-        self._find_end()
+        if max_offset is None:
+            self._find_end()
+        else:
+            self.max_offset = max_offset
 
     def _entries_in(self, start: int) -> int:
         """Entries written in the file at start: they form a prefix of non-zero sizes."""
@@ -348,7 +353,9 @@ class ConsumeQueueReader:
     """Read-only access to one queue, bounded by the published max offset."""
 
     def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int,
-                 limit: MappingLimit | None = None):
+                 limit: MappingLimit | None = None, max_offset: int | None = None):
+        """max_offset: the queue's end when known (smartgo.store.queue_ends), instead of reading
+        it from the last file; max_phys_end is then unknown (0)."""
         self.key: QueueKey = (topic, queue_id)
         self.file_size = round_up_to_unit(file_size)
         self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=False, limit=limit)
@@ -413,25 +420,34 @@ class ConsumeQueueReader:
 
 class ConsumeQueueSet:
     """All queues of a store, on the dispatch side (created on first use), at most
-    `mapped_files` of their files mapped at once (MappingLimit)."""
+    `mapped_files` of their files mapped at once (MappingLimit).
 
-    def __init__(self, root: Path | str, file_size: int, mapped_files: int = MAPPED_QUEUE_FILES):
+    known: the ends of queues known without reading their files (a clean stop's queue_ends):
+    those queues are opened when first written; the others in the directory at once."""
+
+    def __init__(self, root: Path | str, file_size: int, mapped_files: int = MAPPED_QUEUE_FILES,
+                 known: dict[QueueKey, int] | None = None):
         self.root = Path(root)
         self.file_size = round_up_to_unit(file_size)
         self.limit = MappingLimit(mapped_files)
         self.queues: dict[QueueKey, ConsumeQueueWriter] = {}
-        for topic, qid in list_queues(self.root):
-            self.get(topic, qid)
+        self._known: dict[QueueKey, int] = {}
+        for key in list_queues(self.root):
+            if known is not None and key in known:
+                self._known[key] = known[key]
+            else:
+                self.get(*key)
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueueWriter:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = self.queues[key] = ConsumeQueueWriter(self.root, topic, queue_id, self.file_size, self.limit)
+            cq = self.queues[key] = ConsumeQueueWriter(self.root, topic, queue_id, self.file_size, self.limit,
+                                                       self._known.pop(key, None))
         return cq
 
     def max_offsets(self) -> dict[QueueKey, int]:
-        return {k: cq.max_offset for k, cq in self.queues.items()}
+        return {**self._known, **{k: cq.max_offset for k, cq in self.queues.items()}}
 
     def max_phys_end(self) -> int:
         return max((cq.max_phys_end for cq in self.queues.values()), default=0)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from smartgo.store import queue_ends
 from smartgo.store.checkpoint import Checkpoint
 from smartgo.store.commitlog import AppendResult, Block, CommitLogReader, CommitLogWriter, QueueKey
 from smartgo.store.config import StoreConfig
@@ -118,6 +119,7 @@ class MessageStore:
         """Clean stop: dispatch the rest, flush everything, remove the abort marker."""
         self._dispatch()
         self.flush()
+        queue_ends.save(self.config.root, self.written, self.queues.max_offsets())
         self.checkpoint.mark_clean(self.flushed)
         self._close()
         mark_clean_shutdown(self.config.store_path)

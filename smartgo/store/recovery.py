@@ -20,6 +20,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from smartgo.store import queue_ends
 from smartgo.store.checkpoint import Checkpoint
 from smartgo.store.commitlog import CommitLogReader, QueueKey
 from smartgo.store.config import StoreConfig
@@ -51,6 +52,7 @@ class RecoveredState:
     seconds: float = 0.0
     checked_from: int = 0  # where the CommitLog walk began (a clean stop's end, or the third-last file)
     entries_checked: int = 0  # ConsumeQueue entries checked against their records
+    queues_read: int = 0  # queues whose end was read from their files (not from a clean stop's queue_ends)
 
 
 def _abnormal_start(cl: CommitLogReader, starts: list[int], checkpoint: Checkpoint, index_safe: bool) -> int:
@@ -116,15 +118,21 @@ def recover(config: StoreConfig, cut_at: int | None = None) -> RecoveredState:
         cl.close()  # nothing may map a file while it is cut
         if starts:
             MappedFileQueue(config.commitlog_dir, fs, writable=True).truncate(end)
-        # 2. consume queues: keep only entries that match their record below the end
+        # 2. consume queues: keep only entries that match their record below the end; after a clean
+        # stop that saved them, the queues' ends as saved (queue_ends says why), unread
+        known = queue_ends.take(config.root, end)
+        if not clean or end != clean or damages:
+            known = None
         cl = CommitLogReader(config.commitlog_dir, fs)
-        queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_file_size, config.mapped_queue_files)
+        queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_file_size, config.mapped_queue_files,
+                                 known)
         for damage in damages:
             hole_out(queues, damage)
         damaged_ends = []
         misplaced: set[tuple[int, int]] = set()
         checks = [0]                        # queue entries checked against their records
         durable: dict[QueueKey, int] = {}   # cut queues: the offsets whose entries pointed at flushed data
+        queues_read = len(queues.queues)    # opened (their files read) rather than taken from queue_ends
         for cq in queues.queues.values():
             before = cq.max_offset
             reach = cq.offsets_below(flushed)
@@ -138,6 +146,8 @@ def recover(config: StoreConfig, cut_at: int | None = None) -> RecoveredState:
         # where dispatch had got to (RocketMQ: the largest offset any queue points at), or
         # earlier where a queue lost entries
         redispatch_from = min([max((cq.max_phys_end for cq in queues.queues.values()), default=0), *damaged_ends])
+        if known is not None:
+            redispatch_from = end       # dispatch had reached the clean end: the queues and index hold it all
         if abnormal:
             redispatch_from = min(redispatch_from, walk_from)
         redispatch_from = min(max(redispatch_from, cl_min), end)
@@ -161,15 +171,15 @@ def recover(config: StoreConfig, cut_at: int | None = None) -> RecoveredState:
                 index.close()
             queues.close()
         state = RecoveredState(abnormal, cl_min, end, offsets, last_ts, stopped, redispatched, damages,
-                               checked_from=walk_from, entries_checked=checks[0])
+                               checked_from=walk_from, entries_checked=checks[0], queues_read=queues_read)
         if checkpoint.clean_end:
             checkpoint.mark_clean(0)                    # used once: the node runs (and writes) from here
     finally:
         cl.close()
         checkpoint.close()
     state.seconds = time.perf_counter() - began
-    log.info("store recovered in %.3fs: written=%d queues=%d redispatched=%d",
-             state.seconds, state.written, len(state.queue_offsets), state.redispatched)
+    log.info("store recovered in %.3fs: written=%d queues=%d (%d read from their files) redispatched=%d",
+             state.seconds, state.written, len(state.queue_offsets), state.queues_read, state.redispatched)
     return state
 
 

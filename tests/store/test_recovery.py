@@ -117,6 +117,35 @@ def test_a_clean_restart_checks_from_the_clean_end_with_the_same_result(config):
         assert served(s) == originals
 
 
+def test_a_clean_restart_takes_the_queue_ends_saved_at_the_stop(config):
+    """A clean stop saves every queue's end beside its CommitLog end: the next recovery reads no
+    queue's files (each costs disk reads once the page cache is full of CommitLog) and ends with
+    the offsets the full check finds. The file describes one stop: used once; a file from
+    another position, or damaged, is ignored, and the queues are read."""
+    from smartgo.store import queue_ends
+    with MessageStore(config, clock=Clock()) as s:
+        put_many(s, 60, body_len=300)
+        end = s.written
+    saved = (config.root / queue_ends.QUEUE_ENDS_FILE).read_bytes()
+    fast = recover(config)
+    assert (fast.queues_read, fast.queue_offsets, fast.redispatched) == (0, {q: 20 for q in QUEUES}, 0)
+    assert not (config.root / queue_ends.QUEUE_ENDS_FILE).exists()
+    with MessageStore(config, clock=Clock(1_800_000_000_000)) as s:   # the queues go on from the saved ends
+        assert s.put(Message("TopicB", b"next", queue_id=0)).queue_offset == 20
+    assert recover(config).queues_read == 0
+    (config.root / queue_ends.QUEUE_ENDS_FILE).write_bytes(saved)      # saved at an older end
+    assert recover(config).queues_read == len(QUEUES)
+    with MessageStore(config, clock=Clock(1_800_000_000_000)):
+        pass
+    damaged = bytearray((config.root / queue_ends.QUEUE_ENDS_FILE).read_bytes())
+    damaged[-9] ^= 1
+    (config.root / queue_ends.QUEUE_ENDS_FILE).write_bytes(damaged)
+    state = recover(config)
+    assert state.queues_read == len(QUEUES) and state.queue_offsets[("TopicB", 0)] == 21
+    assert queue_ends.decode(queue_ends.encode(end, {("T", 7): 5, ("Ü", 65_535): 0})) == \
+        (end, {("T", 7): 5, ("Ü", 65_535): 0})
+
+
 def test_a_clean_end_is_not_trusted_after_a_crash(config):
     """Once a store runs again its clean end is gone: a crash then gets abnormal recovery, and
     a clean end left behind by hand (the abort marker removed) is ignored unless it is the flushed

@@ -20,7 +20,9 @@ from smartgo.broker.bells import FlagBell, sleep_flagged
 from smartgo.broker.rings import SMALL_RING_CAPACITY, arrivals_record, monotonic_ms
 from smartgo.broker.schedule.schedule_message import idle_bit
 from smartgo.broker.settings import SCHEDULE, store_config
-from smartgo.store import CommitLogReader, ConsumeQueueSet, Dispatcher, DiskFullError, IndexService, OffsetGoneError
+from smartgo.store import (
+    CommitLogReader, ConsumeQueueSet, Dispatcher, DiskFullError, IndexService, OffsetGoneError, queue_ends,
+)
 from smartgo.store.lazy_numpy import load as load_numpy
 from smartgo.store.record import SCHEDULE_TOPIC
 
@@ -43,14 +45,19 @@ class DispatchActor(Actor):
         self.store_ts = b.scalar("dispatch.store_ts", writer=self.name)
         self.sleeping = b.scalar("dispatch.sleeping", writer=self.name)
         self.table = b.queues.writer_handle(self.name)
-        self.queues = ConsumeQueueSet(cfg.consume_queue_dir, cfg.consume_queue_file_size, cfg.mapped_queue_files)
+        self.store_root = cfg.root
+        recovered = recovery.load(self.ctx.run_path)
+        # A first incarnation takes each queue's end from recovery; a later one reads them from the files.
+        known = queue_ends.take(self.ctx.run_path, recovered.written)
+        self.queues = ConsumeQueueSet(cfg.consume_queue_dir, cfg.consume_queue_file_size, cfg.mapped_queue_files,
+                                      known if self.dispatched.get() <= recovered.written else None)
         self.index = (IndexService(cfg.index_dir, cfg.index_slot_count, cfg.index_entry_count,
                                    release_interval=cfg.release_interval_bytes)
                       if cfg.message_index_enable else None)
         self.commitlog = CommitLogReader(cfg.commitlog_dir, cfg.commitlog_file_size)
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, cfg.delay_levels_ms,
                                      cfg.release_interval_bytes)
-        self.position = max(self.dispatched.get(), recovery.load(self.ctx.run_path).written)
+        self.position = max(self.dispatched.get(), recovered.written)
         for (topic, queue_id), max_offset in self.queues.max_offsets().items():
             self.table.set(topic, queue_id, max_offset)
         self.dispatched.set(self.position)
@@ -122,6 +129,11 @@ class DispatchActor(Actor):
         try:                                            # (the loop was cancelled before stop())
             while self.written.get() > self.position:       # commit stopped before us: finish its tail
                 self.round(self.written.get())
+            # for the next start, if this stop is clean (the flush actor decides: smartgo.store.queue_ends)
+            try:
+                queue_ends.save(self.store_root, self.position, self.queues.max_offsets())
+            except OSError as exc:
+                self.log.warning("queue ends not saved (%s): the next start reads every queue's last file", exc)
         finally:
             if self.index is not None:
                 self.index.close()
