@@ -97,9 +97,12 @@ class ConsumeQueueWriter:
         it from the last file; max_phys_end is then unknown (0)."""
         self.key: QueueKey = (topic, queue_id)
         self.file_size = round_up_to_unit(file_size)
-        # Sparse: a topic's queues reserve disk as they fill, not 6 MB each up front (keep_warm).
+        # Sparse: a topic's queues reserve disk as they fill, not 6 MB each up front (keep_warm). Random:
+        # the writer touches a page or two of a file (its end; a search for it); a fault on a page the
+        # cache has lost reads that page, not the device's read-ahead around it (8 MiB here). Finding
+        # the end of 10,132 cold queues: 21-26 s -> 6 s.
         self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=True, sparse=True,
-                                     limit=limit, on_unmap=self._keep_tail)
+                                     limit=limit, on_unmap=self._keep_tail, advice=mmap.MADV_RANDOM)
         self.max_offset = 0
         self.max_phys_end = 0  # commitLogOffset + size of the last entry
         self._start = 0         # the file being written (mapped again after `limit` unmapped it)

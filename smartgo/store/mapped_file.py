@@ -227,13 +227,15 @@ class MappedFileQueue:
     """The segments of one directory, mapped on demand in this process (within `limit` if given)."""
 
     def __init__(self, directory: Path | str, file_size: int, *, writable: bool, sparse: bool = False,
-                 limit: MappingLimit | None = None, on_unmap: Callable[[MappedFile], None] | None = None):
+                 limit: MappingLimit | None = None, on_unmap: Callable[[MappedFile], None] | None = None,
+                 advice: int | None = None):
         self.directory = Path(directory)
         self.file_size = file_size
         self.writable = writable
         self.sparse = sparse        # files get blocks as their writer zero_fills them (keep_warm)
         self.limit = limit
         self.on_unmap = on_unmap    # called with each file just before this process unmaps it
+        self.advice = advice        # madvise for each mapping (MADV_RANDOM: no read-around on a fault)
         self._files: dict[int, MappedFile] = {}
 
     def starts(self) -> list[int]:
@@ -259,6 +261,8 @@ class MappedFileQueue:
                 mf = MappedFile(path, start, self.file_size, self.writable, self.sparse)
             except FileNotFoundError:
                 raise OffsetGoneError(str(self.directory), offset) from None
+            if self.advice is not None:
+                mf.mm.madvise(self.advice)
             self._files[start] = mf
             if self.limit is not None:
                 self.limit.add(mf, self)

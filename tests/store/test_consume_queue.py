@@ -343,3 +343,27 @@ def test_a_queue_mapped_again_stores_without_reading_its_evicted_tail(tmp_path):
     assert [e[0] for e in ENTRY.iter_unpack(reader.entries(0, 100, 40))] == [100 * k for k in range(40)]
     reader.close()
 
+
+
+def test_finding_a_cold_queue_end_reads_pages_not_the_read_ahead_around_them(tmp_path):
+    """Recovery and dispatch find each queue's end in its last file. With the page cache full of
+    CommitLog those pages are on disk, and a fault read the device's read-ahead around each one
+    (8 MiB here: the whole 6 MB file); for 10,132 queues, 21-26 s against 6 s."""
+    cq = ConsumeQueueWriter(tmp_path, "T", 0, 6_000_000)
+    n = 250_000
+    for a in range(0, n, 1_000):
+        cq.put_entries(a, b"".join(ENTRY.pack(100 * k, 100, 0) for k in range(a, a + 1_000)))
+    cq.close()
+    fd = os.open(tmp_path / "T" / "0" / segment_name(0), os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+    def read_bytes() -> int:
+        with open("/proc/self/io") as f:
+            return int(next(line for line in f if line.startswith("read_bytes")).split()[1])
+    before = read_bytes()
+    cq = ConsumeQueueWriter(tmp_path, "T", 0, 6_000_000)
+    assert cq.max_offset == n and cq.offsets_below(100 * (n - 50)) == n - 50
+    assert read_bytes() - before <= 256 << 10, read_bytes() - before
+    cq.close()
