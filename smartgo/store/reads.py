@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import mmap
 import os
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +28,10 @@ from smartgo.store.record import (
 )
 
 log = logging.getLogger(__name__)
+
+READ_AHEAD = 4 << 20            # bytes of CommitLog advised (MADV_WILLNEED) ahead of a cold read
+READ_AHEAD_CHUNK = 1 << 20      # the unit of that advice
+ADVISED_KEPT = 64               # chunks remembered as advised (several readers at different places)
 
 
 class GetStatus(enum.Enum):
@@ -88,6 +94,7 @@ class StoreReader:
         # page cache): a pull reading it gets the smaller batch limits, as in RocketMQ, so one
         # consumer catching up cannot evict what every other consumer is reading.
         self.memory_window = physical_memory() * config.access_message_in_memory_max_ratio // 100
+        self._advised: deque[int] = deque(maxlen=ADVISED_KEPT)
 
     def refresh(self) -> int:
         """Re-read the CommitLog minimum and file listings (after cleanup announced deletions)
@@ -154,6 +161,9 @@ class StoreReader:
         mm = view = None
         limit = 0
         unpack_head = SIZE_MAGIC.unpack_from
+        append = buffers.append
+        n = 0
+        last_phys = 0
         full = False
         while cur < max_offset and scan_left > 0 and not full:
             try:
@@ -167,13 +177,13 @@ class StoreReader:
             if not raw:
                 break
             for phys, size, tags in ENTRY.iter_unpack(raw):
-                if buffers and (len(buffers) >= max_msgs or total + size > max_bytes or phys < in_disk_below
-                                and (len(buffers) >= disk_msgs or total + size > disk_bytes)):
+                if n and (n >= max_msgs or total + size > max_bytes or phys < in_disk_below
+                          and (n >= disk_msgs or total + size > disk_bytes)):
                     full = True
                     break
                 cur += 1
                 scan_left -= 1
-                result.max_phys_offset_pulling = phys
+                last_phys = phys
                 if size == HOLE_SIZE:
                     continue
                 if tag_codes is not None and tags not in tag_codes:
@@ -185,7 +195,7 @@ class StoreReader:
                     except OffsetGoneError:
                         mf = None
                     if mf is None or phys < cl_min:
-                        if not buffers:
+                        if not n:
                             result.status = GetStatus.MESSAGE_WAS_REMOVING
                         continue
                     seg_start, mm, view = start, mf.mm, mf.view
@@ -202,12 +212,44 @@ class StoreReader:
                     continue
                 if match is not None and not self._matches(match, mm, rel, phys):  # type: ignore[arg-type]  # as above
                     continue
-                buffers.append(view[rel:rel + size])  # type: ignore[index]  # set with mm, above
+                append(view[rel:rel + size])  # type: ignore[index]  # set with mm, above
                 total += size
-                result.status = GetStatus.FOUND
+                n += 1
         result.next_begin_offset = cur
         result.buffer_total_size = total
+        result.max_phys_offset_pulling = last_phys
+        if n:
+            result.status = GetStatus.FOUND
+            if written - last_phys > READ_AHEAD:        # a consumer far behind
+                self.read_ahead(last_phys, written)
         return result
+
+    def read_ahead(self, phys: int, written: int) -> None:
+        """Ask the kernel to read the CommitLog from phys to READ_AHEAD bytes on (MADV_WILLNEED: it
+        starts the reads and returns), so the next pulls of a consumer catching up find their
+        records in the page cache instead of stalling this process's loop on a page fault. The
+        queues of a group catching up advance together through the CommitLog, so each chunk is
+        advised once, by whichever pull gets near it first."""
+        advised = self._advised
+        fs = self.commitlog.file_size
+        end = min(phys + READ_AHEAD, written)
+        for chunk in range(phys // READ_AHEAD_CHUNK, -(-end // READ_AHEAD_CHUNK)):
+            if chunk in advised:
+                continue
+            advised.append(chunk)
+            lo = max(chunk * READ_AHEAD_CHUNK, self.commitlog_min)
+            hi = min((chunk + 1) * READ_AHEAD_CHUNK, end)
+            while lo < hi:                              # a chunk may span two files (small files: several)
+                start = lo - lo % fs
+                stop = min(hi, start + fs)
+                try:
+                    mf = self.commitlog.segment(lo)
+                    rel = lo - start - (lo - start) % mmap.PAGESIZE
+                    if rel < mf.size:
+                        mf.mm.madvise(mmap.MADV_WILLNEED, rel, min(stop - start, mf.size) - rel)
+                except (OffsetGoneError, OSError):
+                    pass                                # deleted meanwhile: nothing to read ahead
+                lo = stop
 
     @staticmethod
     def _matches(match: Callable[[bytes], bool], mm: Buffer, rel: int, phys: int) -> bool:

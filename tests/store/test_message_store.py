@@ -137,7 +137,8 @@ def test_pull_limits(tmp_path):
 
 def test_pull_limits_for_records_out_of_memory(tmp_path, monkeypatch):
     """isTheBatchFull: a record more than access_message_in_memory_max_ratio % of RAM behind the
-    written position is "in disk", and a pull then stops at 8 messages / 64 KiB (per record)."""
+    written position is "in disk", and a pull then stops at 64 KiB instead of 256 KiB (per record),
+    still at 32 messages (4.x's 8 only multiplied the pulls of a consumer catching up)."""
     monkeypatch.setattr(reads, "physical_memory", lambda: 100 * 10_000)   # ratio 1: a 10,000-byte window
     cfg = small_config(tmp_path / "a", commitlog_file_size=1 << 20, access_message_in_memory_max_ratio=1)
     with MessageStore(cfg) as s:
@@ -145,7 +146,7 @@ def test_pull_limits_for_records_out_of_memory(tmp_path, monkeypatch):
             s.put(msg(i, body=b"y" * 300))
         size = len(s.get_messages("TopicA", 0, 0, 1).buffers[0])
         in_memory = 10_000 // size                         # the newest records, within the window
-        assert s.get_messages("TopicA", 0, 0, 32).message_count == 8
+        assert s.get_messages("TopicA", 0, 0, 32).message_count == 32
         assert s.get_messages("TopicA", 0, 0, 5).message_count == 5
         recent = s.get_messages("TopicA", 0, 100 - in_memory, 32)
         assert recent.message_count == in_memory and 8 < in_memory < 29
@@ -161,6 +162,60 @@ def test_pull_limits_for_records_out_of_memory(tmp_path, monkeypatch):
             s.put(msg(i, body=b"z" * 300))
         got = s.get_messages("TopicA", 0, 0, 32)
         assert got.message_count == 2 and got.buffer_total_size <= 1000 and got.next_begin_offset == 2
+    cfg = small_config(tmp_path / "c", commitlog_file_size=1 << 20, access_message_in_memory_max_ratio=0)
+    with MessageStore(cfg) as s:                            # the byte budget: 64 KiB of 3 KB records
+        for i in range(40):
+            s.put(msg(i, body=b"k" * 3000))
+        got = s.get_messages("TopicA", 0, 0, 32)
+        assert got.message_count == (64 << 10) // len(got.buffers[0]) == 21
+
+
+def page_cache_residency(path, start: int, length: int) -> list[bool]:
+    """mincore(2): which pages of the file's [start, start + length) are in the page cache."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    buf = (ctypes.c_char * len(mm)).from_buffer(mm)
+    try:
+        vec = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
+        if libc.mincore(ctypes.addressof(buf) + start, length, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return [bool(v & 1) for v in vec]
+    finally:
+        del buf
+        mm.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_pull_far_behind_the_newest_record_reads_the_commitlog_ahead(tmp_path):
+    """A pull more than READ_AHEAD behind the written position asks the kernel to read the
+    CommitLog ahead of it (MADV_WILLNEED), so a consumer catching up finds its next records in
+    the page cache instead of stalling the net actor on page faults. The reader's mapping is made
+    MADV_RANDOM here, so the kernel's own fault read-around reads nothing beyond the pages touched."""
+    import mmap
+    from tests.support.waits import wait_until
+    cfg = small_config(tmp_path / "s", commitlog_file_size=16 << 20)
+    with MessageStore(cfg) as s:
+        while s.written < (6 << 20):
+            s.put_batch([msg(i, body=b"r" * 400) for i in range(200)])
+        path = cfg.commitlog_dir / segment_name(0)
+        s.reader.release_pages()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        ahead = range(1 << 20, (4 << 20) - mmap.PAGESIZE, mmap.PAGESIZE)      # reads.READ_AHEAD: 4 MiB
+        assert not any(page_cache_residency(path, ahead.start, ahead.stop - ahead.start)), "pages not evicted"
+        s.reader.commitlog.segment(0).mm.madvise(mmap.MADV_RANDOM)
+        got = s.get_messages("TopicA", 0, 0, 32)
+        assert got.message_count == 32 and got.max_phys_offset_pulling < 32 * 1024
+        wait_until(lambda: all(page_cache_residency(path, ahead.start, ahead.stop - ahead.start)), timeout=20,
+                   message="the CommitLog read ahead of the pull")
 
 
 def test_put_batch_is_contiguous_with_consecutive_offsets(store):
