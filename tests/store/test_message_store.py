@@ -196,6 +196,7 @@ def test_a_pull_far_behind_the_newest_record_reads_the_commitlog_ahead(tmp_path)
     the page cache instead of stalling the net actor on page faults. The reader's mapping is made
     MADV_RANDOM here, so the kernel's own fault read-around reads nothing beyond the pages touched."""
     import mmap
+    from tests.store.test_cold_queries import evict
     from tests.support.waits import wait_until
     cfg = small_config(tmp_path / "s", commitlog_file_size=16 << 20)
     with MessageStore(cfg) as s:
@@ -203,12 +204,7 @@ def test_a_pull_far_behind_the_newest_record_reads_the_commitlog_ahead(tmp_path)
             s.put_batch([msg(i, body=b"r" * 400) for i in range(200)])
         path = cfg.commitlog_dir / segment_name(0)
         s.reader.release_pages()
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict(cfg.commitlog_dir)
         ahead = range(1 << 20, (4 << 20) - mmap.PAGESIZE, mmap.PAGESIZE)      # reads.READ_AHEAD: 4 MiB
         assert not any(page_cache_residency(path, ahead.start, ahead.stop - ahead.start)), "pages not evicted"
         s.reader.commitlog.segment(0).mm.madvise(mmap.MADV_RANDOM)
