@@ -387,7 +387,7 @@ class Connection(asyncio.Protocol):
                     self._on_response(cmd)
                 elif self._inflight_paused or self._deferred:
                     self._hold(cmd)   # over max_inflight, or the turn's budget is spent: wait
-                elif self._budget is not None and not self._budget.take():
+                elif self._budget is not None and not self._budget.take(cmd.code):
                     self._hold(cmd)
                     self._defer()
                 else:
@@ -558,7 +558,7 @@ class Connection(asyncio.Protocol):
         self._receiving = True
         try:
             while backlog and not self._inflight_paused and self._transport is not None:
-                if budget is not None and not budget.take():
+                if budget is not None and not budget.take(backlog[0].code):  # type: ignore[index]  # not empty
                     self._defer()
                     break
                 self._on_request(backlog.popleft())  # type: ignore[union-attr]  # not empty, so a deque

@@ -121,6 +121,36 @@ def test_callbacks_get_responses_timeouts_and_close_errors(arun) -> None:
     arun(main())
 
 
+def test_an_urgent_request_runs_when_the_turn_is_spent(arun) -> None:
+    """A consumer catching up keeps every turn's budget spent with its pulls; a send arriving on
+    another connection then waited behind them for turns. Codes the budget calls urgent (a net
+    actor's sends) run at once; the rest of the other connection's requests still wait."""
+    async def main() -> None:
+        ran: list[tuple[int, int]] = []             # (code, pulls done before it)
+
+        @eager
+        async def work(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+            if cmd.code == 11:
+                time.sleep(0.004)                   # a pull costing 4 ms of synchronous work
+            ran.append((cmd.code, sum(c == 11 for c, _ in ran)))
+            return cmd.make_response(0, "")
+
+        budget = TurnBudget(asyncio.get_running_loop(), limit=0.02, urgent=frozenset({10}))
+        endpoint = Endpoint(EndpointOptions(processors={10: work, 11: work, 12: work}, budget=budget),
+                            scan_interval=1.0)
+        consumer, producer = Connection(endpoint, dialled=False), Connection(endpoint, dialled=False)
+        consumer.connection_made(FakeTransport())
+        producer.connection_made(FakeTransport())
+        consumer.data_received(b"".join(encode_frame(RemotingCommand(11, opaque=n)) for n in range(60)))
+        producer.data_received(b"".join(encode_frame(RemotingCommand(code, opaque=code)) for code in (10, 12)))
+        sends = [pulls for code, pulls in ran if code == 10]
+        assert sends and sends[0] <= 10 and not any(code == 12 for code, _ in ran)   # the send at once; not the rest
+        while len(ran) < 62:
+            await asyncio.sleep(0.01)
+        assert [code for code, _ in ran].count(12) == 1
+    arun(main())
+
+
 def test_requests_of_one_read_wait_for_the_next_turn_once_its_budget_is_spent(arun) -> None:
     """A read carrying many requests (a consumer's pulls of 1,024 queues) runs them within the
     loop turn's budget and the rest in later turns, reading paused meanwhile: the loop, its

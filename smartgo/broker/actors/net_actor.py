@@ -18,7 +18,7 @@ commit_stage): its sends are appended in its own loop, with no send/done ring, a
 drains the schedule actor's send ring into the stage and watches the failover fence.
 
 Requests and woken pulls run within a per-turn time budget (smartgo.net.budget): the loop turns
-about every 20 ms however many pulls the consumers of 1,024 queues keep in flight or wake at
+about every 2 ms however many pulls the consumers of 1,024 queues keep in flight or wake at
 once, and each counts on the actor's board slot, the progress the supervisor's watchdog reads.
 
 Control plane: the broker actor's group states arrive as channel events into a GroupsView
@@ -77,6 +77,8 @@ from smartgo.store import StoreReader
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 5.0        # s a stopping net actor waits for the answers of the sends it handed over
+# run even when the loop turn's budget is spent (smartgo.net.budget): a catch-up's pulls keep it spent
+SENDS = frozenset((RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE))
 SETTLE_TIMEOUT = 1.0       # ... and of the requests it forwarded to the broker actor (which may be gone)
 PUSH_TIMEOUT = 3.0
 FORWARD_TIMEOUT = 3.0      # s a forwarded request waits for the broker actor
@@ -111,7 +113,7 @@ class NetActor(Actor):
                                  "acl": self._on_acl})
         self.link.on_gap = self._want_state
         self.stats = NetStats()
-        self.budget = TurnBudget(asyncio.get_running_loop(), cell=self.progress_cell())
+        self.budget = TurnBudget(asyncio.get_running_loop(), cell=self.progress_cell(), urgent=SENDS)
         self.groups = GroupsView()
         self._groups_loaded = asyncio.Event()
         # connection id -> its last HEART_BEAT; None: registered, but the next one goes in full
