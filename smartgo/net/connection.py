@@ -558,7 +558,7 @@ class Connection(asyncio.Protocol):
         self._receiving = True
         try:
             while backlog and not self._inflight_paused and self._transport is not None:
-                if budget is not None and not budget.take(backlog[0].code):  # type: ignore[index]  # not empty
+                if budget is not None and not budget.take(backlog[0].code):
                     self._defer()
                     break
                 self._on_request(backlog.popleft())  # type: ignore[union-attr]  # not empty, so a deque
