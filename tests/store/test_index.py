@@ -175,3 +175,37 @@ def test_reader_skips_index_files_of_another_size(tmp_path, caplog):
     assert reader.query("T", "k", 5, 0, 2**62)[0] == []
     assert "skipped" in caplog.text
     reader.close()
+
+
+def test_a_rolled_index_file_leaves_the_writers_rss(tmp_path):
+    """Dispatch writes the newest index file only; each rolled one kept its slot table (20 MB at
+    the defaults, every slot touched) and its unreleased entries in dispatch's RSS until the
+    node stopped: ~100 MB at 100,000,000 messages. A rolled file's pages go at the roll (they
+    stay in the page cache for the flush); it still answers queries."""
+    svc = IndexService(tmp_path, 50_000, 100_000, release_interval=1 << 30)
+    keys = [b"key%d" % i for i in range(150_000)]
+    for i, key in enumerate(keys):
+        svc.add(b"T", b"", key, 64 * i, 1_700_000_000_000 + i)
+        if i % 1_000 == 999:
+            svc.publish()
+    svc.publish()
+    names = list_index_files(tmp_path)
+    assert len(names) == 2
+
+    def mapped_rss(name: str) -> int:
+        rss, inside = 0, False
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split()
+                if "-" in head[0] and not line.startswith(("Rss", "Pss")):
+                    inside = line.rstrip().endswith(name)
+                elif inside and head[0] == "Rss:":
+                    rss += int(head[1]) * 1024
+        return rss
+    assert mapped_rss(names[1]) > 1 << 20                     # the one being written: resident
+    assert mapped_rss(names[0]) <= 8192, mapped_rss(names[0])
+    reader = IndexReader(tmp_path, 50_000, 100_000)
+    assert reader.query("T", "key7", 10, 0, 2**62)[0] == [64 * 7]
+    reader.close()
+    svc.flush()
+    svc.close()
