@@ -356,9 +356,7 @@ class ConsumeQueueReader:
     """Read-only access to one queue, bounded by the published max offset."""
 
     def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int,
-                 limit: MappingLimit | None = None, max_offset: int | None = None):
-        """max_offset: the queue's end when known (smartgo.store.queue_ends), instead of reading
-        it from the last file; max_phys_end is then unknown (0)."""
+                 limit: MappingLimit | None = None):
         self.key: QueueKey = (topic, queue_id)
         self.file_size = round_up_to_unit(file_size)
         self.files = MappedFileQueue(queue_dir(root, topic, queue_id), self.file_size, writable=False, limit=limit)

@@ -349,8 +349,7 @@ class IndexService:
         name_ms = self._clock()
         if old is not None:
             old.write_header()
-            old.file.released = 0               # written for good: out of RSS, slots too (pages stay cached
-            old.file.release(old.file.size)     # for the flush)
+            old.file.release_all()              # written for good: out of RSS, slots too (cached for the flush)
             self._dirty.append(old)
             begin_phy, begin_ts = old.end_phy, old.end_timestamp
             # names sort in creation order even if the clock steps back or two rolls share a ms

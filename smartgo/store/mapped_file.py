@@ -181,6 +181,10 @@ class MappedFile:
             self.mm.madvise(mmap.MADV_DONTNEED, self.released, upto - self.released)
             self.released = upto
 
+    def release_all(self) -> None:
+        """Drop every page of this mapping from RSS, whatever `released` says (the page cache keeps them)."""
+        self.mm.madvise(mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         self.view.release()
         try:
@@ -335,7 +339,7 @@ class MappedFileQueue:
     def release_all(self) -> None:
         """Drop every page this process has mapped from RSS (MADV_DONTNEED keeps the page cache)."""
         for mf in self._files.values():
-            mf.mm.madvise(mmap.MADV_DONTNEED)
+            mf.release_all()
 
     def close(self) -> None:
         for start in list(self._files):

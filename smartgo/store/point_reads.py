@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 from types import TracebackType
 
-from smartgo.store.config import CQ_UNIT
+from smartgo.store.config import CQ_UNIT, PAGE_SIZE
 from smartgo.store.consume_queue import ENTRY
 from smartgo.store.errors import CorruptRecordError, OffsetGoneError
 from smartgo.store.mapped_file import MappedFileQueue
 from smartgo.store.record import FIXED_SIZE, MESSAGE_MAGIC, POS_STORETIMESTAMP, SIZE_MAGIC, store_timestamp_at
 
-PAGE = 4096
 STORE_TIME_SPAN = POS_STORETIMESTAMP + 12 + 8  # STORETIMESTAMP's end after an IPv6 born host (< FIXED_SIZE)
 
 
@@ -56,7 +55,7 @@ class PointReads:
         limit = min(self.file_size, bound - (offset - rel))
         if rel + FIXED_SIZE > limit:
             raise CorruptRecordError("no record within the bound", offset)
-        head = self.read(offset, min(max(PAGE - offset % PAGE, FIXED_SIZE), limit - rel))
+        head = self.read(offset, min(max(PAGE_SIZE - offset % PAGE_SIZE, FIXED_SIZE), limit - rel))
         size, magic = SIZE_MAGIC.unpack_from(head)
         if magic != MESSAGE_MAGIC or size < FIXED_SIZE or rel + size > limit:
             raise CorruptRecordError("no record starts here", offset)

@@ -121,6 +121,12 @@ def test_callbacks_get_responses_timeouts_and_close_errors(arun) -> None:
     arun(main())
 
 
+def _work(seconds: float) -> None:
+    """Synchronous work of this many seconds (a pull's): the loop is held, as a processor holds it."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
 def test_an_urgent_request_runs_when_the_turn_is_spent(arun) -> None:
     """A consumer catching up keeps every turn's budget spent with its pulls; a send arriving on
     another connection then waited behind them for turns. Codes the budget calls urgent (a net
@@ -131,7 +137,7 @@ def test_an_urgent_request_runs_when_the_turn_is_spent(arun) -> None:
         @eager
         async def work(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
             if cmd.code == 11:
-                time.sleep(0.004)                   # a pull costing 4 ms of synchronous work
+                _work(0.004)                   # a pull costing 4 ms of synchronous work
             ran.append((cmd.code, sum(c == 11 for c, _ in ran)))
             return cmd.make_response(0, "")
 
@@ -161,7 +167,7 @@ def test_requests_of_one_read_wait_for_the_next_turn_once_its_budget_is_spent(ar
 
         @eager
         async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-            time.sleep(0.004)           # a pull costing 4 ms of synchronous work
+            _work(0.004)           # a pull costing 4 ms of synchronous work
             seen.append(turns)
             return cmd.make_response(0, cmd.ext_fields["n"])
 
