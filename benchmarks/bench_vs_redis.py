@@ -214,16 +214,8 @@ class Redis:
         return int(lines[lines.index(name) + 1])
 
     def cpu_s(self) -> float:
-        """CPU seconds of all its threads, from the scheduler's nanosecond counts: psutil's clock ticks
-        (10 ms) are about all a quick run's consume costs Redis."""
-        tasks = Path(f"/proc/{self.proc.pid}/task")
-        total = 0
-        for task in tasks.iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except FileNotFoundError:       # a thread that just ended
-                pass
-        return total / 1e9
+        """CPU seconds of all its threads (bench_broker.cpu_seconds: nanosecond counts)."""
+        return bench_broker.cpu_seconds(self.proc.pid)
 
     def benchmark(self, clients: int, pipeline: int, requests: int, command: list[str]) -> dict:
         """redis-benchmark's requests/s, and its own CPU seconds (wait4's rusage of that process)."""
